@@ -1,0 +1,37 @@
+# kref: the two commands a new user needs are `make run` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export JAVA_HOME ?= $(shell [ -d /usr/lib/jvm/java-17-openjdk-amd64 ] && echo /usr/lib/jvm/java-17-openjdk-amd64)
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(abspath $(PY))
+
+.PHONY: setup run test unit tlc tlc-full bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+
+# The main job: a local kref on embedded defaults (127.0.0.1:9092, ./kref-data).
+run: setup
+	$(VENV)/bin/kref broker
+
+# The whole test suite: pytest (unit, storage, real clients, Spark) and TLC.
+test: setup
+	$(PY) -m pytest -n 2 -q
+	$(MAKE) --no-print-directory tlc
+
+unit: setup
+	$(PY) -m pytest -n 2 -q
+
+tlc: setup
+	$(PY) spec/run_tlc.py
+
+tlc-full: setup
+	$(PY) spec/run_tlc.py --full
+
+bench: setup
+	$(PY) bench/storage.py
+
+clean:
+	rm -rf $(VENV) spec/states

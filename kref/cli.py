@@ -1,0 +1,33 @@
+"""The `kref` command line: `kref broker`, `kref cluster`, `kref topics`, ...
+
+Each subcommand lives in its own module and registers itself here, so the
+command line grows with the project without this file knowing the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kref", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the kref version")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "version":
+        from kref import __version__
+
+        print(__version__)
+        return 0
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
