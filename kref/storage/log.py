@@ -237,6 +237,7 @@ class Log:
         except ValueError:
             self.leader_epoch_cache, cache_was_readable = LeaderEpochFileCache(None), False
 
+        self.log_start_offset = log_start_offset  # for _on_recovered_batch; settled below
         # Segments wholly below the recovery point were flushed; from the
         # segment holding it onward, an unclean stop means "validate".
         recover_from_index = len(base_offsets)
@@ -302,6 +303,8 @@ class Log:
         return max(self.config.segment_bytes, self.config.max_message_bytes) + 1024
 
     def _on_recovered_batch(self, header: BatchHeader) -> None:
+        if header.next_offset <= self.log_start_offset:
+            return  # already deleted by DeleteRecords/retention; its epoch is history
         epoch = header.partition_leader_epoch
         if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(epoch, header.base_offset, flush=False)
