@@ -51,6 +51,7 @@ MIN_RECORD_SIZE = 7
 _INT32_MAX = (1 << 31) - 1
 
 _HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
+_KEY_VALUE = ("key", "value")
 
 
 class Header(NamedTuple):
@@ -192,36 +193,25 @@ def _parse_records(buf: bytes, count: int, header: h.BatchHeader) -> list[Record
                 offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
             else:
                 offset_delta, pos = read_varint(buf, pos, record_end)
-            # key
-            b = buf[pos]
-            if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                n, pos = read_varint(buf, pos, record_end)
-            if n >= 0:
-                if n > record_end - pos:
-                    raise InvalidRecordError(f"record key length {n} exceeds the {record_end - pos} bytes left", where)
-                key = buf[pos : pos + n]
-                pos += n
-            elif n == -1:
-                key = None
-            else:
-                raise InvalidRecordError(f"record key length {n} is invalid", where)
-            # value
-            b = buf[pos]
-            if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
-            else:
-                n, pos = read_varint(buf, pos, record_end)
-            if n >= 0:
-                if n > record_end - pos:
-                    raise InvalidRecordError(f"record value length {n} exceeds the {record_end - pos} bytes left", where)
-                value = buf[pos : pos + n]
-                pos += n
-            elif n == -1:
-                value = None
-            else:
-                raise InvalidRecordError(f"record value length {n} is invalid", where)
+            key = value = None
+            for field in _KEY_VALUE:
+                b = buf[pos]
+                if b < 0x80:
+                    n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                else:
+                    n, pos = read_varint(buf, pos, record_end)
+                if n >= 0:
+                    if n > record_end - pos:
+                        raise InvalidRecordError(
+                            f"record {field} length {n} exceeds the {record_end - pos} bytes left", where
+                        )
+                    if field == "key":
+                        key = buf[pos : pos + n]
+                    else:
+                        value = buf[pos : pos + n]
+                    pos += n
+                elif n != -1:
+                    raise InvalidRecordError(f"record {field} length {n} is invalid", where)
             b = buf[pos]
             if b == 0:
                 headers, pos = (), pos + 1
