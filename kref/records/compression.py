@@ -297,13 +297,22 @@ def _lz4_decompress(data: Buffer, bound: int, *, ignore_header_checksum: bool) -
         fixed = bytearray(view)
         fixed[hc_index] = correct_hc
         view = memoryview(fixed)
+    # The decoder allocates max_length up front, so ask for output in steps
+    # that grow with what was produced instead of the whole bound at once.
     d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(view, max_length=bound + 1)
-    if len(out) > bound:
-        _limit(len(out), bound)
-    if not d.eof:
-        raise CompressionError("lz4 frame is truncated (no end mark)")
-    return out
+    step = min(bound + 1, max(1 << 16, 4 * len(view)))
+    parts = [d.decompress(view, max_length=step)]
+    total = len(parts[0])
+    while True:
+        if total > bound:
+            _limit(total, bound)
+        if d.eof:
+            break
+        if d.needs_input:
+            raise CompressionError("lz4 frame is truncated (no end mark)")
+        parts.append(d.decompress(b"", max_length=min(bound + 1 - total, max(step, total))))
+        total += len(parts[-1])
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # --- zstd -------------------------------------------------------------------
