@@ -319,10 +319,11 @@ def _lz4_decompress(data: Buffer, bound: int, *, ignore_header_checksum: bool) -
 
 # A zstd block inflates at most ~32768-fold (an RLE block: 4 bytes in,
 # 128 KiB out), so feeding the decoder slices of (remaining budget / 32768)
-# bytes keeps each call's output within the budget: total allocation stays
-# below twice the bound even for a bomb, which is checked between calls.
+# bytes keeps each call's output within the budget (and within 2 MiB for the
+# smallest, 64-byte slices): a bomb is caught between calls having allocated
+# at most about twice the bound, or the bound + 2 MiB.
 _ZSTD_MAX_RATIO = 32768
-_ZSTD_MIN_FEED = 256
+_ZSTD_MIN_FEED = 64
 _ZSTD_MAX_FEED = 1 << 16
 
 
