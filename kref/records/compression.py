@@ -82,9 +82,13 @@ def decompress(
     *,
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     magic: int = 2,
+    max_output_bytes: int | None = None,
 ) -> bytes:
     """Decompress `data` written with `codec`; never returns (or allocates for)
-    more than `max_uncompressed_bytes`."""
+    much more than `max_uncompressed_bytes` (`max_output_bytes` is an alias
+    kept for callers written against an earlier draft)."""
+    if max_output_bytes is not None:
+        max_uncompressed_bytes = max_output_bytes
     codec = compression_type_of(codec)
     if codec == CompressionType.NONE:
         if len(data) > max_uncompressed_bytes:
