@@ -19,12 +19,13 @@ messages differ by version (KIP-31):
 - v0: inner offsets are absolute (the broker rewrites them on append);
 - v1: inner offsets are relative (0..n-1); the wrapper's offset is the
   absolute offset of the last inner message, so inner absolute offset =
-  wrapper.offset - last_inner.offset + inner.offset.
+  wrapper.offset - last_inner.offset + inner.offset (unless that base is
+  negative: a producer's wrapper before the broker assigned offsets).
 
 For v1 with LogAppendTime (attribute bit 3 on the wrapper) every inner
 message reports the wrapper's timestamp, which the broker overwrites without
 touching the inner messages. LZ4 in a v0 message uses the KAFKA-3160 broken
-frame header checksum (compression.py).
+frame header checksum (compression.py); zstd is refused (v2 only, KIP-110).
 
 Like Kafka's AbstractLegacyRecordBatch, each outer message is one "batch":
 base_offset is its first (inner) offset, last_offset the outer offset.
@@ -46,6 +47,7 @@ from kref.records.errors import (
     InvalidMagicError,
     InvalidRecordError,
     TruncatedBatchError,
+    UnsupportedCompressionError,
 )
 
 Buffer = bytes | bytearray | memoryview
@@ -61,6 +63,8 @@ TIMESTAMP_OFFSET = 18
 COMPRESSION_CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 NO_TIMESTAMP = -1
+# zstd arrived with KIP-110 for message format v2 only.
+LEGACY_CODECS = (CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4)
 
 _OFFSET_SIZE = struct.Struct(">qi")
 _CRC_MAGIC_ATTR = struct.Struct(">IbB")
@@ -206,6 +210,8 @@ def decode_legacy_batch(
     codec = wrapper.compression_type
     if codec == CompressionType.NONE:
         return LegacyBatch(wrapper, (Record(wrapper.offset, wrapper.timestamp, wrapper.key, wrapper.value),))
+    if codec not in LEGACY_CODECS:
+        raise UnsupportedCompressionError(f"compression codec {codec} is not allowed in message format v{wrapper.magic}", position)
     if wrapper.value is None:
         raise InvalidRecordError("compressed wrapper message has a null value", position)
     try:
@@ -231,10 +237,14 @@ def decode_legacy_batch(
         pos = msg.next_position
     if not inner:
         raise InvalidRecordError("compressed wrapper message has no inner messages", position)
-    if wrapper.magic == 0:
-        base = 0
-    else:
+    base = 0
+    if wrapper.magic == 1:
         base = wrapper.offset - inner[-1].offset
+        # A producer's wrapper carries offset 0 (the broker assigns offsets);
+        # then the base is negative and, as in Kafka's deep iterator, the
+        # relative inner offsets are reported unchanged.
+        if base < 0:
+            base = 0
     log_append_time = wrapper.timestamp_type == 1
     records = tuple(
         Record(base + m.offset, wrapper.timestamp if log_append_time else m.timestamp, m.key, m.value)
@@ -317,6 +327,8 @@ def build_message_set(
         nxt = offsets[-1] + 1
     ts_attr = TIMESTAMP_TYPE_MASK if (magic == 1 and timestamp_type) else 0
     codec = CompressionType(compression)
+    if codec not in LEGACY_CODECS and codec != CompressionType.NONE:
+        raise UnsupportedCompressionError(f"{codec.name} needs message format v2")
     if codec == CompressionType.NONE:
         return b"".join(
             encode_message(off, magic=magic, attributes=ts_attr, timestamp=_ts(r, magic, log_append_time),
