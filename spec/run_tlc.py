@@ -384,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None,
                         help="TLC worker threads (default: usable cores)")
     parser.add_argument("--heap-mb", type=int, default=2048)
+    parser.add_argument("--log-dir", type=pathlib.Path, default=LOG_DIR,
+                        help="where each run's TLC output is kept")
     parser.add_argument("--list", action="store_true", help="list the selected models")
     args = parser.parse_args(argv)
 
@@ -414,14 +416,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {model.spec} {model.config} ...", flush=True)
         outcome = run_model(model, spec_dir=args.manifest.parent, java=java, jar=jar,
                             workers=args.workers, heap_mb=args.heap_mb,
-                            simulate=simulate, sim_seconds=args.seconds)
+                            simulate=simulate, sim_seconds=args.seconds,
+                            log_dir=args.log_dir)
         verdict = judge(model, outcome, simulate=bool(simulate))
         rows.append((model, outcome, verdict))
     print()
     print(format_table(rows))
     bad = [r for r in rows if not r[2].ok]
     print(f"\n{len(rows) - len(bad)}/{len(rows)} models as expected "
-          f"in {time.monotonic() - started:.0f}s; TLC logs in {LOG_DIR}")
+          f"in {time.monotonic() - started:.0f}s; TLC logs in {args.log_dir}")
     return 1 if bad else 0
 
 
