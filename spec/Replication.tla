@@ -114,7 +114,7 @@ EndOffsetForEpoch(r, e) ==
 
 \* First offset of the leader's current epoch (its LEO when it became
 \* leader, as leaders never truncate): a follower joins the ISR only once it
-\* has fetched past it (KAFKA-7128 style check in Partition.isFollowerInSync).
+\* has fetched past it (Kafka checks this with the ISR expansion too).
 EpochStartOffset(l) ==
     LET mine == {i \in 1..Len(log[l]) : log[l][i].leader_epoch = leader_epoch[l]}
     IN  IF mine = {} THEN Len(log[l]) ELSE Min(mine) - 1

@@ -92,6 +92,7 @@ class TlcOutcome:
     exit_code: int | None = None
     timed_out: bool = False
     seconds: float = 0.0
+    trace: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -183,6 +184,8 @@ def parse_tlc_output(text: str) -> TlcOutcome:
         sim = list(_RE_STATES_SIM.finditer(text)) or list(_RE_SIM_PROGRESS.finditer(text))
         if sim:
             out.states_generated = _int(sim[-1].group(1))
+    if out.violation is not None:
+        out.trace = condense_trace(text)
     depth = _RE_DEPTH.search(text)
     if depth:
         out.depth = int(depth.group(1))
@@ -215,6 +218,45 @@ def judge(model: Model, outcome: TlcOutcome, *, simulate: bool = False) -> Verdi
             return Verdict(False, "pass", f"must fail on {model.violation}, found nothing")
         return Verdict(True, "pass", "")
     return Verdict(False, "error", "TLC did not report a result")
+
+
+# "/\ var = value", or "var = value" when the state has one variable;
+# longer values continue on indented lines.
+_RE_ASSIGNMENT = re.compile(r"^(?:/\\ )?([A-Za-z_]\w*) = (.*)$")
+_RE_STATE_HEAD = re.compile(r"^State (\d+): <(\S+)", re.M)
+
+
+def condense_trace(text: str) -> list[str]:
+    """A TLC counterexample as lines: each step's action, then only the
+    variables it changed (what -difftrace shows, from the full trace)."""
+    start = text.find("State 1:")
+    if start < 0:
+        return []
+    end = _RE_STATES.search(text, start) or _RE_STATES_SIM.search(text, start)
+    body = text[start:end.start() if end else len(text)]
+    lines: list[str] = []
+    previous: dict[str, str] = {}
+    for chunk in re.split(r"\n(?=State \d+: )", body):
+        rows = chunk.strip().split("\n")
+        head = _RE_STATE_HEAD.match(rows[0])
+        if not head:
+            continue
+        current: dict[str, str] = {}
+        name = None
+        for row in rows[1:]:
+            assignment = _RE_ASSIGNMENT.match(row)
+            if assignment:
+                name, value = assignment.groups()
+                current[name] = value
+            elif name is not None and row.strip():
+                current[name] += " " + row.strip()
+        action = head.group(2).rstrip(">")
+        lines.append(f"{head.group(1)}. {'Init' if action == 'Initial' else action}")
+        for var, value in current.items():
+            if previous.get(var) != value:
+                lines.append(f"     {var} = {value}")
+        previous = current
+    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -386,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heap-mb", type=int, default=2048)
     parser.add_argument("--log-dir", type=pathlib.Path, default=LOG_DIR,
                         help="where each run's TLC output is kept")
+    parser.add_argument("--show-traces", action="store_true",
+                        help="print every counterexample (changed variables only); "
+                             "unexpected ones are always printed")
     parser.add_argument("--list", action="store_true", help="list the selected models")
     args = parser.parse_args(argv)
 
@@ -420,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
                             log_dir=args.log_dir)
         verdict = judge(model, outcome, simulate=bool(simulate))
         rows.append((model, outcome, verdict))
+    for model, outcome, verdict in rows:
+        if outcome.trace and (args.show_traces or not verdict.ok):
+            print(f"\nCounterexample of {model.name} ({outcome.violation}):")
+            print("\n".join(outcome.trace))
     print()
     print(format_table(rows))
     bad = [r for r in rows if not r[2].ok]

@@ -87,6 +87,9 @@ def test_invariant_violation_is_named(counter_dir, tmp_path):
     assert outcome.violation == "BelowThree"
     assert outcome.exit_code == 12  # TLC 2.15: safety violation
     assert verdict.ok and verdict.result == "fail:BelowThree"
+    # The condensed counterexample: each step, then what it changed.
+    assert outcome.trace[:2] == ["1. Init", "     x = 0"]
+    assert outcome.trace[-2:] == ["4. Next", "     x = 3"]
 
 
 def test_action_property_violation_is_named(counter_dir, tmp_path):
