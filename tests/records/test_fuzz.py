@@ -28,13 +28,21 @@ from kref.records.memory_records import iter_batches
 from kref.records.validation import validate_records
 
 LIMIT = 1 << 20
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 small_bytes = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.builds(Header, st.text(max_size=8), small_bytes), max_size=3).map(tuple)
 timestamps = st.integers(min_value=-1, max_value=(1 << 62))
-records = st.lists(st.builds(Record, timestamp=timestamps, key=small_bytes, value=small_bytes, headers=headers),
-                   min_size=1, max_size=12)
+
+
+def record_lists(ts=timestamps, hdrs=headers, max_size=12):
+    one = st.builds(Record, offset=st.just(-1), attributes=st.just(0), timestamp=ts, key=small_bytes,
+                    value=small_bytes, headers=hdrs)
+    return st.lists(one, min_size=1, max_size=max_size)
+
+
+records = record_lists()
+no_headers = st.just(())
 codecs = st.sampled_from(list(CompressionType))
 
 
@@ -108,7 +116,7 @@ def test_mutated_batches_only_raise_corrupt_record_errors(recs, codec, ops, reco
 
 
 @FUZZ
-@given(st.lists(st.builds(Record, timestamp=timestamps, key=small_bytes, value=small_bytes), min_size=1, max_size=6),
+@given(record_lists(hdrs=no_headers, max_size=6),
        st.sampled_from([CompressionType.NONE, *LEGACY_CODECS]), st.integers(0, 1), mutations)
 def test_mutated_message_sets_only_raise_corrupt_record_errors(recs, codec, magic, ops):
     decode_all_ways(bytes(mutate(build_message_set(recs, magic=magic, compression=codec), ops)))
@@ -143,8 +151,7 @@ def test_roundtrip_and_kafka_python_agrees(recs, codec, base_offset, leader_epoc
 
 
 @FUZZ
-@given(st.lists(st.builds(Record, timestamp=st.integers(0, 1 << 50), key=small_bytes, value=small_bytes),
-                min_size=1, max_size=8),
+@given(record_lists(ts=st.integers(0, 1 << 50), hdrs=no_headers, max_size=8),
        st.sampled_from([CompressionType.NONE, *LEGACY_CODECS]), st.integers(0, 1), st.integers(0, 1 << 40))
 def test_legacy_roundtrip_and_kafka_python_agrees(recs, codec, magic, base_offset):
     raw = build_message_set(recs, magic=magic, compression=codec, base_offset=base_offset)
