@@ -94,6 +94,9 @@ class Purgatory:
         if removed:
             self._count -= 1
 
+    def watched_keys(self) -> list[Hashable]:
+        return list(self._watchers)
+
     def watching(self, key: Hashable) -> int:
         return len(self._watchers.get(key, ()))
 
