@@ -161,7 +161,11 @@ class Partition:
             if isinstance(effect, core.Emit):
                 if self.trace.enabled:
                     self.trace.emit(effect.event)
-            elif isinstance(effect, (core.HighWatermarkAdvanced, core.LogEndOffsetAdvanced)):
+            elif isinstance(effect, core.HighWatermarkAdvanced):
+                # The Log bounds DeleteRecords by it and checkpoints it.
+                self.log.update_high_watermark(effect.high_watermark)
+                woke = True
+            elif isinstance(effect, core.LogEndOffsetAdvanced):
                 woke = True
             elif isinstance(effect, core.AssignLeaderEpoch):
                 self.log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
@@ -286,7 +290,8 @@ class Partition:
             if code == UNKNOWN_SERVER_ERROR:
                 log.exception("read of %s-%d at %d failed", self.topic, self.partition, fetch_offset)
             return ReadResult(code, hw, hw, lso)
-        return ReadResult(NONE, hw, hw, lso, bytes(data.records) if data.records else b"")
+        records = data.records
+        return ReadResult(NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
 
     # ------------------------------------------------------------ list offsets
 
@@ -399,5 +404,5 @@ def make_partition(broker, topic: str, partition: int, log_) -> Partition | None
         trace=broker.trace_sink,
         replica_lag_time_max_ms=int(getattr(config, "replica_lag_time_max_ms", 30_000)),
     )
-    driver.become_leader(broker.now_ms())
+    driver.become_leader(broker.now_ms(), high_watermark=getattr(log_, "high_watermark", None) or 0)
     return driver

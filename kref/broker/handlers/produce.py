@@ -68,7 +68,7 @@ def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> i
     if len(records) > max_message_bytes:
         raise PayloadTooLarge(f"{len(records)} bytes exceed max.message.bytes {max_message_bytes}")
     if _validate_records is not None:
-        headers = _validate_records(records, max_batch_size=max_message_bytes)
+        headers = _validate_records(records, max_batch_size=max_message_bytes, require_single_batch=True)
     else:
         headers = list(iter_headers(records, verify=True, max_batch_size=max_message_bytes))
     if len(headers) != 1:
