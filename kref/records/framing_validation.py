@@ -25,13 +25,11 @@ from __future__ import annotations
 
 from kref.records import header as h
 from kref.records.batch import records_section
-from kref.records.errors import InvalidMagicError, InvalidRecordError
-from kref.records.validation import _validate_header
+from kref.records.errors import InvalidRecordError
+from kref.records.validation import validate_records
 from kref.records.varint import read_varint
 
 Buffer = bytes | bytearray | memoryview
-
-DEFAULT_MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 def validate_records_framing(
@@ -41,29 +39,19 @@ def validate_records_framing(
     max_uncompressed_bytes: int | None = None,
     require_single_batch: bool = False,
 ) -> list[h.BatchHeader]:
-    """Validate a produce payload as described above; return its batch headers."""
-    if max_uncompressed_bytes is None:
-        max_uncompressed_bytes = max(max_batch_size, DEFAULT_MAX_UNCOMPRESSED_BYTES)
-    view = memoryview(buf)
-    if len(view) == 0:
-        raise InvalidRecordError("produce payload holds no record batch")
-    headers = []
-    position = 0
-    while position < len(view):
-        if len(view) - position > h.MAGIC_OFFSET and view[position + h.MAGIC_OFFSET] != 2:
-            raise InvalidMagicError(
-                f"magic {view[position + h.MAGIC_OFFSET]}: produce requests carry only v2 record batches", position
-            )
-        header = h.read_header(view, position, max_batch_size=max_batch_size)
-        h.verify_crc(view, header)
-        _validate_header(header)
-        section = records_section(view, header, max_uncompressed_bytes=max_uncompressed_bytes)
-        _walk_records(section, header.records_count, position)
-        headers.append(header)
-        position = header.next_position
-    if require_single_batch and len(headers) != 1:
-        raise InvalidRecordError(f"produce payload holds {len(headers)} record batches; exactly one is allowed")
-    return headers
+    """validate_records with the framing walk in place of the full record decode."""
+    return validate_records(
+        buf,
+        max_batch_size=max_batch_size,
+        max_uncompressed_bytes=max_uncompressed_bytes,
+        require_single_batch=require_single_batch,
+        check_records=check_record_framing,
+    )
+
+
+def check_record_framing(view: memoryview, header: h.BatchHeader, max_uncompressed_bytes: int) -> None:
+    section = records_section(view, header, max_uncompressed_bytes=max_uncompressed_bytes)
+    _walk_records(section, header.records_count, header.position)
 
 
 def _walk_records(section: memoryview, count: int, where: int) -> None:
