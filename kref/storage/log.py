@@ -37,6 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from kref.records.batch import decode_batch
 from kref.records.errors import CorruptRecordError, TruncatedBatchError
 from kref.records.header import (
     BatchHeader,
@@ -58,6 +59,7 @@ from kref.storage.config import LogConfig
 from kref.storage.errors import (
     CorruptIndexError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -80,6 +82,7 @@ LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_APPEND_BYTES = 1 << 31  # a produce payload can never exceed an int32 length anyway
+MAX_LOOKUP_UNCOMPRESSED_BYTES = 64 * 1024 * 1024  # bound on decompressing one batch for ListOffsets
 
 
 class InconsistentTopicIdError(StorageError):
@@ -419,11 +422,23 @@ class Log:
         headers = self._validate(buf)
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
+        cfg = self.config
+        before = min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms)
+        after = min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms)
         for h in headers:
             if h.records_count != h.last_offset_delta + 1:
                 raise InvalidRecordError(
                     f"batch with {h.records_count} records spans {h.last_offset_delta + 1} offsets"
                 )
+            if not cfg.is_log_append_time:
+                # The batch's first and largest timestamps bound its records' on the
+                # side that matters for each limit (producers write in time order).
+                for ts in (h.base_timestamp, h.max_timestamp):
+                    if now_ms - ts > before or ts - now_ms > after:
+                        raise InvalidTimestampError(
+                            f"timestamp {ts} is out of range for now={now_ms} "
+                            f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
+                        )
         ps = self.producer_state
         if ps is not None:
             for h in headers:
@@ -681,14 +696,24 @@ class Log:
         return None
 
     def _record_at_timestamp(self, seg: LogSegment, header: BatchHeader, target: int, *, exact: bool) -> tuple[int, int, int]:
-        """Narrow a batch down to its first record with timestamp >= target (== when exact)."""
+        """Narrow a batch down to its first record with timestamp >= target (== when exact),
+        as Kafka answers ListOffsets with a record offset, not a batch offset."""
         epoch = header.partition_leader_epoch
+        fallback = (header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch)
         if header.is_log_append_time:
-            return header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch
-        found = _first_record_at_or_after(seg.read_at(header.position, header.size_in_bytes), target, exact, self.log_start_offset)
-        if found is None:
-            return header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch
-        return found[0], found[1], epoch
+            return fallback  # every record carries the batch's timestamp
+        try:
+            batch = decode_batch(
+                seg.read_at(header.position, header.size_in_bytes),
+                max_uncompressed_bytes=MAX_LOOKUP_UNCOMPRESSED_BYTES,
+                max_batch_size=MAX_APPEND_BYTES,
+            )
+        except CorruptRecordError:
+            return fallback  # unreadable records: the batch still answers the lookup
+        for record in batch.records:
+            if record.offset >= self.log_start_offset and (record.timestamp == target if exact else record.timestamp >= target):
+                return record.timestamp, record.offset, epoch
+        return fallback
 
     # =====================================================================
     # truncation, log start offset, retention
@@ -908,55 +933,3 @@ class Log:
             f"log_end_offset={self.log_end_offset}, segments={len(self.segments)})"
         )
 
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise CorruptRecordError("bad varint", pos)
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def _first_record_at_or_after(batch: bytes, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
-    """(timestamp, offset) of the first record >= target (== target if exact) in a
-    v2 batch; None if its records cannot be read without decompressing."""
-    header = read_header(batch, 0)
-    if header.compression_type != 0:
-        return _first_record_compressed(batch, header, target, exact, min_offset)
-    return _scan_records(memoryview(batch)[61:], header, target, exact, min_offset)
-
-
-def _scan_records(data: Any, header: BatchHeader, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
-    data = bytes(data)
-    pos = 0
-    try:
-        for _ in range(header.records_count):
-            length, pos = _varint(data, pos)
-            body = pos + 1  # skip the record attributes byte
-            ts_delta, body = _varint(data, body)
-            offset_delta, body = _varint(data, body)
-            ts = header.base_timestamp + ts_delta
-            offset = header.base_offset + offset_delta
-            if offset >= min_offset and (ts == target if exact else ts >= target):
-                return ts, offset
-            pos += length
-    except CorruptRecordError:
-        return None
-    return None
-
-
-def _first_record_compressed(batch: bytes, header: BatchHeader, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
-    try:
-        from kref.records.compression import decompress  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    try:
-        data = decompress(header.compression_type, bytes(memoryview(batch)[61:]), max_output_bytes=64 * 1024 * 1024)
-    except Exception:  # noqa: BLE001 - an unreadable batch just falls back to its base offset
-        return None
-    return _scan_records(data, header, target, exact, min_offset)
