@@ -156,7 +156,6 @@ _RE_ERROR = re.compile(
     r"TLC threw an unexpected exception.*)$",
     re.M,
 )
-_RE_PROPERTY_HINT = re.compile(r"^Error: Invariant (\S+) is violated by the initial state", re.M)
 
 
 TEMPORAL = "TemporalProperties"
@@ -188,7 +187,7 @@ def parse_tlc_output(text: str) -> TlcOutcome:
     """Extract the summary of one TLC run from its stdout+stderr."""
     out = TlcOutcome()
     out.completed = bool(_RE_DONE.search(text))
-    m = _RE_VIOLATED.search(text) or _RE_PROPERTY_HINT.search(text)
+    m = _RE_VIOLATED.search(text)  # also "... is violated by the initial state"
     if m:
         out.violation = m.group(1).rstrip(".")
     elif _RE_TEMPORAL.search(text):
