@@ -137,6 +137,9 @@ class Broker:
         # Called (no arguments) at shutdown before the logs are closed, e.g.
         # to complete purgatory operations or write coordinator state.
         self.on_shutdown: list[Callable[[], None]] = []
+        # Called (no arguments) once the nursery runs, before listeners open,
+        # e.g. to start loading coordinator state in the background.
+        self.on_serving: list[Callable[[], None]] = []
 
     # --- clock -----------------------------------------------------------------
 
@@ -350,6 +353,15 @@ class Broker:
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
         """The topic's overrides over the broker's log.* defaults."""
         return LogConfig.from_properties(topic.configs, self.default_log_config)
+
+    @staticmethod
+    def log_of(driver: Any) -> Any:
+        """The storage Log behind a partition driver (or the Log itself)."""
+        if driver is None:
+            return None
+        return getattr(driver, "log", driver)
+
+    _log_of = log_of  # the name the groups area first used
 
     def _log_config_of_topic(self, name: str) -> LogConfig | None:
         topic = self.topics.get(name)
