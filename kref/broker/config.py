@@ -30,6 +30,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigError",
     "Listener",
+    "advertisable",
     "IGNORED_PROPERTIES",
     "TOPIC_CONFIG_SYNONYMS",
     "parse_properties",
@@ -126,6 +127,14 @@ def _listener_list(name: str, raw: str) -> tuple[Listener, ...]:
 
 _I32 = 2**31 - 1
 _I64 = 2**63 - 1
+
+
+def advertisable(listener: Listener) -> Listener:
+    """A bound listener as clients can reach it: wildcard hosts become 127.0.0.1
+    (kref's default audience is this machine; set advertised.listeners otherwise)."""
+    if listener.host in ("", "0.0.0.0", "::"):
+        return Listener(listener.name, "127.0.0.1", listener.port)
+    return listener
 
 
 def _prop(kafka_name: str, parse: Callable[[str, str], object], default: str | None, doc: str = ""):
@@ -225,10 +234,7 @@ class BrokerConfig:
         """advertised.listeners, defaulting to listeners (wildcard hosts -> 127.0.0.1)."""
         if self.advertised_listeners:
             return self.advertised_listeners
-        return tuple(
-            Listener(lst.name, lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1", lst.port)
-            for lst in self.listeners
-        )
+        return tuple(advertisable(lst) for lst in self.listeners)
 
     def topic_config_defaults(self) -> dict[str, str]:
         """Broker-level defaults of topic configs, keyed by topic-level names."""
