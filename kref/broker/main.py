@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # kio's phantom types register hypothesis strategies when hypothesis is
+    # importable (it is, in a test environment), which costs the broker
+    # process seconds of start-up for nothing; block that optional import.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     import trio
 
     from kref.broker.broker import Broker
