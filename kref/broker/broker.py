@@ -134,6 +134,7 @@ class Broker:
         self._log_dirs = [Path(d) for d in config.log_dirs]
         # Listeners as bound (port 0 resolved), set by the server.
         self.bound_listeners: tuple[Listener, ...] = ()
+        self.open_connections = 0  # bounded by max.connections
         # Called (no arguments) at shutdown before the logs are closed, e.g.
         # to complete purgatory operations or write coordinator state.
         self.on_shutdown: list[Callable[[], None]] = []

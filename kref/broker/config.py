@@ -157,6 +157,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = _prop("socket.request.max.bytes", _int(1, _I32), "104857600")
     connections_max_idle_ms: int = _prop("connections.max.idle.ms", _int(-1, _I64), "600000")
     queued_max_requests: int = _prop("queued.max.requests", _int(1, _I32), "500")
+    # Kafka's default is unlimited; kref bounds it (a deviation, documented).
+    max_connections: int = _prop("max.connections", _int(1, _I32), "4096")
     fetch_max_bytes: int = _prop("fetch.max.bytes", _int(1024, _I32), "57671680")
     # topic-level defaults (Kafka's broker synonyms of topic configs)
     log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824")

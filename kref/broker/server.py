@@ -159,7 +159,16 @@ async def serve(
 
 def _connection_handler(broker: Broker, router: Router, listener_name: str) -> Callable:
     async def handler(stream: trio.SocketStream) -> None:
-        await handle_connection(stream, broker, router, listener_name)
+        limit = broker.config.max_connections
+        if broker.open_connections >= limit:
+            log.warning("closing a new connection: max.connections=%d reached", limit)
+            await stream.aclose()
+            return
+        broker.open_connections += 1
+        try:
+            await handle_connection(stream, broker, router, listener_name)
+        finally:
+            broker.open_connections -= 1
 
     return handler
 
