@@ -13,6 +13,10 @@ AREAS = (
     "topics",
     "configs",
     "cluster",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "delete_records",
 )
 
 
