@@ -211,7 +211,7 @@ RequestVote(c) ==
 \* epoch first moves v to that epoch (Unattached, no vote yet).  v grants at
 \* most one vote per epoch, never while it follows a leader or leads, and
 \* only if c's log is at least as up to date as its own.
-GrantVote(v, c) ==
+VoteGrantable(v, c) ==
     /\ v # c
     /\ Live(v) /\ Live(c)
     /\ state[c] = Candidate
@@ -221,6 +221,9 @@ GrantVote(v, c) ==
           /\ voted_for[v] \in {Nil, c}
     /\ CheckLogUpToDate => LogUpToDate(c, v)
     /\ v \notin votes_granted[c]
+
+GrantVote(v, c) ==
+    /\ VoteGrantable(v, c)
     /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[c]]
     /\ voted_for' = [voted_for EXCEPT ![v] = c]
     /\ leader_id' = [leader_id EXCEPT ![v] = Nil]

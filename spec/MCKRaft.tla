@@ -40,19 +40,31 @@ MCBounds ==
 (* Without it, split votes may go on for ever (FLP).  ElectionTimeout       *)
 (* states that assumption as a guard: it fires only while no live leader    *)
 (* exists, only for a voter whose log is at least as up to date as every    *)
-(* live voter's, and never while another live candidate is running.  It is  *)
+(* live voter's, and never while a live candidate (itself included) can     *)
+(* still win (the round lasts long enough for the votes to arrive).  It is *)
 (* the only way an election starts in LiveSpec (no spurious timeouts, no    *)
 (* pauses), crashes stay bounded, and every protocol and recovery action is *)
 (* weakly fair.                                                             *)
 
+\* A candidate has lost its election: no majority, and no live voter
+\* would still grant it a vote.
+ElectionLost(c) ==
+    /\ votes_granted[c] \notin Quorums
+    /\ \A w \in Voters : ~VoteGrantable(w, c)
+
 ElectionTimeout(v) ==
+    /\ leader_epoch[v] < MaxEpoch
     /\ ~\E w \in Voters : Live(w) /\ state[w] = Leader
-    /\ ~\E w \in Voters \ {v} : Live(w) /\ state[w] = Candidate
+    /\ \A w \in Voters : Live(w) /\ state[w] = Candidate => ElectionLost(w)
     /\ \A w \in up : LogUpToDate(v, w)
     /\ RequestVote(v)
 
+\* The bounds are guards here, not a CONSTRAINT: a state constraint would
+\* cut the step while ENABLED still saw it possible, and weak fairness
+\* would then wrongly discard the stuck behaviour instead of reporting it.
 LiveNext ==
-    \/ \E v \in Voters : ElectionTimeout(v) \/ Crash(v)
+    \/ \E v \in Voters : ElectionTimeout(v)
+    \/ crash_count < MaxCrashes /\ \E v \in Voters : Crash(v)
     \/ ProtocolNext
     \/ RecoveryNext
 
