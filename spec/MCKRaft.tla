@@ -74,6 +74,11 @@ LiveSpec ==
     /\ Fairness
     /\ \A v \in Voters : WF_vars(ElectionTimeout(v))
 
+\* The same behaviours without any fairness: the liveness properties must
+\* fail here (a behaviour may stop at any point), which shows that they are
+\* not vacuous and that LiveSpec passes because of its fairness.
+LiveSpecWithoutFairness == Init /\ [][LiveNext]_vars
+
 \* Once crashes stop, the quorum ends up with a live leader, for good.
 EventuallyLeader ==
     <>[](\E v \in Voters : v \in up /\ state[v] = Leader)
