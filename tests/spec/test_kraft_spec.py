@@ -14,7 +14,6 @@ The full models are run by `make tlc` / `make tlc-full` (spec/models.toml).
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import shutil
 import sys
@@ -22,18 +21,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC_DIR = ROOT / "spec"
 
-
-def _load_runner():
-    if "run_tlc" in sys.modules:
-        return sys.modules["run_tlc"]
-    spec = importlib.util.spec_from_file_location("run_tlc", SPEC_DIR / "run_tlc.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_tlc"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-run_tlc = _load_runner()
+if str(SPEC_DIR) not in sys.path:
+    sys.path.insert(0, str(SPEC_DIR))
+import run_tlc  # noqa: E402  (spec/run_tlc.py is a script, not a package module)
 
 TINY_LIVENESS = """\
 CONSTANTS
