@@ -431,19 +431,26 @@ BrokerFetchMetadata(b, l) ==
 \* The process stops.  Log, epoch, vote and known leader are on disk
 \* (KRaft fsyncs the log before acknowledging and keeps them in the
 \* quorum-state file); everything else is lost.  The restarted node comes
-\* back Resigned if it was the leader (it may not resume leadership of
-\* that epoch), Follower if it knew a leader, else Unattached; we set that
-\* state at once, since a node that is down takes no step anyway.
+\* back as QuorumState.initialize reads quorum-state: Resigned if it was
+\* the leader (it may not resume leadership of that epoch), Follower if it
+\* knew a leader, Candidate (votes to collect again) if it had voted for
+\* itself, else Unattached.  We set that state at once, since a node that
+\* is down takes no step anyway.
+RestartState(v) ==
+    IF leader_id[v] = v THEN Resigned
+    ELSE IF leader_id[v] # Nil THEN Follower
+    ELSE IF voted_for[v] = v THEN Candidate
+    ELSE Unattached
+
 Crash(v) ==
     /\ v \in up
     /\ up' = up \ {v}
     /\ paused' = paused \ {v}
-    /\ state' = [state EXCEPT ![v] =
-                    IF leader_id[v] = v THEN Resigned
-                    ELSE IF leader_id[v] # Nil THEN Follower ELSE Unattached]
+    /\ state' = [state EXCEPT ![v] = RestartState(v)]
     /\ high_watermark' = [high_watermark EXCEPT ![v] = 0]
     /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
-    /\ votes_granted' = [votes_granted EXCEPT ![v] = {}]
+    /\ votes_granted' = [votes_granted EXCEPT ![v] =
+                            IF RestartState(v) = Candidate THEN {v} ELSE {}]
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, broker_metadata_offset>>
     /\ crash_count' = crash_count + 1
