@@ -351,7 +351,7 @@ class Partition:
     # ------------------------------------------------------------ lifecycle
 
     def shutdown(self) -> None:
-        """Called by Broker.shutdown before the LogManager flushes: write out the trace."""
+        """Write out the trace (the broker also closes the sink on shutdown)."""
         self.trace.flush()
 
 
@@ -389,6 +389,9 @@ def install(broker) -> None:
     hooks = getattr(broker, "on_topic_deleted", None)
     if hooks is not None:
         hooks.append(wake_deleted)
+    shutdown_hooks = getattr(broker, "on_shutdown", None)
+    if shutdown_hooks is not None:
+        shutdown_hooks.append(broker.trace_sink.close)
 
 
 def make_partition(broker, topic: str, partition: int, log_) -> Partition | None:
