@@ -119,6 +119,7 @@ class Partition:
             replica_id,
             min_insync_replicas=self._min_insync_replicas(),
             replica_lag_time_max_ms=replica_lag_time_max_ms,
+            tracing=self.trace.enabled,
         )
         self._request_ids = 0
         # Bytes appended so far: a parked fetch compares it with the value it
