@@ -11,6 +11,7 @@
   same records; the same for legacy v0/v1 message sets.
 """
 
+import os
 import struct
 
 import crc32c
@@ -28,7 +29,8 @@ from kref.records.memory_records import iter_batches
 from kref.records.validation import validate_records
 
 LIMIT = 1 << 20
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# KREF_FUZZ_EXAMPLES raises the effort for a long, manual fuzzing session.
+FUZZ = settings(max_examples=int(os.environ.get("KREF_FUZZ_EXAMPLES", "200")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 small_bytes = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.builds(Header, st.text(max_size=8), small_bytes), max_size=3).map(tuple)
