@@ -30,8 +30,8 @@ directory, version 1:
 
 A snapshot holds only each producer's last batch, as Kafka's does. On open the
 newest readable snapshot at or below the log end offset is loaded (corrupt
-ones are deleted) and the log replays the batches after it, rebuilding the
-rest. Truncation keeps each producer's batches below the truncation point; a
+ones are deleted), the log truncates it to its end offset and replays the
+batches after it (Log._rebuild_producer_state), rebuilding the rest. Truncation keeps each producer's batches below the truncation point; a
 producer left without any is forgotten, which Kafka also tolerates (an
 unknown producer's first sequence is accepted).
 """
@@ -185,32 +185,28 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
 class ProducerStateManager:
     """Idempotent-producer state of one partition, persisted as .snapshot files."""
 
-    def __init__(self, log_dir: str | os.PathLike, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        *,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        load_snapshot: bool = True,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         # every batch below this offset is reflected in `producers`
         self.map_end_offset = 0
+        if load_snapshot:
+            # Log.open then calls truncate_to(log_end_offset) and replays the
+            # batches from map_end_offset, as Kafka's loadProducerState does
+            self._load_latest_snapshot()
 
     # --- loading ----------------------------------------------------------------
 
-    @classmethod
-    def load(cls, log_dir: str | os.PathLike, log_start_offset: int, log_end_offset: int, **kwargs) -> ProducerStateManager:
-        """The state of the newest usable snapshot; the log must then replay from `replay_start_offset`."""
-        self = cls(log_dir, **kwargs)
-        self._load_snapshot(log_start_offset, log_end_offset)
-        return self
-
-    def _load_snapshot(self, log_start_offset: int, log_end_offset: int) -> None:
-        self.producers.clear()
-        self.map_end_offset = log_start_offset
+    def _load_latest_snapshot(self) -> None:
+        """Adopt the newest readable snapshot; corrupt ones are deleted on the way."""
         for offset, path in reversed(list_snapshots(self.log_dir)):
-            if offset > log_end_offset:
-                # state of log that no longer exists (truncated or lost in a crash)
-                path.unlink(missing_ok=True)
-                continue
-            if offset < log_start_offset:
-                break
             try:
                 entries = decode_snapshot(path.read_bytes())
             except (CorruptSnapshotError, OSError):
@@ -295,6 +291,15 @@ class ProducerStateManager:
             path.unlink(missing_ok=True)
         self.producers.clear()
         self.map_end_offset = offset
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        """Retention or DeleteRecords moved the log start: older snapshots describe nothing left."""
+        for snapshot_offset, path in list_snapshots(self.log_dir):
+            if snapshot_offset < log_start_offset:
+                path.unlink(missing_ok=True)
+        if self.map_end_offset < log_start_offset:
+            self.producers.clear()
+            self.map_end_offset = log_start_offset
 
     def take_snapshot(self, offset: int | None = None) -> Path | None:
         """Write the state as of `offset` (default: map_end_offset), atomically."""

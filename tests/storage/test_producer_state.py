@@ -114,7 +114,8 @@ def test_restart_loads_snapshot_and_replays_the_rest(tmp_path):
     state.take_snapshot(log.log_end_offset)
     log.append(seq=2)  # after the snapshot: must come back through replay
 
-    reloaded = ProducerStateManager.load(tmp_path, 0, log.log_end_offset)
+    reloaded = ProducerStateManager(tmp_path)
+    reloaded.truncate_to(log.log_end_offset)
     assert reloaded.replay_start_offset == 2
     for h in log.batches:  # the log may replay from anywhere before; covered batches are skipped
         reloaded.on_batch_appended(h)
@@ -135,8 +136,9 @@ def test_corrupt_and_future_snapshots_are_discarded(tmp_path):
     log.append(seq=1)
     state.take_snapshot(2)
     snapshot_path(tmp_path, 2).write_bytes(b"\x00\x01garbage")
-    snapshot_path(tmp_path, 9).write_bytes(b"")  # beyond the log end: a lost tail
-    reloaded = ProducerStateManager.load(tmp_path, 0, 2)
+    snapshot_path(tmp_path, 9).write_bytes(b"")  # unreadable: skipped and deleted
+    reloaded = ProducerStateManager(tmp_path)
+    reloaded.truncate_to(2)
     assert reloaded.replay_start_offset == 1
     assert [o for o, _ in list_snapshots(tmp_path)] == [1]
     assert reloaded.last_entry(1000).last_sequence == 0
