@@ -47,6 +47,7 @@ from pathlib import Path
 import crc32c
 
 from kref.records.header import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from kref.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 # A producer may have up to 5 requests in flight; remembering 5 batches lets
 # every retry of them be answered as a duplicate (Kafka's NUM_BATCHES_TO_RETAIN).
@@ -61,18 +62,6 @@ _HEADER = struct.Struct(">hI")
 _COUNT = struct.Struct(">i")
 _ENTRY = struct.Struct(">qhiqiqiq")
 _MAX_SEQUENCE = 2**31 - 1
-
-
-class ProducerStateError(ValueError):
-    """A produce batch the producer state rejects (mapped to a Kafka error code)."""
-
-
-class OutOfOrderSequenceError(ProducerStateError):
-    """OUT_OF_ORDER_SEQUENCE_NUMBER (45): the base sequence does not follow the last one."""
-
-
-class InvalidProducerEpochError(ProducerStateError):
-    """INVALID_PRODUCER_EPOCH (47): a batch from an older (fenced) producer epoch."""
 
 
 class CorruptSnapshotError(ValueError):

@@ -15,9 +15,9 @@ import crc32c
 import pytest
 
 from kref.records.header import BatchHeader
+from kref.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from kref.storage.log import Log
 from kref.storage.producer_state import (
-    InvalidProducerEpochError,
-    OutOfOrderSequenceError,
     ProducerStateManager,
     list_snapshots,
     snapshot_path,
@@ -165,3 +165,35 @@ def test_expiration(tmp_path):
     state.on_batch_appended(header(1, pid=2, ts=5000))
     assert state.remove_expired_producers(now_ms=5200) == [1]
     assert state.last_entry(2) is not None
+
+
+def _batch(seq, values=(b"v",), pid=1000, epoch=0):
+    from kref.records.batch import Record, build_batch
+
+    return build_batch([Record(value=v) for v in values], producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def test_with_a_real_log_across_clean_and_unclean_restarts(tmp_path):
+    d = tmp_path / "t-0"
+    log = Log.open(str(d), None, 0, producer_state=ProducerStateManager(d))
+    assert log.append_as_leader(_batch(0, [b"a", b"b"]), 0, 0).first_offset == 0
+    assert log.append_as_leader(_batch(2), 0, 0).first_offset == 2
+    retry = log.append_as_leader(_batch(2), 0, 0)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (2, 2)
+    assert log.log_end_offset == 3
+    log.close()
+    assert [o for o, _ in list_snapshots(d)] == [3]
+
+    log = Log.open(str(d), None, 0, producer_state=ProducerStateManager(d))
+    assert log.append_as_leader(_batch(2), 0, 0).duplicate
+    # like Kafka's, the snapshot keeps only each producer's last batch
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(_batch(0, [b"a", b"b"]), 0, 0)
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append_as_leader(_batch(5), 0, 0)
+    log.append_as_leader(_batch(3), 0, 0)
+    log.flush()
+    # an unclean stop: no snapshot at 4, so the batch at 3 is rebuilt by replay
+    log2 = Log.open(str(d), None, 0, producer_state=ProducerStateManager(d))
+    assert log2.append_as_leader(_batch(3), 0, 0).duplicate
+    assert log2.append_as_leader(_batch(4), 0, 0).first_offset == 4
