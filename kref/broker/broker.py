@@ -138,6 +138,12 @@ class Broker:
         # Called (no arguments) at shutdown before the logs are closed, e.g.
         # to complete purgatory operations or write coordinator state.
         self.on_shutdown: list[Callable[[], None]] = []
+        # Called (no arguments) once the nursery runs, before listeners open,
+        # e.g. to start loading coordinator state in the background.
+        self.on_serving: list[Callable[[], None]] = []
+        # (partition dir, partition, topic) -> the Log's producer-state hook
+        # (the groups area installs it before open()).
+        self.producer_state_factory: Callable[[str, int, str], Any] | None = None
 
     # --- clock -----------------------------------------------------------------
 
@@ -158,7 +164,10 @@ class Broker:
             log_config_cls, log_manager_cls = storage
             now = self.now_ms()
             self.log_manager = log_manager_cls(
-                [str(d) for d in self._log_dirs], self._default_log_config(log_config_cls), now
+                [str(d) for d in self._log_dirs],
+                self._default_log_config(log_config_cls),
+                now,
+                producer_state_factory=self.producer_state_factory,
             )
             self.log_manager.load_logs(now)
         for topic in self.topics.values():

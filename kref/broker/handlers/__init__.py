@@ -13,6 +13,13 @@ AREAS = (
     "topics",
     "configs",
     "cluster",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "delete_records",
+    "group",
+    "offsets",
+    "init_producer_id",
 )
 
 

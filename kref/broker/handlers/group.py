@@ -52,7 +52,7 @@ async def find_coordinator(ctx, request) -> Any:
     keys = getattr(request, "coordinator_keys", None)
     if keys is None:
         keys = (request.key,)
-    answers = [await coordinator_for(ctx.broker, key, key_type) for key in keys]
+    answers = [await coordinator_for(ctx.broker, key, key_type, ctx.listener_name) for key in keys]
     if ctx.api_version >= 4:
         coordinators = tuple(
             build(types.Coordinator, key=key, node_id=node, host=host, port=port, error_code=error(code),
