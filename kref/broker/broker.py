@@ -137,6 +137,9 @@ class Broker:
         # Called (no arguments) at shutdown before the logs are closed, e.g.
         # to complete purgatory operations or write coordinator state.
         self.on_shutdown: list[Callable[[], None]] = []
+        # Called (no arguments) once the nursery runs, before listeners open,
+        # e.g. to start loading coordinator state in the background.
+        self.on_serving: list[Callable[[], None]] = []
 
     # --- clock -----------------------------------------------------------------
 

@@ -141,6 +141,8 @@ async def serve(
     async with trio.open_nursery() as nursery:
         broker.nursery = nursery
         await nursery.start(broker.run_background)
+        for hook in broker.on_serving:
+            hook()
         for listener, sockets in bound:
             handler = _connection_handler(broker, router, listener.name)
             await nursery.start(trio.serve_listeners, handler, sockets)
