@@ -354,6 +354,15 @@ class Broker:
         """The topic's overrides over the broker's log.* defaults."""
         return LogConfig.from_properties(topic.configs, self.default_log_config)
 
+    @staticmethod
+    def log_of(driver: Any) -> Any:
+        """The storage Log behind a partition driver (or the Log itself)."""
+        if driver is None:
+            return None
+        return getattr(driver, "log", driver)
+
+    _log_of = log_of  # the name the groups area first used
+
     def _log_config_of_topic(self, name: str) -> LogConfig | None:
         topic = self.topics.get(name)
         return self.log_config_for(topic) if topic is not None else None

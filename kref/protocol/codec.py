@@ -43,6 +43,8 @@ from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
 __all__ = [
     "API_VERSIONS_KEY",
     "DecodedRequest",
+    "PreEncoded",
+    "encode_body",
     "decode_request",
     "encode_response",
     "kio_version_range",
@@ -54,6 +56,7 @@ __all__ = [
 
 API_VERSIONS_KEY = 18
 _PREFIX = struct.Struct(">hhi")
+_HEADER = struct.Struct(">ii")  # frame size, correlation id
 
 # Everything kio's Rust reader or the enum/timedelta constructors may raise on
 # malformed input. Anything else is a bug in us and should crash loudly.
@@ -167,9 +170,22 @@ def _client_id_best_effort(frame: bytes) -> str | None:
     return frame[10 : 10 + length].decode("utf-8", "replace")
 
 
+@dataclass(frozen=True, slots=True)
+class PreEncoded:
+    """A response body already in wire form, e.g. a cached ApiVersions body,
+    or a Fetch response assembled around record bytes read from a segment.
+    `response_type` is the kio class it is an encoding of (for the header)."""
+
+    response_type: type
+    body: bytes | bytearray | memoryview
+
+
 def encode_response(request: DecodedRequest, response: object) -> bytes:
     """Encode header + body of `response` to a frame, size prefix included."""
-    response_type = type(response)
+    if isinstance(response, PreEncoded):
+        response_type = response.response_type
+    else:
+        response_type = type(response)
     if request.is_unsupported_api_versions:
         if int(response_type.__version__) != 0 or int(response_type.__api_key__) != API_VERSIONS_KEY:
             raise ValueError("an unsupported ApiVersions request is answered with a v0 body")
@@ -178,14 +194,28 @@ def encode_response(request: DecodedRequest, response: object) -> bytes:
             f"response {response_type.__qualname__} v{response_type.__version__} does not match "
             f"request key {request.api_key} v{request.api_version}"
         )
-    header_type = response_type.__header_schema__
+    # Response header v0 is the correlation id; v1 adds an empty tag buffer
+    # (we never send response-header tagged fields).
+    flexible_header = response_type.__header_schema__.__flexible__
+    if isinstance(response, PreEncoded):
+        body = response.body
+        header = _HEADER.pack(len(body) + (9 if flexible_header else 8) - 4, request.correlation_id)
+        return header + (b"\x00" if flexible_header else b"") + bytes(body)
     buffer = io.BytesIO()
-    buffer.write(b"\x00\x00\x00\x00")
-    _writer(header_type)(buffer, header_type(correlation_id=request.correlation_id))
+    buffer.write(_HEADER.pack(0, request.correlation_id))
+    if flexible_header:
+        buffer.write(b"\x00")
     _writer(response_type)(buffer, response)
     frame = buffer.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame
+    return buffer.getvalue()
+
+
+def encode_body(response: object) -> bytes:
+    """The wire form of a response body alone (for PreEncoded)."""
+    buffer = io.BytesIO()
+    _writer(type(response))(buffer, response)
     return buffer.getvalue()
 
 
