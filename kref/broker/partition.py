@@ -366,6 +366,9 @@ def install(broker) -> None:
     Idempotent: each handler module of the area calls it from `register`.
     Partitions the broker attached before (plain Logs) are wrapped too.
     """
+    if broker is None:
+        # A router built only to list API ranges (codec tests) has no broker.
+        return
     if getattr(broker, "produce_purgatory", None) is not None:
         return
     from kref.trace.sink import NdjsonTraceSink

@@ -6,7 +6,12 @@ start. The router's table is the single source of truth for ApiVersions:
 what is registered is advertised, and what is advertised is decoded; a
 request outside the table never reaches a handler (the codec closes the
 connection, as Kafka does). Registration refuses versions kio has no
-schemas for, and versions above what Kafka 4.1 itself offers.
+schemas for.
+
+Note for areas: kafka-python infers the broker's release from advertised
+ranges (Produce v13 -> 4.1, ListOffsets v10 -> 4.0, Fetch v17 -> 3.9, ...)
+and refuses some features (e.g. CreateTopics with -1 defaults) below 2.4,
+so advertise the modern ranges kio has.
 
 Handlers are `async def handler(ctx: RequestContext, request) -> response`
 where `request` and `response` are kio dataclasses of the request's version.
@@ -19,11 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kref.protocol.api_versions import (
-    KAFKA_4_1_MAX_VERSIONS,
-    api_versions_response,
-    unsupported_version_response,
-)
+from kref.protocol.api_versions import api_versions_response, unsupported_version_response
 from kref.protocol.codec import API_VERSIONS_KEY, DecodedRequest, kio_version_range
 
 __all__ = ["Router", "RequestContext", "Handler"]
@@ -60,9 +61,6 @@ class Router:
             raise ValueError(
                 f"API key {api_key}: versions {min_version}-{max_version} outside kio's {kio_range[0]}-{kio_range[1]}"
             )
-        kafka_max = KAFKA_4_1_MAX_VERSIONS.get(api_key)
-        if kafka_max is not None and max_version > kafka_max:
-            raise ValueError(f"API key {api_key}: v{max_version} is above Kafka 4.1's v{kafka_max}")
         self._handlers[api_key] = handler
         self._versions[api_key] = (min_version, max_version)
 

@@ -17,37 +17,7 @@ from collections.abc import Mapping
 from kref.protocol.codec import API_VERSIONS_KEY, response_class
 from kref.protocol.errors import ErrorCode
 
-__all__ = ["api_versions_response", "unsupported_version_response", "KAFKA_4_1_MAX_VERSIONS"]
-
-# Upper versions Apache Kafka 4.1 brokers advertise for the client-facing
-# APIs; we never advertise above these even where kio has newer schemas.
-KAFKA_4_1_MAX_VERSIONS = {
-    0: 13,  # Produce
-    1: 17,  # Fetch
-    2: 10,  # ListOffsets
-    3: 13,  # Metadata
-    8: 9,  # OffsetCommit
-    9: 9,  # OffsetFetch
-    10: 6,  # FindCoordinator
-    11: 9,  # JoinGroup
-    12: 4,  # Heartbeat
-    13: 5,  # LeaveGroup
-    14: 5,  # SyncGroup
-    15: 6,  # DescribeGroups
-    16: 5,  # ListGroups
-    18: 4,  # ApiVersions
-    19: 7,  # CreateTopics
-    20: 6,  # DeleteTopics
-    21: 2,  # DeleteRecords
-    22: 5,  # InitProducerId
-    23: 4,  # OffsetForLeaderEpoch
-    32: 4,  # DescribeConfigs
-    37: 3,  # CreatePartitions
-    42: 2,  # DeleteGroups
-    44: 1,  # IncrementalAlterConfigs
-    47: 0,  # OffsetDelete
-    60: 2,  # DescribeCluster
-}
+__all__ = ["api_versions_response", "unsupported_version_response"]
 
 _ZERO = datetime.timedelta(0)
 

@@ -42,6 +42,7 @@ from kref.records.errors import CompressionError, DecompressionLimitError, Unsup
 Buffer = bytes | bytearray | memoryview
 
 DEFAULT_MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
+_FEED = 16 * 1024
 
 
 class CompressionType(enum.IntEnum):
@@ -117,21 +118,26 @@ def _limit(size: int, bound: int) -> None:
 
 
 def _gzip_decompress(data: Buffer, bound: int) -> bytes:
-    out = bytearray()
-    rest = memoryview(data)
-    if not rest:
+    view = memoryview(data)
+    if not view:
         raise CompressionError("gzip stream is empty")
-    while rest:
+    out = bytearray()
+    pos = 0
+    while pos < len(view):  # one gzip member per pass
         d = zlib.decompressobj(31)
-        # max_length caps each call's output, so a bomb stops at bound + 1 bytes.
-        out += d.decompress(rest, bound + 1 - len(out))
-        while not d.eof and d.unconsumed_tail and len(out) <= bound:
-            out += d.decompress(d.unconsumed_tail, bound + 1 - len(out))
-        if len(out) > bound:
-            _limit(len(out), bound)
-        if not d.eof:
-            raise CompressionError("gzip stream is truncated")
-        rest = memoryview(d.unused_data)
+        while not d.eof:
+            if pos >= len(view):
+                raise CompressionError("gzip stream is truncated")
+            # Bounded input slices keep zlib's copies of unused input small,
+            # so many tiny members cost linear time, not quadratic.
+            chunk = view[pos : pos + _FEED]
+            # max_length caps each call's output, so a bomb stops at bound + 1 bytes.
+            out += d.decompress(chunk, bound + 1 - len(out))
+            while d.unconsumed_tail and not d.eof and len(out) <= bound:
+                out += d.decompress(d.unconsumed_tail, bound + 1 - len(out))
+            if len(out) > bound:
+                _limit(len(out), bound)
+            pos += len(chunk) - len(d.unused_data)
     return bytes(out)
 
 
@@ -317,18 +323,17 @@ def _zstd_decompress(data: Buffer, bound: int) -> bytes:
         raise CompressionError("zstd data is empty")
     dctx = zstandard.ZstdDecompressor()
     out = bytearray()
-    pending = view
-    while pending:
+    pos = 0
+    while pos < len(view):  # one frame per pass; Kafka reads concatenated frames
         d = dctx.decompressobj()
-        pos = 0
-        while not d.eof and pos < len(pending):
+        while not d.eof:
+            if pos >= len(view):
+                raise CompressionError("zstd frame is truncated")
             feed = min(_ZSTD_MAX_FEED, max(_ZSTD_MIN_FEED, (bound - len(out)) // _ZSTD_MAX_RATIO))
-            out += d.decompress(pending[pos : pos + feed])
-            pos += feed
+            chunk = view[pos : pos + feed]
+            out += d.decompress(chunk)
             if len(out) > bound:
                 _limit(len(out), bound)
-        if not d.eof:
-            raise CompressionError("zstd frame is truncated")
-        # bytes fed past the end of this frame come back as unused_data
-        pending = memoryview(bytes(d.unused_data) + bytes(pending[pos:]))
+            # bytes fed past the end of the frame come back as unused_data
+            pos += len(chunk) - (len(d.unused_data) if d.eof else 0)
     return bytes(out)

@@ -187,8 +187,8 @@ class TimeIndex(_Index):
     entry = _TIME_ENTRY
 
     def _entry_follows(self, key: int, value: int) -> bool:
-        if value < 0 or key < 0:
-            return False
+        if value < 0 or key < 0 or (key == 0 and value == 0):
+            return False  # (0, 0) is indistinguishable from preallocation zeros
         return not self._keys or (key > self._keys[-1] and value >= self._values[-1])
 
     def maybe_append(self, timestamp: int, offset: int) -> None:

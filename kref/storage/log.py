@@ -242,7 +242,7 @@ class Log:
         recover_from_index = len(base_offsets)
         if not had_clean_shutdown:
             recover_from_index = max(0, bisect.bisect_right(base_offsets, recovery_point) - 1)
-        recovered_any = False
+        recovered: list[LogSegment] = []
         for i, base in enumerate(base_offsets):
             args = (self.dir, base, cfg.max_index_size, cfg.index_interval_bytes, now_ms)
             seg = None
@@ -254,7 +254,7 @@ class Log:
             if seg is None:
                 seg = LogSegment.open_for_recovery(*args)
                 truncated = seg.recover(self._max_recovery_batch_size(), self._on_recovered_batch)
-                recovered_any = True
+                recovered.append(seg)
                 if truncated and i + 1 < len(base_offsets):
                     # Bytes after a torn batch cannot be trusted, nor can
                     # anything in later segments: drop them.
@@ -285,10 +285,11 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(leo, flush=False)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset, flush=False)
         self.leader_epoch_cache.path = cache_path
-        self.leader_epoch_cache.flush()
+        if not cache_was_readable or self.leader_epoch_cache.entries() != entries:
+            self.leader_epoch_cache.flush()
 
-        if recovered_any:
-            self._flush_segments(self.segments)
+        if recovered:
+            self._flush_segments([s for s in self.segments if s in recovered])
             fsync_dir(self.dir)
             self.recovery_point = leo
         else:

@@ -129,6 +129,9 @@ class LogSegment:
         if self.size and not (self.offset_index.existed and self.time_index.existed):
             raise CorruptIndexError(f"{self.log_path}: index file missing")
         self.offset_index.check_bounds(self.size)
+        if len(self.offset_index) and not len(self.time_index) and self.peek_header(0).max_timestamp >= 0:
+            # The first offset-index entry always comes with a time-index entry.
+            raise CorruptIndexError(f"{self.time_index.path}: entries missing")
         last_offset, position = self.offset_index.last_entry()
         if position:
             header = self.peek_header(position)
