@@ -119,6 +119,7 @@ class Partition:
             replica_id,
             min_insync_replicas=self._min_insync_replicas(),
             replica_lag_time_max_ms=replica_lag_time_max_ms,
+            tracing=self.trace.enabled,
         )
         self._request_ids = 0
         # Bytes appended so far: a parked fetch compares it with the value it
@@ -351,7 +352,7 @@ class Partition:
     # ------------------------------------------------------------ lifecycle
 
     def shutdown(self) -> None:
-        """Called by Broker.shutdown before the LogManager flushes: write out the trace."""
+        """Write out the trace (the broker also closes the sink on shutdown)."""
         self.trace.flush()
 
 
@@ -392,6 +393,9 @@ def install(broker) -> None:
     hooks = getattr(broker, "on_topic_deleted", None)
     if hooks is not None:
         hooks.append(wake_deleted)
+    shutdown_hooks = getattr(broker, "on_shutdown", None)
+    if shutdown_hooks is not None:
+        shutdown_hooks.append(broker.trace_sink.close)
 
 
 def make_partition(broker, topic: str, partition: int, log_) -> Partition | None:

@@ -20,14 +20,18 @@ A handler may return None to send no response at all (Produce with acks=0).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kref.protocol.api_versions import api_versions_response, unsupported_version_response
 from kref.protocol.codec import API_VERSIONS_KEY, DecodedRequest, kio_version_range
+from kref.protocol.errors import ErrorCode
 
 __all__ = ["Router", "RequestContext", "Handler"]
+
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 @dataclass(slots=True)
@@ -78,4 +82,10 @@ class Router:
         return await self._handlers[request.api_key](ctx, request.body)
 
     async def _handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:
+        # KIP-511: v3+ carry the client's software name and version, which
+        # Kafka checks against a strict pattern (they become metric tags).
+        name = getattr(request, "client_software_name", None)
+        version = getattr(request, "client_software_version", None)
+        if name is not None and not (_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(version or "")):
+            return api_versions_response(ctx.api_version, {}, error_code=ErrorCode.INVALID_REQUEST)
         return api_versions_response(ctx.api_version, self._versions)

@@ -106,8 +106,9 @@ class RecordBatch:
 
 def records_section(
     buf: Buffer, header: h.BatchHeader, *, max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES
-) -> memoryview:
-    """The (decompressed) records bytes of the batch `header` describes."""
+) -> memoryview | bytes:
+    """The records bytes of the batch `header` describes: a view into `buf`
+    when uncompressed, else the decompressed bytes."""
     view = memoryview(buf)[header.position + h.HEADER_SIZE : header.next_position]
     if header.compression_type == CompressionType.NONE:
         if len(view) > max_uncompressed_bytes:
@@ -116,7 +117,7 @@ def records_section(
                 header.position,
             )
         return view
-    return memoryview(decompress(header.compression_type, view, max_uncompressed_bytes=max_uncompressed_bytes))
+    return decompress(header.compression_type, view, max_uncompressed_bytes=max_uncompressed_bytes)
 
 
 def decode_batch(
@@ -151,7 +152,7 @@ def decode_records(
         raise InvalidRecordError(
             f"recordsCount {count} cannot fit in a records section of {len(section)} bytes", header.position
         )
-    records = _parse_records(bytes(section), count, header)
+    records = _parse_records(section if isinstance(section, bytes) else bytes(section), count, header)
     if records and records[-1].offset - header.base_offset > header.last_offset_delta:
         raise InvalidRecordError(
             f"record offset delta {records[-1].offset - header.base_offset} exceeds lastOffsetDelta "

@@ -18,6 +18,8 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from kref.broker.broker import Broker
+from kref.broker.config import BrokerConfig
 from kref.broker.handlers import register_all
 from kref.broker.router import Router
 from kref.protocol.api_versions import api_versions_response, unsupported_version_response
@@ -35,8 +37,10 @@ from kref.protocol.messages import ZERO_THROTTLE
 
 
 def full_router() -> Router:
+    # A Broker that is never opened: registration must not touch the disk.
+    broker = Broker(BrokerConfig.load(None, ["log.dirs=/nonexistent/kref-codec-test"]))
     router = Router()
-    register_all(router, broker=None)
+    register_all(router, broker)
     return router
 
 

@@ -5,12 +5,15 @@
   so mutations reach the record parser and the decompressors), only ever
   raises CorruptRecordError subclasses: never IndexError, struct.error,
   a codec library's own exception, or a hang/unbounded allocation.
+- Stamping LogAppendTime on any batch keeps its CRC valid and every record
+  reports the stamp; any COMMIT/ABORT marker round-trips.
 - Round trips: any records (null/empty keys and values, headers, negative
   and large timestamps, offset gaps) survive build -> decode for every codec
   and every header field, and kafka-python's independent reader sees the
   same records; the same for legacy v0/v1 message sets.
 """
 
+import os
 import struct
 
 import crc32c
@@ -22,13 +25,15 @@ from kafka.record.memory_records import MemoryRecords
 from kref.records import header as h
 from kref.records.batch import Header, Record, build_batch, decode_batch
 from kref.records.compression import CompressionType, decompress
+from kref.records.control import ControlRecordType, EndTransactionMarker, build_end_transaction_marker, control_markers
 from kref.records.errors import CorruptRecordError
 from kref.records.legacy import LEGACY_CODECS, build_message_set, decode_legacy_batch
 from kref.records.memory_records import iter_batches
 from kref.records.validation import validate_records
 
 LIMIT = 1 << 20
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# KREF_FUZZ_EXAMPLES raises the effort for a long, manual fuzzing session.
+FUZZ = settings(max_examples=int(os.environ.get("KREF_FUZZ_EXAMPLES", "200")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 small_bytes = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.builds(Header, st.text(max_size=8), small_bytes), max_size=3).map(tuple)
@@ -179,3 +184,29 @@ def test_random_records_section_behind_a_valid_header(codec, count, section, log
     struct.pack_into(">i", raw, 57, count)
     fix_crc(raw)
     decode_all_ways(bytes(raw))
+
+
+@FUZZ
+@given(records, codecs, st.integers(0, 1 << 50))
+def test_log_append_time_stamping_keeps_crc_and_reports_max_timestamp(recs, codec, now_ms):
+    raw = bytearray(build_batch(recs, compression=codec))
+    h.set_log_append_time(raw, h.read_header(raw), now_ms)
+    b = decode_batch(raw)  # verifies the recomputed CRC
+    assert b.timestamp_type == 1 and b.max_timestamp == now_ms
+    assert all(r.timestamp == now_ms for r in b.records)
+    assert [(r.key, r.value) for r in b.records] == [(r.key, r.value) for r in recs]
+    kp = KpBatch(bytes(raw))
+    assert kp.validate_crc() and [r.timestamp for r in kp] == [now_ms] * len(recs)
+
+
+@FUZZ
+@given(st.sampled_from([ControlRecordType.COMMIT, ControlRecordType.ABORT]), st.integers(0, (1 << 63) - 1),
+       st.integers(0, (1 << 15) - 1), st.integers(-1, (1 << 31) - 1), st.integers(0, 1 << 50))
+def test_control_marker_roundtrip(kind, producer_id, producer_epoch, coordinator_epoch, base_offset):
+    raw = build_end_transaction_marker(kind, producer_id=producer_id, producer_epoch=producer_epoch,
+                                       coordinator_epoch=coordinator_epoch, timestamp=5, base_offset=base_offset)
+    b = decode_batch(raw)
+    assert b.is_control_batch and b.is_transactional and (b.producer_id, b.producer_epoch) == (producer_id, producer_epoch)
+    assert control_markers(b) == [EndTransactionMarker(kind, coordinator_epoch)]
+    [rec] = list(KpBatch(raw))
+    assert rec.type == int(kind) and rec.offset == base_offset
