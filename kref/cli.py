@@ -14,6 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kref", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the kref version")
+    from kref.broker.main import add_arguments as add_broker_arguments
+
+    add_broker_arguments(sub.add_parser("broker", help="run a kref broker (Kafka protocol)"))
     return parser
 
 
@@ -25,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
+    if args.command == "broker":
+        from kref.broker.main import run as run_broker
+
+        return run_broker(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

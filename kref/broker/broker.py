@@ -1,0 +1,470 @@
+"""The Broker object: configuration, topic metadata, logs and partitions.
+
+Theory of operation: one Broker per process. It owns
+- the BrokerConfig (Kafka property names),
+- the topic metadata image: topic name -> topic_id (a UUID, KIP-516),
+  partition count and per-topic config overrides. On a single node there is
+  no KRaft quorum yet, so the image is persisted as a small JSON file in the
+  first log dir (written to a temp file, fsynced and renamed, so a SIGKILL
+  leaves either the old or the new image). Topic IDs are therefore stable
+  across restarts; each partition dir also gets Kafka's partition.metadata
+  from the storage LogManager.
+- the storage LogManager, which creates and recovers the Logs,
+- `partitions[(topic, partition)]`: the partition drivers. The partition
+  area installs `partition_factory(broker, topic, partition, log)` when it
+  registers its handlers; until then the Log itself stands in.
+- `group_coordinator` (installed by the groups area) and a trio nursery for
+  background tasks (`start_soon`).
+
+All metadata operations are synchronous, raise BrokerError carrying a Kafka
+ErrorCode, and run on the trio thread, so they never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from kref.broker.config import BrokerConfig, ConfigError, Listener
+from kref.broker.topic_configs import TopicConfigError, validate_topic_config
+from kref.protocol.errors import ErrorCode
+
+__all__ = [
+    "Broker",
+    "BrokerError",
+    "TopicMetadata",
+    "validate_topic_name",
+    "INTERNAL_TOPICS",
+]
+
+log = logging.getLogger("kref.broker")
+
+METADATA_FILE = "kref-topics.json"
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+# Bound on partitions per topic (Kafka has none, but an unbounded
+# CreateTopics count is an easy way to fill a disk with directories).
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+class BrokerError(Exception):
+    """A request cannot be served; `error_code` goes into the response."""
+
+    def __init__(self, error_code: ErrorCode, message: str) -> None:
+        self.error_code = error_code
+        super().__init__(message)
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "num_partitions": self.num_partitions,
+            "configs": dict(self.configs),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> TopicMetadata:
+        return cls(obj["name"], uuid.UUID(obj["topic_id"]), int(obj["num_partitions"]), dict(obj["configs"]))
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's Topic.validate rules; raises BrokerError(INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name is empty")
+    if name in (".", ".."):
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name is {len(name)} characters, longer than {MAX_TOPIC_NAME_LENGTH}",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def _storage():
+    """The storage engine's classes, or None while its branch is not merged."""
+    try:
+        from kref.storage.log import LogConfig
+        from kref.storage.log_manager import LogManager
+    except ImportError:
+        return None
+    return LogConfig, LogManager
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, *, trace_file: str | None = None) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.trace_file = trace_file
+        self.topics: dict[str, TopicMetadata] = {}
+        self.partitions: dict[tuple[str, int], Any] = {}
+        self.partition_factory: Callable[[Broker, str, int, Any], Any] | None = None
+        self.group_coordinator: Any = None
+        self.log_manager: Any = None
+        self.cluster_id: str = ""
+        self.nursery: trio.Nursery | None = None
+        # Hooks other areas may add: called with (broker, topic_name) after
+        # a topic is deleted, e.g. to drop purgatory entries or group offsets.
+        self.on_topic_deleted: list[Callable[[Broker, str], None]] = []
+        self._log_dirs = [Path(d) for d in config.log_dirs]
+        # Listeners as bound (port 0 resolved), set by the server.
+        self.bound_listeners: tuple[Listener, ...] = ()
+        # Called (no arguments) at shutdown before the logs are closed, e.g.
+        # to complete purgatory operations or write coordinator state.
+        self.on_shutdown: list[Callable[[], None]] = []
+
+    # --- clock -----------------------------------------------------------------
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create log dirs, read meta.properties and the topic image, recover logs."""
+        for d in self._log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_or_write_meta_properties()
+        self._load_topic_image()
+        storage = _storage()
+        if storage is not None:
+            log_config_cls, log_manager_cls = storage
+            now = self.now_ms()
+            self.log_manager = log_manager_cls(
+                [str(d) for d in self._log_dirs], self._default_log_config(log_config_cls), now
+            )
+            self.log_manager.load_logs(now)
+        for topic in self.topics.values():
+            for p in range(topic.num_partitions):
+                self._attach_partition(topic, p)
+
+    def shutdown(self) -> None:
+        """Flush logs and write checkpoints (Kafka's controlled shutdown, minus the controller)."""
+        for hook in self.on_shutdown:
+            hook()
+        if self.log_manager is not None:
+            self.log_manager.shutdown()
+            self.log_manager = None
+
+    def advertised_listeners(self) -> tuple[Listener, ...]:
+        """What Metadata tells clients: advertised.listeners, else the bound listeners."""
+        bound = {lst.name: lst for lst in self.bound_listeners}
+        if self.config.advertised_listeners:
+            return tuple(
+                Listener(lst.name, lst.host, bound[lst.name].port if lst.port == 0 and lst.name in bound else lst.port)
+                for lst in self.config.advertised_listeners
+            )
+        if not self.bound_listeners:
+            return self.config.advertised
+        return tuple(
+            Listener(lst.name, lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1", lst.port)
+            for lst in self.bound_listeners
+        )
+
+    def start_soon(self, fn, *args) -> None:
+        if self.nursery is None:
+            raise RuntimeError("the broker is not running")
+        self.nursery.start_soon(fn, *args)
+
+    async def run_background(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Periodic storage work: retention and checkpoints, on Kafka's intervals."""
+        task_status.started()
+        if self.log_manager is None:
+            return
+        cleanup_every = self.config.log_retention_check_interval_ms / 1000
+        checkpoint_every = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        next_cleanup = trio.current_time() + cleanup_every
+        next_checkpoint = trio.current_time() + checkpoint_every
+        while True:
+            await trio.sleep_until(min(next_cleanup, next_checkpoint))
+            now = trio.current_time()
+            if now >= next_cleanup:
+                self.log_manager.cleanup(self.now_ms())
+                next_cleanup = now + cleanup_every
+            if now >= next_checkpoint:
+                self.log_manager.checkpoint()
+                next_checkpoint = now + checkpoint_every
+
+    # --- topic metadata --------------------------------------------------------
+
+    def get_topic(self, name: str) -> TopicMetadata | None:
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+        allow_internal: bool = False,
+    ) -> TopicMetadata:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if name in INTERNAL_TOPICS and not allow_internal:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic created by the broker")
+        collision = name.replace(".", "_")
+        for other in self.topics:
+            if other.replace(".", "_") == collision:
+                raise BrokerError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic '{name}' collides with existing topic: {other}",
+                )
+        if num_partitions == -1:
+            num_partitions = self.config.num_partitions
+        if num_partitions <= 0 or num_partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise BrokerError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {num_partitions}.",
+            )
+        if replication_factor == -1:
+            replication_factor = self.config.default_replication_factor
+        if replication_factor <= 0:
+            raise BrokerError(
+                ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, or -1."
+            )
+        if replication_factor > 1:
+            raise BrokerError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {replication_factor} time(s): "
+                "The target replication factor of 1 cannot be reached because only 1 broker(s) are registered.",
+            )
+        topic_configs = self.validate_topic_configs(dict(configs or {}))
+        topic = TopicMetadata(name, uuid.uuid4(), num_partitions, topic_configs)
+        if validate_only:
+            return topic
+        self.topics[name] = topic
+        self._save_topic_image()
+        for p in range(num_partitions):
+            self._attach_partition(topic, p)
+        log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, num_partitions)
+        return topic
+
+    def maybe_auto_create(self, name: str) -> TopicMetadata | None:
+        """Metadata-triggered creation when auto.create.topics.enable (never internal topics)."""
+        if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
+            return None
+        return self.create_topic(name)
+
+    def delete_topic(self, name: str) -> TopicMetadata:
+        if not self.config.delete_topic_enable:
+            raise BrokerError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        topic = self.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        del self.topics[name]
+        self._save_topic_image()
+        for p in range(topic.num_partitions):
+            driver = self.partitions.pop((name, p), None)
+            close = getattr(driver, "delete", None) if driver is not None else None
+            if self.log_manager is not None:
+                self.log_manager.delete_log(name, p)
+            elif callable(close):
+                close()
+        for hook in self.on_topic_deleted:
+            hook(self, name)
+        log.info("deleted topic %s (%s)", name, topic.topic_id)
+        return topic
+
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicMetadata:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if count < topic.num_partitions:
+            raise BrokerError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"The topic {name} currently has {topic.num_partitions} partition(s); {count} would not be an increase.",
+            )
+        if count == topic.num_partitions:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {topic.num_partitions} partition(s).")
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic.")
+        if validate_only:
+            return topic
+        old = topic.num_partitions
+        topic.num_partitions = count
+        self._save_topic_image()
+        for p in range(old, count):
+            self._attach_partition(topic, p)
+        return topic
+
+    # --- topic configs ---------------------------------------------------------
+
+    def validate_topic_configs(self, configs: dict[str, str | None]) -> dict[str, str]:
+        """Check names and values of topic config overrides; returns the cleaned dict."""
+        cleaned = {}
+        for key, value in configs.items():
+            try:
+                cleaned[key] = validate_topic_config(key, value)
+            except TopicConfigError as exc:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        storage = _storage()
+        if storage is not None:
+            log_config_cls = storage[0]
+            merged = {**self.config.topic_config_defaults(), **cleaned}
+            try:
+                log_config_cls.from_properties(_storage_known(log_config_cls, merged))
+            except (ConfigError, ValueError) as exc:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        return cleaned
+
+    def effective_topic_config(self, name: str) -> dict[str, tuple[str, bool]]:
+        """name -> (value, is_default) for every topic config of `name`."""
+        topic = self.topics[name]
+        out = {k: (v, True) for k, v in self.config.topic_config_defaults().items()}
+        for k, v in topic.configs.items():
+            out[k] = (v, False)
+        return out
+
+    def alter_topic_configs(self, name: str, new_configs: dict[str, str], *, validate_only: bool = False) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        cleaned = self.validate_topic_configs(new_configs)
+        if validate_only:
+            return
+        topic.configs = cleaned
+        self._save_topic_image()
+        storage = _storage()
+        if storage is not None:
+            config = self._log_config_for(storage[0], topic)
+            for p in range(topic.num_partitions):
+                log_ = self._log_of(self.partitions.get((name, p)))
+                if log_ is not None:
+                    log_.config = config
+
+    # --- internals -------------------------------------------------------------
+
+    def _default_log_config(self, log_config_cls):
+        return log_config_cls.from_properties(_storage_known(log_config_cls, self.config.topic_config_defaults()))
+
+    def _log_config_for(self, log_config_cls, topic: TopicMetadata):
+        merged = {**self.config.topic_config_defaults(), **topic.configs}
+        return log_config_cls.from_properties(_storage_known(log_config_cls, merged))
+
+    def _attach_partition(self, topic: TopicMetadata, partition: int) -> None:
+        log_ = None
+        if self.log_manager is not None:
+            storage = _storage()
+            log_ = self.log_manager.get_or_create_log(
+                topic.name, partition, config=self._log_config_for(storage[0], topic), topic_id=topic.topic_id
+            )
+        if self.partition_factory is not None:
+            self.partitions[(topic.name, partition)] = self.partition_factory(self, topic.name, partition, log_)
+        else:
+            self.partitions[(topic.name, partition)] = log_
+
+    @staticmethod
+    def _log_of(driver: Any) -> Any:
+        """The storage Log behind a partition driver (or the Log itself)."""
+        if driver is None:
+            return None
+        return getattr(driver, "log", driver)
+
+    def _load_or_write_meta_properties(self) -> str:
+        """Kafka's meta.properties in every log dir: version, cluster.id, node.id."""
+        cluster_id = None
+        for d in self._log_dirs:
+            path = d / "meta.properties"
+            if path.exists():
+                from kref.broker.config import parse_properties
+
+                props = parse_properties(path.read_text(encoding="utf-8"))
+                if "node.id" in props and int(props["node.id"]) != self.node_id:
+                    raise ConfigError(
+                        f"log dir {d} belongs to node.id {props['node.id']}, but this broker is node.id {self.node_id}"
+                    )
+                found = props.get("cluster.id")
+                if cluster_id is not None and found != cluster_id:
+                    raise ConfigError(f"log dir {d} has cluster.id {found}, others have {cluster_id}")
+                cluster_id = found
+        if cluster_id is None:
+            cluster_id = self.config.cluster_id or _new_cluster_id()
+        for d in self._log_dirs:
+            path = d / "meta.properties"
+            if not path.exists():
+                _atomic_write(
+                    path,
+                    f"#\n#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
+                    f"cluster.id={cluster_id}\nnode.id={self.node_id}\nversion=1\n",
+                )
+        return cluster_id
+
+    def _load_topic_image(self) -> None:
+        path = self._log_dirs[0] / METADATA_FILE
+        if not path.exists():
+            return
+        data = json.loads(path.read_text(encoding="utf-8"))
+        self.topics = {t["name"]: TopicMetadata.from_json(t) for t in data["topics"]}
+
+    def _save_topic_image(self) -> None:
+        data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
+        _atomic_write(self._log_dirs[0] / METADATA_FILE, json.dumps(data, indent=1, sort_keys=True))
+
+
+def _storage_known(log_config_cls, props: Mapping[str, str]) -> dict[str, str]:
+    """The subset of topic configs the storage LogConfig models.
+
+    Topic configs that only matter to areas kref has not built (tiered
+    storage, throttles, compaction lag) are kept in the image but are not
+    handed to storage, which would reject names it does not know.
+    """
+    known = getattr(log_config_cls, "PROPERTY_NAMES", None)
+    if known is None:
+        return dict(props)
+    return {k: v for k, v in props.items() if k in known}
+
+
+def _new_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

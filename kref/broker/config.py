@@ -1,0 +1,455 @@
+"""Broker configuration with Kafka's property names (server.properties).
+
+Theory of operation: a BrokerConfig is built from, in increasing priority,
+the embedded defaults, a Java-properties file (`--config`), and
+`--override key=value` pairs, exactly like `kafka-server-start.sh
+server.properties --override k=v`. Every value is parsed and range-checked
+at start; an unknown name or a bad value raises ConfigError naming the
+property, so a typo never silently falls back to a default.
+
+Properties of Kafka that describe machinery kref does not have (thread
+pools, socket buffers, KRaft controller wiring of a combined node, SASL...)
+are accepted and ignored, so Kafka's own sample server.properties starts
+kref; they are listed in IGNORED_PROPERTIES and logged at start.
+
+The topic-level defaults (log.segment.bytes -> segment.bytes, ...) are what
+Kafka calls the broker's "synonyms" of topic configs; `topic_config_defaults()`
+returns them with the topic-level names for the storage LogConfig and for
+DescribeConfigs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "BrokerConfig",
+    "ConfigError",
+    "Listener",
+    "IGNORED_PROPERTIES",
+    "TOPIC_CONFIG_SYNONYMS",
+    "parse_properties",
+]
+
+
+class ConfigError(ValueError):
+    """A broker property is unknown or its value is invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+# --- value parsers -------------------------------------------------------------
+
+
+def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+        if lo is not None and value < lo:
+            raise ConfigError(f"{name}: {value} is below the minimum {lo}")
+        if hi is not None and value > hi:
+            raise ConfigError(f"{name}: {value} is above the maximum {hi}")
+        return value
+
+    return parse
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{name}: expected true or false, got {raw!r}")
+    return value == "true"
+
+
+def _choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip()
+        if value not in choices:
+            raise ConfigError(f"{name}: {raw!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _cleanup_policy(name: str, raw: str) -> str:
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ConfigError(f"{name}: {raw!r} must be a list of delete and/or compact")
+    return ",".join(parts)
+
+
+def _string(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _dir_list(name: str, raw: str) -> tuple[str, ...]:
+    dirs = tuple(d.strip() for d in raw.split(",") if d.strip())
+    if not dirs:
+        raise ConfigError(f"{name}: at least one directory is required")
+    return dirs
+
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
+
+
+def _listener_list(name: str, raw: str) -> tuple[Listener, ...]:
+    out = []
+    for item in (i.strip() for i in raw.split(",")):
+        if not item:
+            continue
+        m = _LISTENER.match(item)
+        if not m:
+            raise ConfigError(f"{name}: {item!r} is not NAME://host:port")
+        port = int(m["port"])
+        if port > 65535:
+            raise ConfigError(f"{name}: port {port} out of range in {item!r}")
+        out.append(Listener(m["name"].upper(), m["host"].strip("[]"), port))
+    names = [listener.name for listener in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{name}: listener names must be unique in {raw!r}")
+    return tuple(out)
+
+
+_I32 = 2**31 - 1
+_I64 = 2**63 - 1
+
+
+def _prop(kafka_name: str, parse: Callable[[str, str], object], default: str | None, doc: str = ""):
+    return field(metadata={"name": kafka_name, "parse": parse, "default": default, "doc": doc})
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Typed broker settings; attribute = Kafka property name in snake_case."""
+
+    node_id: int = _prop("node.id", _int(0, _I32), "1", "this broker's id (broker.id is a synonym)")
+    listeners: tuple[Listener, ...] = _prop("listeners", _listener_list, "PLAINTEXT://127.0.0.1:9092")
+    advertised_listeners: tuple[Listener, ...] | None = _prop("advertised.listeners", _listener_list, None)
+    log_dirs: tuple[str, ...] = _prop("log.dirs", _dir_list, "./kref-data", "log.dir is a synonym")
+    num_partitions: int = _prop("num.partitions", _int(1, _I32), "1")
+    default_replication_factor: int = _prop("default.replication.factor", _int(1, 32767), "1")
+    auto_create_topics_enable: bool = _prop("auto.create.topics.enable", _bool, "true")
+    delete_topic_enable: bool = _prop("delete.topic.enable", _bool, "true")
+    message_max_bytes: int = _prop("message.max.bytes", _int(0, _I32), "1048588")
+    socket_request_max_bytes: int = _prop("socket.request.max.bytes", _int(1, _I32), "104857600")
+    connections_max_idle_ms: int = _prop("connections.max.idle.ms", _int(-1, _I64), "600000")
+    queued_max_requests: int = _prop("queued.max.requests", _int(1, _I32), "500")
+    fetch_max_bytes: int = _prop("fetch.max.bytes", _int(1024, _I32), "57671680")
+    # topic-level defaults (Kafka's broker synonyms of topic configs)
+    log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824")
+    log_roll_ms: int | None = _prop("log.roll.ms", _int(1, _I64), None)
+    log_roll_hours: int = _prop("log.roll.hours", _int(1, _I32), "168")
+    log_retention_ms: int | None = _prop("log.retention.ms", _int(-1, _I64), None)
+    log_retention_minutes: int | None = _prop("log.retention.minutes", _int(-1, _I32), None)
+    log_retention_hours: int = _prop("log.retention.hours", _int(-1, _I32), "168")
+    log_retention_bytes: int = _prop("log.retention.bytes", _int(-1, _I64), "-1")
+    log_retention_check_interval_ms: int = _prop("log.retention.check.interval.ms", _int(1, _I64), "300000")
+    log_index_size_max_bytes: int = _prop("log.index.size.max.bytes", _int(4, _I32), "10485760")
+    log_index_interval_bytes: int = _prop("log.index.interval.bytes", _int(0, _I32), "4096")
+    log_flush_interval_messages: int = _prop("log.flush.interval.messages", _int(1, _I64), str(_I64))
+    log_flush_interval_ms: int | None = _prop("log.flush.interval.ms", _int(0, _I64), None)
+    log_flush_scheduler_interval_ms: int = _prop("log.flush.scheduler.interval.ms", _int(0, _I64), str(_I64))
+    log_flush_offset_checkpoint_interval_ms: int = _prop(
+        "log.flush.offset.checkpoint.interval.ms", _int(0, _I32), "60000"
+    )
+    log_cleanup_policy: str = _prop("log.cleanup.policy", _cleanup_policy, "delete")
+    log_message_timestamp_type: str = _prop(
+        "log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"
+    )
+    log_segment_delete_delay_ms: int = _prop("log.segment.delete.delay.ms", _int(0, _I64), "60000")
+    min_insync_replicas: int = _prop("min.insync.replicas", _int(1, _I32), "1")
+    compression_type: str = _prop(
+        "compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer"
+    )
+    log_cleaner_enable: bool = _prop("log.cleaner.enable", _bool, "true")
+    # replication (one broker today; the replica core is written for more)
+    replica_lag_time_max_ms: int = _prop("replica.lag.time.max.ms", _int(0, _I64), "30000")
+    unclean_leader_election_enable: bool = _prop("unclean.leader.election.enable", _bool, "false")
+    # group coordinator and __consumer_offsets
+    offsets_topic_num_partitions: int = _prop("offsets.topic.num.partitions", _int(1, _I32), "50")
+    offsets_topic_replication_factor: int = _prop("offsets.topic.replication.factor", _int(1, 32767), "1")
+    offsets_topic_segment_bytes: int = _prop("offsets.topic.segment.bytes", _int(1, _I32), "104857600")
+    offsets_load_buffer_size: int = _prop("offsets.load.buffer.size", _int(1, _I32), "5242880")
+    offsets_retention_minutes: int = _prop("offsets.retention.minutes", _int(1, _I32), "10080")
+    offsets_retention_check_interval_ms: int = _prop(
+        "offsets.retention.check.interval.ms", _int(1, _I64), "600000"
+    )
+    offsets_commit_timeout_ms: int = _prop("offsets.commit.timeout.ms", _int(1, _I32), "5000")
+    offset_metadata_max_bytes: int = _prop("offset.metadata.max.bytes", _int(0, _I32), "4096")
+    group_min_session_timeout_ms: int = _prop("group.min.session.timeout.ms", _int(0, _I32), "6000")
+    group_max_session_timeout_ms: int = _prop("group.max.session.timeout.ms", _int(0, _I32), "1800000")
+    group_initial_rebalance_delay_ms: int = _prop("group.initial.rebalance.delay.ms", _int(0, _I32), "3000")
+    group_max_size: int = _prop("group.max.size", _int(1, _I32), str(_I32))
+    # idempotent / transactional producers
+    producer_id_expiration_ms: int = _prop("producer.id.expiration.ms", _int(1, _I32), "86400000")
+    transactional_id_expiration_ms: int = _prop("transactional.id.expiration.ms", _int(1, _I32), "604800000")
+    transaction_max_timeout_ms: int = _prop("transaction.max.timeout.ms", _int(1, _I32), "900000")
+    # cluster identity (Kafka keeps it in meta.properties; this overrides a new log dir's)
+    cluster_id: str | None = _prop("cluster.id", _string, None)
+
+    # --- derived views ---------------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return self.node_id
+
+    @property
+    def log_retention_ms_effective(self) -> int:
+        """Kafka's precedence: log.retention.ms > .minutes > .hours."""
+        if self.log_retention_ms is not None:
+            return self.log_retention_ms
+        if self.log_retention_minutes is not None:
+            return -1 if self.log_retention_minutes < 0 else self.log_retention_minutes * 60_000
+        return -1 if self.log_retention_hours < 0 else self.log_retention_hours * 3_600_000
+
+    @property
+    def log_roll_ms_effective(self) -> int:
+        return self.log_roll_ms if self.log_roll_ms is not None else self.log_roll_hours * 3_600_000
+
+    @property
+    def advertised(self) -> tuple[Listener, ...]:
+        """advertised.listeners, defaulting to listeners (wildcard hosts -> 127.0.0.1)."""
+        if self.advertised_listeners:
+            return self.advertised_listeners
+        return tuple(
+            Listener(lst.name, lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1", lst.port)
+            for lst in self.listeners
+        )
+
+    def topic_config_defaults(self) -> dict[str, str]:
+        """Broker-level defaults of topic configs, keyed by topic-level names."""
+        return {
+            "segment.bytes": str(self.log_segment_bytes),
+            "segment.ms": str(self.log_roll_ms_effective),
+            "segment.index.bytes": str(self.log_index_size_max_bytes),
+            "index.interval.bytes": str(self.log_index_interval_bytes),
+            "retention.ms": str(self.log_retention_ms_effective),
+            "retention.bytes": str(self.log_retention_bytes),
+            "flush.messages": str(self.log_flush_interval_messages),
+            "flush.ms": str(self.log_flush_interval_ms if self.log_flush_interval_ms is not None else _I64),
+            "max.message.bytes": str(self.message_max_bytes),
+            "message.timestamp.type": self.log_message_timestamp_type,
+            "cleanup.policy": self.log_cleanup_policy,
+            "file.delete.delay.ms": str(self.log_segment_delete_delay_ms),
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "compression.type": self.compression_type,
+            "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+        }
+
+    def to_properties(self) -> dict[str, str]:
+        """Every known broker property with its effective value (for DescribeConfigs)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or "name" not in f.metadata:
+                continue
+            out[f.metadata["name"]] = _render(value)
+        return out
+
+    def is_default(self, name: str) -> bool:
+        return name not in self.explicit
+
+    # names set explicitly by file or override (for DescribeConfigs config_source)
+    explicit: frozenset[str] = field(default=frozenset(), compare=False)
+
+    # --- construction ----------------------------------------------------------
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, str], *, log: Callable[[str], None] | None = None
+    ) -> BrokerConfig:
+        """Parse Kafka properties; unknown names and bad values raise ConfigError."""
+        props = dict(properties)
+        for synonym, canonical in _SYNONYMS.items():
+            if synonym in props:
+                if canonical in props and props[canonical].strip() != props[synonym].strip():
+                    raise ConfigError(
+                        f"{synonym}={props[synonym]!r} conflicts with {canonical}={props[canonical]!r}"
+                    )
+                props.setdefault(canonical, props[synonym])
+                del props[synonym]
+        by_name = {f.metadata["name"]: f for f in dataclasses.fields(cls) if "name" in f.metadata}
+        unknown = sorted(n for n in props if n not in by_name and n not in IGNORED_PROPERTIES)
+        if unknown:
+            raise ConfigError(
+                "unknown broker propert" + ("y " if len(unknown) == 1 else "ies ") + ", ".join(unknown)
+            )
+        ignored = sorted(n for n in props if n in IGNORED_PROPERTIES)
+        if ignored and log is not None:
+            log("ignoring Kafka properties kref does not use: " + ", ".join(ignored))
+        values = {}
+        for name, f in by_name.items():
+            raw = props.get(name, f.metadata["default"])
+            values[f.name] = None if raw is None else f.metadata["parse"](name, raw)
+        listeners = values["listeners"]
+        plaintext = [lst for lst in listeners if lst.name not in _controller_listener_names(props)]
+        if not plaintext:
+            raise ConfigError("listeners: at least one client listener is required")
+        values["listeners"] = tuple(plaintext)
+        if values["advertised_listeners"]:
+            names = {lst.name for lst in plaintext}
+            for lst in values["advertised_listeners"]:
+                if lst.name not in names:
+                    raise ConfigError(f"advertised.listeners: {lst.name} is not one of the listeners")
+        if values["group_min_session_timeout_ms"] > values["group_max_session_timeout_ms"]:
+            raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if values["default_replication_factor"] > 1:
+            raise ConfigError("default.replication.factor: a single kref broker can only host 1 replica")
+        return cls(**values, explicit=frozenset(n for n in props if n in by_name))
+
+    @classmethod
+    def load(
+        cls,
+        config_file: str | Path | None = None,
+        overrides: Iterable[str] = (),
+        *,
+        log: Callable[[str], None] | None = None,
+    ) -> BrokerConfig:
+        props: dict[str, str] = {}
+        if config_file is not None:
+            try:
+                text = Path(config_file).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+            props.update(parse_properties(text))
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--override expects key=value, got {item!r}")
+            props[key.strip()] = value
+        return cls.from_properties(props, log=log)
+
+
+def _render(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _controller_listener_names(props: Mapping[str, str]) -> set[str]:
+    raw = props.get("controller.listener.names", "")
+    return {n.strip().upper() for n in raw.split(",") if n.strip()}
+
+
+_SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
+
+# Kafka settings for machinery kref does not have: accepted so Kafka's sample
+# server.properties works, and otherwise ignored.
+IGNORED_PROPERTIES = frozenset(
+    {
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "listener.security.protocol.map",
+        "num.network.threads",
+        "num.io.threads",
+        "num.recovery.threads.per.data.dir",
+        "num.replica.fetchers",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "socket.listen.backlog.size",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.num.partitions",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "group.coordinator.rebalance.protocols",
+        "metadata.log.dir",
+        "background.threads",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+        "confluent.support.metrics.enable",
+    }
+)
+
+# Broker property -> topic config name (Kafka's "synonyms").
+TOPIC_CONFIG_SYNONYMS = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "cleanup.policy": "log.cleanup.policy",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "compression.type": "compression.type",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java .properties reader: comments (# !), `=`/`:`/space separators,
+    backslash line continuations and escapes."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _ends_with_odd_backslashes(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        key_chars: list[str] = []
+        j = 0
+        while j < len(line):
+            ch = line[j]
+            if ch == "\\" and j + 1 < len(line):
+                key_chars.append(_unescape(line[j + 1]))
+                j += 2
+                continue
+            if ch in "=: \t":
+                break
+            key_chars.append(ch)
+            j += 1
+        rest = line[j:].lstrip(" \t")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t")
+        out["".join(key_chars)] = _unescape_value(rest)
+    return out
+
+
+def _ends_with_odd_backslashes(line: str) -> bool:
+    n = len(line) - len(line.rstrip("\\"))
+    return n % 2 == 1
+
+
+def _unescape(ch: str) -> str:
+    return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(ch, ch)
+
+
+def _unescape_value(value: str) -> str:
+    out = []
+    j = 0
+    while j < len(value):
+        if value[j] == "\\" and j + 1 < len(value):
+            out.append(_unescape(value[j + 1]))
+            j += 2
+        else:
+            out.append(value[j])
+            j += 1
+    return "".join(out).rstrip()

@@ -1,0 +1,234 @@
+"""DescribeConfigs (32, v1-v4) and IncrementalAlterConfigs (44, v0-v1).
+
+Theory of operation: a topic's effective config is its overrides
+(DYNAMIC_TOPIC_CONFIG) over the broker's defaults, which come from
+server.properties (STATIC_BROKER_CONFIG when set there, DEFAULT_CONFIG when
+embedded). `synonyms` (KIP-226) list that chain, most specific first.
+IncrementalAlterConfigs (KIP-339) applies SET / DELETE / APPEND / SUBTRACT
+to the topic overrides, validates the result as a whole and only then
+stores it, so a rejected request changes nothing. Broker resources are
+described but read-only: kref has no dynamic broker configs, so altering
+one answers INVALID_REQUEST, as Kafka does for a static-only setting.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kref.broker.broker import BrokerError
+from kref.broker.config import TOPIC_CONFIG_SYNONYMS
+from kref.broker.topic_configs import LIST_CONFIGS, TOPIC_CONFIGS, config_type_id
+from kref.protocol.codec import response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.messages import build, nested
+
+DESCRIBE_CONFIGS = 32
+INCREMENTAL_ALTER_CONFIGS = 44
+
+# ConfigResource.Type
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+# DescribeConfigsResponse.ConfigSource
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+# IncrementalAlterConfigs operations
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def register(router, broker) -> None:
+    router.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
+    router.register(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs)
+
+
+def topic_config_entries(broker, topic: str, overrides: dict[str, str], keys=None, *, include_synonyms=False):
+    """Effective topic configs as dicts of DescribeConfigs/CreateTopics fields."""
+    defaults = broker.config.topic_config_defaults()
+    names = sorted(set(defaults) | set(overrides))
+    entries = []
+    for name in names:
+        if keys is not None and name not in keys:
+            continue
+        broker_name = TOPIC_CONFIG_SYNONYMS.get(name)
+        static = broker_name is not None and broker_name in broker.config.explicit
+        broker_source = SOURCE_STATIC_BROKER_CONFIG if static else SOURCE_DEFAULT_CONFIG
+        synonyms = []
+        if name in overrides:
+            value, source = overrides[name], SOURCE_DYNAMIC_TOPIC_CONFIG
+            synonyms.append((name, value, source))
+        else:
+            value, source = defaults.get(name), broker_source
+        if name in defaults and broker_name is not None:
+            synonyms.append((broker_name, defaults[name], broker_source))
+        entries.append(
+            dict(
+                name=name,
+                value=value,
+                read_only=False,
+                config_source=source,
+                is_sensitive=False,
+                synonyms=synonyms if include_synonyms else [],
+                config_type=config_type_id(name),
+                documentation=None,
+            )
+        )
+    return entries
+
+
+def broker_config_entries(broker, keys=None, *, include_synonyms=False):
+    entries = []
+    for name, value in sorted(broker.config.to_properties().items()):
+        if keys is not None and name not in keys:
+            continue
+        source = SOURCE_STATIC_BROKER_CONFIG if name in broker.config.explicit else SOURCE_DEFAULT_CONFIG
+        entries.append(
+            dict(
+                name=name,
+                value=value,
+                read_only=True,
+                config_source=source,
+                is_sensitive=False,
+                synonyms=[(name, value, source)] if include_synonyms else [],
+                config_type=config_type_id(name),
+                documentation=None,
+            )
+        )
+    return entries
+
+
+def _check_broker_resource(broker, resource_name: str) -> None:
+    if resource_name not in ("", str(broker.node_id)):
+        raise BrokerError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {resource_name}",
+        )
+
+
+async def handle_describe_configs(ctx, request):
+    broker = ctx.broker
+    response_type = response_class(DESCRIBE_CONFIGS, ctx.api_version)
+    result_type = nested(response_type, "DescribeConfigsResult")
+    entry_type = nested(response_type, "DescribeConfigsResourceResult")
+    synonym_type = nested(response_type, "DescribeConfigsSynonym")
+    include_synonyms = bool(getattr(request, "include_synonyms", False))
+    results = []
+    for resource in request.resources:
+        keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                topic = broker.get_topic(resource.resource_name)
+                if topic is None:
+                    raise BrokerError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+                    )
+                entries = topic_config_entries(
+                    broker, topic.name, topic.configs, keys, include_synonyms=include_synonyms
+                )
+            elif resource.resource_type == RESOURCE_BROKER:
+                _check_broker_resource(broker, resource.resource_name)
+                entries = broker_config_entries(broker, keys, include_synonyms=include_synonyms)
+            else:
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type} in kref"
+                )
+            configs = tuple(
+                build(
+                    entry_type,
+                    **{
+                        **e,
+                        "synonyms": tuple(
+                            build(synonym_type, name=n, value=v, source=s) for n, v, s in e["synonyms"]
+                        ),
+                    },
+                )
+                for e in entries
+            )
+            outcome = dict(error_code=ErrorCode.NONE, error_message=None, configs=configs)
+        except BrokerError as exc:
+            outcome = dict(error_code=exc.error_code, error_message=str(exc), configs=())
+        results.append(
+            build(
+                result_type,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                **outcome,
+            )
+        )
+    return build(response_type, results=tuple(results))
+
+
+def apply_incremental_ops(current: dict[str, str], ops, defaults: dict[str, str]) -> dict[str, str]:
+    """KIP-339 semantics on a topic's overrides; raises BrokerError."""
+    names = Counter(op.name for op in ops)
+    duplicates = sorted(n for n, c in names.items() if c > 1)
+    if duplicates:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
+    result = dict(current)
+    for op in ops:
+        if op.name not in TOPIC_CONFIGS:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
+        if op.config_operation == OP_SET:
+            if op.value is None:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {op.name}")
+            result[op.name] = op.value
+        elif op.config_operation == OP_DELETE:
+            result.pop(op.name, None)
+        elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
+            if op.name not in LIST_CONFIGS:
+                verb = "append" if op.config_operation == OP_APPEND else "subtract"
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {op.name}")
+            base = result.get(op.name, defaults.get(op.name, ""))
+            items = [v for v in base.split(",") if v]
+            changes = [v.strip() for v in (op.value or "").split(",") if v.strip()]
+            if op.config_operation == OP_APPEND:
+                items += [v for v in changes if v not in items]
+            else:
+                items = [v for v in items if v not in changes]
+            result[op.name] = ",".join(items)
+        else:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op.config_operation}")
+    return result
+
+
+async def handle_incremental_alter_configs(ctx, request):
+    broker = ctx.broker
+    response_type = response_class(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
+    result_type = nested(response_type, "AlterConfigsResourceResponse")
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    results = []
+    for resource in request.resources:
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "Duplicate resource in request.")
+            if resource.resource_type == RESOURCE_TOPIC:
+                topic = broker.get_topic(resource.resource_name)
+                if topic is None:
+                    raise BrokerError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+                    )
+                new = apply_incremental_ops(topic.configs, resource.configs, broker.config.topic_config_defaults())
+                broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
+            elif resource.resource_type == RESOURCE_BROKER:
+                _check_broker_resource(broker, resource.resource_name)
+                names = ", ".join(sorted(op.name for op in resource.configs))
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"Cannot update these configs dynamically: {names} (kref broker configs are static)",
+                )
+            else:
+                raise BrokerError(
+                    ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type} in kref"
+                )
+            outcome = dict(error_code=ErrorCode.NONE, error_message=None)
+        except BrokerError as exc:
+            outcome = dict(error_code=exc.error_code, error_message=str(exc))
+        results.append(
+            build(
+                result_type,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                **outcome,
+            )
+        )
+    return build(response_type, responses=tuple(results))

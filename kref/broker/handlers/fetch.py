@@ -1,0 +1,182 @@
+"""Fetch (API key 1, v4-v17): consumer reads up to the high watermark, with long poll.
+
+Theory of operation
+-------------------
+A consumer fetch names partitions (by topic name, or by topic id from v13,
+KIP-516; librdkafka uses ids as soon as the broker offers v13) with a fetch
+offset and a per-partition byte limit, plus a response byte limit, min_bytes
+and max_wait_ms.
+
+1. Read every partition in request order through its driver
+   (`Partition.read`): whole batches from the fetch offset, below the high
+   watermark, returned exactly as the segment stores them (no re-encoding).
+   The response limit (request max_bytes, capped by the broker's
+   fetch.max.bytes bound) is shared across partitions in order; as in
+   KIP-74 the first partition that has data returns at least one batch even
+   if it is bigger than the limits, so a consumer never gets stuck behind a
+   large batch.
+2. If that found at least min_bytes, or an error, or the client does not
+   want to wait, answer now. Otherwise park a DelayedFetch in the fetch
+   purgatory, watching those partitions; the drivers wake it when a high
+   watermark moves (new data became visible), and it completes once the
+   bytes appended since cover min_bytes, or after max_wait_ms. Then read
+   again and answer.
+
+Fetch sessions (KIP-227) are not kept: the response's session_id is 0, which
+tells clients to send full fetch requests, as Kafka does when its session
+cache is full. Follower fetches (replica_id >= 0) are refused with
+NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kio.static.primitive import i32Timedelta
+
+from kref.broker.partition import install
+from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
+from kref.broker.partition import NONE, NOT_LEADER_OR_FOLLOWER, ReadResult
+from kref.replication.purgatory import DelayedFetch, wait_for
+
+FETCH = 1
+MIN_VERSION, MAX_VERSION = 4, 17
+# Kafka's fetch.max.bytes default: the most one response carries.
+MAX_RESPONSE_BYTES = 55 * 1024 * 1024
+MAX_WAIT_MS = 30_000
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+
+_ZERO = i32Timedelta.parse(datetime.timedelta(0))
+
+
+@dataclass(slots=True)
+class _Wanted:
+    topic_index: int
+    name: str | None
+    topic_id: uuid.UUID | None
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+    unknown_error: int
+
+
+def register(router, broker) -> None:
+    install(broker)
+
+    async def handle_fetch(ctx, request) -> Any:
+        return await fetch(ctx.broker, ctx.api_version, request)
+
+    router.register(FETCH, MIN_VERSION, MAX_VERSION, handle_fetch)
+
+
+def _replica_id(request) -> int:
+    state = getattr(request, "replica_state", None)
+    if state is not None and int(state.replica_id) >= 0:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
+def _wanted(broker, request) -> list[_Wanted]:
+    out = []
+    for i, topic in enumerate(request.topics):
+        name = getattr(topic, "topic", None)
+        topic_id = getattr(topic, "topic_id", None)
+        unknown = UNKNOWN_TOPIC_OR_PARTITION
+        if name is None:
+            meta = broker.topic_by_id(topic_id) if topic_id is not None else None
+            name = meta.name if meta is not None else None
+            unknown = UNKNOWN_TOPIC_ID
+        for p in topic.partitions:
+            out.append(
+                _Wanted(i, name, topic_id, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes),
+                        int(getattr(p, "current_leader_epoch", -1)), unknown)
+            )
+    return out
+
+
+def _read_all(broker, wanted: list[_Wanted], max_bytes: int, replica_id: int) -> tuple[list[ReadResult], int]:
+    results = []
+    remaining = max_bytes
+    total = 0
+    for w in wanted:
+        part = broker.partitions.get((w.name, w.partition)) if w.name is not None else None
+        if part is None or not hasattr(part, "read"):
+            results.append(ReadResult(w.unknown_error, -1, -1, -1))
+            continue
+        if replica_id >= 0:
+            results.append(ReadResult(NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+            continue
+        limit = min(w.partition_max_bytes, remaining)
+        result = part.read(w.fetch_offset, limit, min_one_message=(total == 0),
+                           current_leader_epoch=w.current_leader_epoch)
+        size = len(result.records)
+        total += size
+        remaining = max(0, remaining - size)
+        results.append(result)
+    return results, total
+
+
+async def fetch(broker, api_version: int, request) -> Any:
+    wanted = _wanted(broker, request)
+    replica_id = _replica_id(request)
+    max_bytes = max(0, min(int(request.max_bytes), MAX_RESPONSE_BYTES))
+    results, total = _read_all(broker, wanted, max_bytes, replica_id)
+
+    max_wait_ms = max(0, min(int(request.max_wait.total_seconds() * 1000), MAX_WAIT_MS))
+    min_bytes = int(request.min_bytes)
+    has_error = any(r.error_code != NONE for r in results)
+    if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
+        parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
+        start = [p.bytes_appended for p in parts]
+
+        def ready() -> bool:
+            arrived = total
+            for p, before in zip(parts, start):
+                if not p.is_leader or broker.partitions.get(p.key) is not p:
+                    return True  # leadership moved or topic deleted: answer now
+                arrived += p.bytes_appended - before
+            return arrived >= min_bytes
+
+        op = DelayedFetch([p.key for p in parts], ready)
+        await wait_for(broker.fetch_purgatory, op, max_wait_ms)
+        results, total = _read_all(broker, wanted, max_bytes, replica_id)
+
+    return _response(api_version, request, wanted, results)
+
+
+def _response(api_version: int, request, wanted: list[_Wanted], results: list[ReadResult]) -> Any:
+    types = response_types(FETCH, api_version)
+    per_topic: dict[int, list] = {}
+    for w, r in zip(wanted, results):
+        per_topic.setdefault(w.topic_index, []).append(
+            build(
+                types.PartitionData,
+                partition_index=w.partition,
+                error_code=error(r.error_code),
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=None,
+                preferred_read_replica=-1,
+                records=r.records,
+            )
+        )
+    topics = []
+    for i, topic in enumerate(request.topics):
+        name = getattr(topic, "topic", None)
+        topic_id = getattr(topic, "topic_id", None)
+        topics.append(
+            build(
+                types.FetchableTopicResponse,
+                **topic_key_fields(types.FetchableTopicResponse, name, topic_id),
+                partitions=tuple(per_topic.get(i, ())),
+            )
+        )
+    return build(types.FetchResponse, throttle_time=_ZERO, error_code=error(NONE), session_id=0,
+                 responses=tuple(topics))

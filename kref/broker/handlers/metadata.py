@@ -1,0 +1,137 @@
+"""Metadata (API key 3, v0-v13): brokers, topics, partitions, topic IDs.
+
+Theory of operation: answers from the broker's topic image. A single node
+leads every partition (leader_id = node.id, replicas = isr = [node.id]);
+leader_epoch comes from the partition driver when it has one. Unknown
+topics are auto-created when auto.create.topics.enable and the request
+allows it (v4+ flag; always for v0-v3), otherwise UNKNOWN_TOPIC_OR_PARTITION;
+illegal names get INVALID_TOPIC_EXCEPTION and are never created. Topics
+requested by ID (v10+, KIP-516) that do not exist get UNKNOWN_TOPIC_ID.
+Auto-created topics are created synchronously, so they are returned ready
+(Kafka answers LEADER_NOT_AVAILABLE first because its creation is async).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from kref.broker.broker import BrokerError, validate_topic_name
+from kref.protocol.codec import response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.messages import build, nested
+
+API_KEY = 3
+ZERO_UUID = uuid.UUID(int=0)
+# -2^31: "authorized operations not requested" (KIP-430).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+# No ACLs in kref: every topic operation is allowed (READ..ALTER_CONFIGS bits).
+TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+
+
+def register(router, broker) -> None:
+    router.register(API_KEY, 0, 13, handle_metadata)
+
+
+def brokers_of(broker, listener_name: str):
+    """(node_id, host, port) of this broker on the connection's listener."""
+    listeners = broker.advertised_listeners()
+    chosen = next((lst for lst in listeners if lst.name == listener_name), listeners[0])
+    return broker.node_id, chosen.host, chosen.port
+
+
+def partition_leader_epoch(broker, topic: str, partition: int) -> int:
+    driver = broker.partitions.get((topic, partition))
+    epoch = getattr(driver, "leader_epoch", None)
+    return epoch if isinstance(epoch, int) else 0
+
+
+async def handle_metadata(ctx, request):
+    broker = ctx.broker
+    version = ctx.api_version
+    response_type = response_class(API_KEY, version)
+    topic_type = nested(response_type, "MetadataResponseTopic")
+    partition_type = nested(response_type, "MetadataResponsePartition")
+    broker_type = nested(response_type, "MetadataResponseBroker")
+    include_topic_ops = getattr(request, "include_topic_authorized_operations", False)
+    include_cluster_ops = getattr(request, "include_cluster_authorized_operations", False)
+    allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
+
+    def topic_entry(error_code, name, topic_id, metadata=None):
+        partitions = ()
+        if metadata is not None:
+            partitions = tuple(
+                build(
+                    partition_type,
+                    error_code=ErrorCode.NONE,
+                    partition_index=p,
+                    leader_id=broker.node_id,
+                    leader_epoch=partition_leader_epoch(broker, metadata.name, p),
+                    replica_nodes=(broker.node_id,),
+                    isr_nodes=(broker.node_id,),
+                    offline_replicas=(),
+                )
+                for p in range(metadata.num_partitions)
+            )
+        return build(
+            topic_type,
+            error_code=error_code,
+            name=name,
+            topic_id=topic_id,
+            is_internal=metadata.is_internal if metadata is not None else False,
+            partitions=partitions,
+            topic_authorized_operations=(
+                TOPIC_AUTHORIZED_OPERATIONS if include_topic_ops and metadata else AUTHORIZED_OPERATIONS_OMITTED
+            ),
+        )
+
+    requested = request.topics
+    if version == 0 and not requested:
+        requested = None  # v0: an empty list means all topics
+    topics = []
+    if requested is None:
+        for metadata in list(broker.topics.values()):
+            topics.append(topic_entry(ErrorCode.NONE, metadata.name, metadata.topic_id, metadata))
+    else:
+        seen = set()
+        for wanted in requested:
+            name = getattr(wanted, "name", None)
+            topic_id = getattr(wanted, "topic_id", None)
+            if name is None and topic_id not in (None, ZERO_UUID):
+                metadata = broker.topic_by_id(topic_id)
+                if metadata is None:
+                    topics.append(topic_entry(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
+                else:
+                    topics.append(topic_entry(ErrorCode.NONE, metadata.name, metadata.topic_id, metadata))
+                continue
+            if name in seen:
+                continue
+            seen.add(name)
+            try:
+                validate_topic_name(name)
+            except BrokerError as exc:
+                topics.append(topic_entry(exc.error_code, name, ZERO_UUID))
+                continue
+            metadata = broker.get_topic(name)
+            if metadata is None and allow_auto_create:
+                try:
+                    metadata = broker.maybe_auto_create(name)
+                except BrokerError as exc:
+                    topics.append(topic_entry(exc.error_code, name, ZERO_UUID))
+                    continue
+            if metadata is None:
+                topics.append(topic_entry(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, ZERO_UUID))
+            else:
+                topics.append(topic_entry(ErrorCode.NONE, metadata.name, metadata.topic_id, metadata))
+    node_id, host, port = brokers_of(broker, ctx.listener_name)
+    return build(
+        response_type,
+        brokers=(build(broker_type, node_id=node_id, host=host, port=port, rack=None),),
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=(
+            CLUSTER_AUTHORIZED_OPERATIONS if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
+        ),
+        error_code=ErrorCode.NONE,
+    )

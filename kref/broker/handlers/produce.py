@@ -1,0 +1,171 @@
+"""Produce (API key 0, v3-v13): validate, append as leader, answer per partition.
+
+Theory of operation
+-------------------
+For each partition of the request, in order:
+
+1. resolve the topic (by name, or by topic id from v13, KIP-516) and its
+   partition driver; unknown -> UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID;
+2. check the payload before a byte reaches the log: larger than the topic's
+   max.message.bytes -> MESSAGE_TOO_LARGE; then the full validation of the
+   records branch (v2 header, CRC-32C, decompression, every record) when it
+   is there, else header + CRC of every batch; exactly one v2 batch per
+   partition, as Kafka requires of clients (INVALID_RECORD otherwise,
+   CORRUPT_MESSAGE for a bad CRC or a torn batch);
+3. `Partition.append_records_as_leader`: the replica core decides (leader?
+   acks valid? isr >= min.insync.replicas for acks=all?), the Log assigns
+   offsets, stamps the leader epoch and LogAppendTime if the topic says so.
+
+Errors are per partition; one bad partition does not fail the others.
+acks=0 gets no response at all (the router sends nothing for None). acks=all
+partitions whose high watermark has not yet passed their batch wait together
+in the produce purgatory (DelayedProduce) for at most the request's timeout;
+those still waiting then answer REQUEST_TIMED_OUT.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from typing import Any
+
+from kref.broker.partition import install
+from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
+from kref.broker.partition import AppendResult, error_code_for
+from kref.records.errors import CorruptRecordError, InvalidRecordError
+from kref.records.header import iter_headers
+from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
+
+try:  # the records branch's full validation (decompression, every record)
+    from kref.records.validation import validate_records as _validate_records
+except ImportError:  # pragma: no cover - depends on merge order
+    _validate_records = None
+
+log = logging.getLogger(__name__)
+
+PRODUCE = 0
+MIN_VERSION, MAX_VERSION = 3, 13
+# Bound on how long an acks=all produce may wait, whatever the client asks.
+MAX_PRODUCE_TIMEOUT_MS = 300_000
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+NOT_LEADER_OR_FOLLOWER = 6
+INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
+
+
+def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> int:
+    """Check a partition's produce payload; returns its record count.
+
+    Raises the typed record errors (CorruptRecordError family), or
+    PayloadTooLarge for a batch above max.message.bytes.
+    """
+    if not records:
+        raise InvalidRecordError("produce request carries no record batch")
+    if len(records) > max_message_bytes:
+        raise PayloadTooLarge(f"{len(records)} bytes exceed max.message.bytes {max_message_bytes}")
+    if _validate_records is not None:
+        headers = _validate_records(records, max_batch_size=max_message_bytes, require_single_batch=True)
+    else:
+        headers = list(iter_headers(records, verify=True, max_batch_size=max_message_bytes))
+    if len(headers) != 1:
+        raise InvalidRecordError(f"a produce request must carry exactly one batch per partition, not {len(headers)}")
+    return headers[0].records_count
+
+
+class PayloadTooLarge(Exception):
+    error_code = MESSAGE_TOO_LARGE
+
+
+def _log_append_time(ms: int) -> datetime.datetime | None:
+    if ms is None or ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+
+
+def register(router, broker) -> None:
+    install(broker)
+
+    async def handle_produce(ctx, request) -> Any:
+        return await produce(ctx.broker, ctx.api_version, request)
+
+    router.register(PRODUCE, MIN_VERSION, MAX_VERSION, handle_produce)
+
+
+async def produce(broker, api_version: int, request) -> Any:
+    now_ms = broker.now_ms()
+    acks = int(request.acks)
+    results: dict[tuple[str | None, uuid.UUID | None], dict[int, AppendResult]] = {}
+    waiting: dict[tuple[str, int], ProducePartitionStatus] = {}
+    waiting_results: dict[tuple[str, int], AppendResult] = {}
+
+    for topic_data in request.topic_data:
+        name = getattr(topic_data, "name", None)
+        topic_id = getattr(topic_data, "topic_id", None)
+        if name is None and topic_id is not None:
+            meta = broker.topic_by_id(topic_id)
+            name = meta.name if meta is not None else None
+            unknown = UNKNOWN_TOPIC_ID
+        else:
+            unknown = UNKNOWN_TOPIC_OR_PARTITION
+        per_partition = results.setdefault((getattr(topic_data, "name", None), topic_id), {})
+        for pd in topic_data.partition_data:
+            part = broker.partitions.get((name, pd.index)) if name is not None else None
+            if part is None or not hasattr(part, "append_records_as_leader"):
+                per_partition[pd.index] = AppendResult(unknown)
+                continue
+            try:
+                max_message_bytes = int(getattr(part.log.config, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
+                count = validate_produce_payload(pd.records, max_message_bytes)
+            except (CorruptRecordError, PayloadTooLarge) as exc:
+                per_partition[pd.index] = AppendResult(error_code_for(exc), error_message=str(exc))
+                continue
+            result = part.append_records_as_leader(pd.records, acks, count, now_ms)
+            per_partition[pd.index] = result
+            if result.required_offset is not None:
+                waiting[part.key] = ProducePartitionStatus(result.required_offset)
+                waiting_results[part.key] = result
+
+    if acks == 0:
+        return None
+
+    if waiting:
+        def check(key, required_offset):
+            part = broker.partitions.get(key)
+            if part is None:
+                return NOT_LEADER_OR_FOLLOWER
+            return part.check_produce_completion(required_offset)
+
+        op = DelayedProduce(waiting, check)
+        timeout_ms = max(0, min(int(request.timeout.total_seconds() * 1000), MAX_PRODUCE_TIMEOUT_MS))
+        await wait_for(broker.produce_purgatory, op, timeout_ms)
+        for key, status in op.partitions.items():
+            waiting_results[key].error_code = status.error_code
+
+    types = response_types(PRODUCE, api_version)
+    topics = []
+    for (name, topic_id), per_partition in results.items():
+        partitions = tuple(
+            build(
+                types.PartitionProduceResponse,
+                index=index,
+                error_code=error(r.error_code),
+                base_offset=r.base_offset,
+                log_append_time=_log_append_time(r.log_append_time),
+                log_start_offset=r.log_start_offset,
+                record_errors=(),
+                error_message=r.error_message if r.error_code else None,
+            )
+            for index, r in per_partition.items()
+        )
+        topics.append(
+            build(
+                types.TopicProduceResponse,
+                **topic_key_fields(types.TopicProduceResponse, name, topic_id),
+                partition_responses=partitions,
+            )
+        )
+    return build(types.ProduceResponse, responses=tuple(topics))

@@ -1,0 +1,408 @@
+"""The partition driver: runs the pure replica core against a kref.storage Log.
+
+Theory of operation
+-------------------
+kref/replication/replica.py decides (who leads, what the high watermark is,
+when an acks=all produce is done); this module does (appends bytes to the
+segment files, reads them back, stamps the leader-epoch cache, writes trace
+lines, wakes the purgatories). One `Partition` per hosted TopicPartition,
+kept in `broker.partitions[(topic, partition)]`.
+
+The data path of a produce (ARCHITECTURE.md): the handler validates the
+payload, calls `append_records_as_leader`, which steps the core with
+ClientProduce; the core answers AppendToLog (or an error such as
+NOT_ENOUGH_REPLICAS), the driver appends to the Log as leader in the core's
+leader_epoch, steps the core with LogAppended, and carries out what comes
+back: trace events to the sink, HighWatermarkAdvanced / LogEndOffsetAdvanced
+to the purgatories (waking long-poll fetches and acks=all produces watching
+this partition), and ProduceResult or DelayProduce to the handler.
+
+Consumers read only below the high watermark (`read`), which is why a
+fetch wakes on HighWatermarkAdvanced rather than on the append itself.
+
+Everything here is synchronous: Log calls are plain blocking file I/O, short
+enough (one segment append, one positioned read) to run on the trio thread,
+and it means a produce's append and its HW advance happen without another
+task interleaving.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
+from kref.replication import replica as core
+from kref.replication.purgatory import Purgatory
+from kref.trace.sink import NullTraceSink, TraceSink
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kref.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+# Kafka error codes used by the driver itself.
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+NOT_LEADER_OR_FOLLOWER = 6
+UNKNOWN_SERVER_ERROR = -1
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+INVALID_RECORD = 87
+
+# ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+def error_code_for(exc: BaseException) -> int:
+    """The Kafka error code a storage or record error answers a client with."""
+    code = getattr(exc, "error_code", None)
+    if isinstance(code, int):
+        return code
+    if isinstance(exc, (InvalidMagicError, InvalidRecordError)):
+        return INVALID_RECORD
+    if isinstance(exc, CorruptRecordError):
+        return CORRUPT_MESSAGE
+    return UNKNOWN_SERVER_ERROR
+
+
+@dataclass(slots=True)
+class AppendResult:
+    error_code: int
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    # acks=all not yet satisfied: wait in the produce purgatory until the core
+    # says the high watermark reached this offset.
+    required_offset: int | None = None
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class ReadResult:
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: bytes = b""
+
+
+class Partition:
+    """Driver of one partition replica: core + Log + trace + purgatory wake-ups."""
+
+    def __init__(
+        self,
+        log_: Log,
+        *,
+        replica_id: int,
+        produce_purgatory: Purgatory,
+        fetch_purgatory: Purgatory,
+        trace: TraceSink | None = None,
+        replica_lag_time_max_ms: int = 30_000,
+    ) -> None:
+        self.log = log_
+        self.topic = log_.topic
+        self.partition = log_.partition
+        self.key = (self.topic, self.partition)
+        self.trace: TraceSink = trace if trace is not None else NullTraceSink()
+        self.produce_purgatory = produce_purgatory
+        self.fetch_purgatory = fetch_purgatory
+        self.core = core.PartitionReplica(
+            self.topic,
+            self.partition,
+            replica_id,
+            min_insync_replicas=self._min_insync_replicas(),
+            replica_lag_time_max_ms=replica_lag_time_max_ms,
+        )
+        self._request_ids = 0
+        # Bytes appended so far: a parked fetch compares it with the value it
+        # saw to estimate whether min_bytes have arrived (leader-only today,
+        # where the high watermark follows every append at once).
+        self.bytes_appended = 0
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.core.leader_epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.core.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.is_leader
+
+    def _min_insync_replicas(self) -> int:
+        return int(getattr(self.log.config, "min_insync_replicas", 1) or 1)
+
+    # ------------------------------------------------------------ effects
+
+    def _apply(self, effects: list[core.Effect]) -> list[core.Effect]:
+        """Carry out the side effects; return those the caller answers with."""
+        answers: list[core.Effect] = []
+        woke = False
+        for effect in effects:
+            if isinstance(effect, core.Emit):
+                if self.trace.enabled:
+                    self.trace.emit(effect.event)
+            elif isinstance(effect, core.HighWatermarkAdvanced):
+                # The Log bounds DeleteRecords by it and checkpoints it.
+                self.log.update_high_watermark(effect.high_watermark)
+                woke = True
+            elif isinstance(effect, core.LogEndOffsetAdvanced):
+                woke = True
+            elif isinstance(effect, core.AssignLeaderEpoch):
+                self.log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
+            elif isinstance(effect, core.AlterIsr):
+                log.info("%s-%d isr now %s (partition epoch %d)", self.topic, self.partition,
+                         sorted(effect.isr), effect.partition_epoch)
+            else:
+                answers.append(effect)
+        if woke:
+            # After the step, so woken operations see the core's new state.
+            self.produce_purgatory.check_and_complete(self.key)
+            self.fetch_purgatory.check_and_complete(self.key)
+        return answers
+
+    # ------------------------------------------------------------ leadership
+
+    def become_leader(self, now_ms: int, *, leader_epoch: int | None = None, high_watermark: int = 0) -> None:
+        """Lead the partition alone (replicas = isr = {self}).
+
+        Without a controller, each start of the broker begins a new leader
+        epoch, as KRaft does when the only replica comes back: one more than
+        the latest epoch in the log's epoch cache.
+        """
+        if leader_epoch is None:
+            latest = self.log.leader_epoch_cache.latest_epoch
+            leader_epoch = (latest if latest is not None and latest >= 0 else -1) + 1
+        me = self.core.replica_id
+        self._apply(
+            self.core.step(
+                core.BecomeLeader(
+                    leader_epoch=leader_epoch,
+                    partition_epoch=max(self.core.partition_epoch, 0),
+                    isr=frozenset({me}),
+                    replicas=(me,),
+                    log_start_offset=self.log.log_start_offset,
+                    log_end_offset=self.log.log_end_offset,
+                    high_watermark=high_watermark,
+                ),
+                now_ms,
+            )
+        )
+
+    def tick(self, now_ms: int) -> None:
+        self._apply(self.core.step(core.Tick(), now_ms))
+
+    def check_produce_completion(self, required_offset: int) -> int | None:
+        return self.core.check_produce_completion(required_offset)
+
+    # ------------------------------------------------------------ produce
+
+    def append_records_as_leader(
+        self, records: bytes | bytearray, acks: int, records_count: int, now_ms: int
+    ) -> AppendResult:
+        """Append one validated produce payload; see the module docstring for the steps."""
+        self._request_ids += 1
+        request_id = self._request_ids
+        self.core.min_insync_replicas = self._min_insync_replicas()
+        answers = self._apply(self.core.step(core.ClientProduce(request_id, acks, records_count), now_ms))
+        result = AppendResult(NONE)
+        for answer in answers:
+            if isinstance(answer, core.ProduceResult):
+                return AppendResult(answer.error_code, log_start_offset=self.log.log_start_offset)
+            if isinstance(answer, core.AppendToLog):
+                try:
+                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms)
+                except Exception as exc:  # typed storage / record errors become error codes
+                    code = error_code_for(exc)
+                    if code == UNKNOWN_SERVER_ERROR:
+                        log.exception("append to %s-%d failed", self.topic, self.partition)
+                    return AppendResult(code, log_start_offset=self.log.log_start_offset, error_message=str(exc))
+                if not info.duplicate:
+                    self.bytes_appended += len(records)
+                result.base_offset = info.first_offset
+                result.log_append_time = info.log_append_time
+                result.log_start_offset = self.log.log_start_offset
+                after = self._apply(
+                    self.core.step(
+                        core.LogAppended(request_id, acks, info.first_offset, info.last_offset,
+                                         self.log.log_end_offset),
+                        now_ms,
+                    )
+                )
+                for outcome in after:
+                    if isinstance(outcome, core.ProduceResult):
+                        result.error_code = outcome.error_code
+                    elif isinstance(outcome, core.DelayProduce):
+                        result.required_offset = outcome.required_offset
+        return result
+
+    # ------------------------------------------------------------ fetch
+
+    def _check_leader_epoch(self, current_leader_epoch: int) -> int:
+        """KIP-320: a client that names an epoch must name ours."""
+        if not self.core.is_leader:
+            return NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch < 0 or current_leader_epoch == self.core.leader_epoch:
+            return NONE
+        return FENCED_LEADER_EPOCH if current_leader_epoch < self.core.leader_epoch else UNKNOWN_LEADER_EPOCH
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, *, min_one_message: bool, current_leader_epoch: int = -1
+    ) -> ReadResult:
+        """Consumer read: whole batches from `fetch_offset`, below the high watermark.
+
+        The bytes are the segment's bytes, unchanged: a batch that starts
+        before `fetch_offset` comes whole and the client skips the records
+        it did not ask for.
+        """
+        hw = self.core.high_watermark
+        error = self._check_leader_epoch(current_leader_epoch)
+        if error != NONE:
+            return ReadResult(error, -1, -1, -1)
+        lso = self.log.log_start_offset
+        if fetch_offset < lso or fetch_offset > self.log.log_end_offset:
+            return ReadResult(OFFSET_OUT_OF_RANGE, hw, hw, lso)
+        if fetch_offset >= hw or max_bytes <= 0:
+            return ReadResult(NONE, hw, hw, lso)
+        try:
+            data = self.log.read(fetch_offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+        except Exception as exc:
+            code = error_code_for(exc)
+            if code == UNKNOWN_SERVER_ERROR:
+                log.exception("read of %s-%d at %d failed", self.topic, self.partition, fetch_offset)
+            return ReadResult(code, hw, hw, lso)
+        records = data.records
+        return ReadResult(NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
+
+    # ------------------------------------------------------------ list offsets
+
+    def fetch_offset_for_timestamp(
+        self, timestamp: int, *, current_leader_epoch: int = -1, isolation_level: int = 0
+    ) -> tuple[int, int, int, int]:
+        """(error_code, timestamp, offset, leader_epoch) for ListOffsets.
+
+        Consumers only see offsets below the high watermark (LSO under
+        read_committed, equal to the HW while kref has no transactions).
+        """
+        error = self._check_leader_epoch(current_leader_epoch)
+        if error != NONE:
+            return error, -1, -1, -1
+        hw = self.core.high_watermark
+        if timestamp == LATEST_TIMESTAMP:
+            return NONE, -1, hw, self._epoch_at(hw)
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            lso = self.log.log_start_offset
+            return NONE, -1, lso, self._epoch_at(lso)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return NONE, -1, -1, -1  # nothing is tiered
+        found = self.log.fetch_offset_by_timestamp(timestamp)
+        if found is None:
+            return NONE, -1, -1, -1
+        ts, offset, epoch = found
+        if offset >= hw:
+            return NONE, -1, -1, -1
+        return NONE, ts, offset, epoch
+
+    def _epoch_at(self, offset: int) -> int:
+        """The leader epoch of the record before `offset` (Kafka's epoch for LATEST)."""
+        cache = self.log.leader_epoch_cache
+        epoch_for = getattr(cache, "epoch_for_offset", None)
+        if epoch_for is not None:
+            return epoch_for(offset)
+        return self.core.leader_epoch
+
+    # ------------------------------------------------------------ delete records
+
+    def delete_records_before(self, offset: int, now_ms: int) -> tuple[int, int]:
+        """DeleteRecords: (error_code, low_watermark). -1 means "up to the high watermark"."""
+        if not self.core.is_leader:
+            return NOT_LEADER_OR_FOLLOWER, -1
+        hw = self.core.high_watermark
+        if offset == -1:
+            offset = hw
+        if offset < 0 or offset > hw:
+            return OFFSET_OUT_OF_RANGE, self.log.log_start_offset
+        try:
+            self.log.maybe_increment_log_start_offset(offset)
+        except Exception as exc:
+            return error_code_for(exc), self.log.log_start_offset
+        self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
+        return NONE, self.log.log_start_offset
+
+    # ------------------------------------------------------------ lifecycle
+
+    def shutdown(self) -> None:
+        """Called by Broker.shutdown before the LogManager flushes: write out the trace."""
+        self.trace.flush()
+
+
+# Bounds of the two purgatories (operations parked at once, broker-wide).
+MAX_DELAYED_PRODUCES = 10_000
+MAX_DELAYED_FETCHES = 10_000
+
+
+def install(broker) -> None:
+    """Give `broker` the partition area: purgatories, trace sink, partition drivers.
+
+    Idempotent: each handler module of the area calls it from `register`.
+    Partitions the broker attached before (plain Logs) are wrapped too.
+    """
+    if getattr(broker, "produce_purgatory", None) is not None:
+        return
+    from kref.trace.sink import NdjsonTraceSink
+
+    broker.produce_purgatory = Purgatory("produce", max_operations=MAX_DELAYED_PRODUCES)
+    broker.fetch_purgatory = Purgatory("fetch", max_operations=MAX_DELAYED_FETCHES)
+    trace_file = getattr(broker, "trace_file", None)
+    broker.trace_sink = NdjsonTraceSink(trace_file) if trace_file else NullTraceSink()
+    broker.partition_factory = make_partition
+    for key, existing in list(broker.partitions.items()):
+        if existing is not None and not isinstance(existing, Partition):
+            broker.partitions[key] = make_partition(broker, key[0], key[1], existing)
+
+    def wake_deleted(broker_, topic: str) -> None:
+        # Parked fetches on a deleted topic answer now instead of at max_wait.
+        for purgatory in (broker_.fetch_purgatory, broker_.produce_purgatory):
+            for key in purgatory.watched_keys():
+                if key[0] == topic:
+                    purgatory.check_and_complete(key)
+
+    hooks = getattr(broker, "on_topic_deleted", None)
+    if hooks is not None:
+        hooks.append(wake_deleted)
+
+
+def make_partition(broker, topic: str, partition: int, log_) -> Partition | None:
+    """The broker's partition_factory: a driver leading `log_` on this node."""
+    if log_ is None:
+        return None
+    config = getattr(broker, "config", None)
+    driver = Partition(
+        log_,
+        replica_id=int(getattr(broker, "node_id", 0)),
+        produce_purgatory=broker.produce_purgatory,
+        fetch_purgatory=broker.fetch_purgatory,
+        trace=broker.trace_sink,
+        replica_lag_time_max_ms=int(getattr(config, "replica_lag_time_max_ms", 30_000)),
+    )
+    driver.become_leader(broker.now_ms(), high_watermark=getattr(log_, "high_watermark", None) or 0)
+    return driver

@@ -1,0 +1,81 @@
+"""Request routing: API key -> handler, and the advertised version table.
+
+Theory of operation: each area of the broker (admin, produce, fetch,
+groups, ...) registers `(api_key, min_version, max_version, handler)` at
+start. The router's table is the single source of truth for ApiVersions:
+what is registered is advertised, and what is advertised is decoded; a
+request outside the table never reaches a handler (the codec closes the
+connection, as Kafka does). Registration refuses versions kio has no
+schemas for.
+
+Note for areas: kafka-python infers the broker's release from advertised
+ranges (Produce v13 -> 4.1, ListOffsets v10 -> 4.0, Fetch v17 -> 3.9, ...)
+and refuses some features (e.g. CreateTopics with -1 defaults) below 2.4,
+so advertise the modern ranges kio has.
+
+Handlers are `async def handler(ctx: RequestContext, request) -> response`
+where `request` and `response` are kio dataclasses of the request's version.
+A handler may return None to send no response at all (Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kref.protocol.api_versions import api_versions_response, unsupported_version_response
+from kref.protocol.codec import API_VERSIONS_KEY, DecodedRequest, kio_version_range
+
+__all__ = ["Router", "RequestContext", "Handler"]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Any
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    client_port: int = 0
+    listener_name: str = "PLAINTEXT"
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class Router:
+    def __init__(self) -> None:
+        self._handlers: dict[int, Handler] = {}
+        self._versions: dict[int, tuple[int, int]] = {}
+        self.register(API_VERSIONS_KEY, 0, 4, self._handle_api_versions)
+
+    def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        if api_key in self._handlers and api_key != API_VERSIONS_KEY:
+            raise ValueError(f"API key {api_key} is already registered")
+        kio_range = kio_version_range(api_key)
+        if kio_range is None:
+            raise ValueError(f"kio has no schemas for API key {api_key}")
+        if not (kio_range[0] <= min_version <= max_version <= kio_range[1]):
+            raise ValueError(
+                f"API key {api_key}: versions {min_version}-{max_version} outside kio's {kio_range[0]}-{kio_range[1]}"
+            )
+        self._handlers[api_key] = handler
+        self._versions[api_key] = (min_version, max_version)
+
+    @property
+    def supported_versions(self) -> dict[int, tuple[int, int]]:
+        """api_key -> (min_version, max_version), exactly what ApiVersions advertises."""
+        return self._versions
+
+    def handler_for(self, api_key: int) -> Handler | None:
+        return self._handlers.get(api_key)
+
+    async def dispatch(self, ctx: RequestContext, request: DecodedRequest) -> Any:
+        if request.is_unsupported_api_versions:
+            return unsupported_version_response(self._versions)
+        return await self._handlers[request.api_key](ctx, request.body)
+
+    async def _handle_api_versions(self, ctx: RequestContext, request: Any) -> Any:
+        return api_versions_response(ctx.api_version, self._versions)

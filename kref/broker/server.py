@@ -1,0 +1,176 @@
+"""The trio server: listeners, one task pair per connection, shutdown.
+
+Theory of operation: every accepted connection gets a reader task and a
+processor task joined by a bounded channel. The reader feeds socket bytes
+to the sans-IO FrameDecoder and decodes each frame (codec.decode_request);
+the processor takes requests one by one, runs the router's handler and
+writes the response, so responses leave in request order, as Kafka
+guarantees per connection. The channel holds at most
+MAX_IN_FLIGHT_REQUESTS decoded requests; when it is full the reader stops
+reading and TCP pushes back on the client, so memory per connection is
+bounded by (MAX_IN_FLIGHT_REQUESTS + 1) * socket.request.max.bytes.
+
+A framing or decoding error, an unknown API key or an unsupported version
+closes only that connection, with the reason logged (Kafka does the same);
+an exception inside a handler is a bug: it is logged with its traceback and
+that connection is closed, the broker keeps serving everyone else.
+
+SIGTERM / SIGINT cancel the server; the broker then flushes its logs and
+writes checkpoints (Broker.shutdown). A SIGKILL skips that, and the next
+start recovers the logs (storage's recovery after an unclean shutdown).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+from collections.abc import Callable
+
+import trio
+
+from kref.broker.broker import Broker
+from kref.broker.config import Listener
+from kref.broker.router import RequestContext, Router
+from kref.protocol.codec import DecodedRequest, decode_request, encode_response
+from kref.protocol.errors import ProtocolError
+from kref.protocol.framing import FrameDecoder, FrameError
+
+__all__ = ["serve", "run_broker", "handle_connection", "MAX_IN_FLIGHT_REQUESTS"]
+
+log = logging.getLogger("kref.server")
+
+MAX_IN_FLIGHT_REQUESTS = 8
+RECEIVE_CHUNK_BYTES = 256 * 1024
+
+
+class _CloseConnection(Exception):
+    pass
+
+
+async def handle_connection(stream: trio.SocketStream, broker: Broker, router: Router, listener_name: str) -> None:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        host, port = "?", 0
+    peer = f"{host}:{port}"
+    decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+    idle_ms = broker.config.connections_max_idle_ms
+    idle_timeout = math.inf if idle_ms < 0 else idle_ms / 1000
+    send_requests, receive_requests = trio.open_memory_channel[DecodedRequest](MAX_IN_FLIGHT_REQUESTS)
+
+    async def read_requests() -> None:
+        async with send_requests:
+            while True:
+                with trio.move_on_after(idle_timeout) as idle:
+                    data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                if idle.cancelled_caught:
+                    log.info("closing idle connection from %s after %d ms", peer, idle_ms)
+                    raise _CloseConnection
+                if not data:
+                    decoder.end_of_stream()
+                    return
+                decoder.feed(data)
+                for frame in decoder.frames():
+                    await send_requests.send(decode_request(frame, router.supported_versions))
+
+    async def process_requests() -> None:
+        async with receive_requests:
+            async for request in receive_requests:
+                ctx = RequestContext(
+                    broker=broker,
+                    api_key=request.api_key,
+                    api_version=request.api_version,
+                    correlation_id=request.correlation_id,
+                    client_id=request.client_id,
+                    client_host=host,
+                    client_port=port,
+                    listener_name=listener_name,
+                )
+                try:
+                    response = await router.dispatch(ctx, request)
+                    frame = None if response is None else encode_response(request, response)
+                except Exception:
+                    log.exception(
+                        "internal error on API key %d v%d (correlation id %d) from %s; closing the connection",
+                        request.api_key,
+                        request.api_version,
+                        request.correlation_id,
+                        peer,
+                    )
+                    raise _CloseConnection from None
+                if frame is not None:
+                    await stream.send_all(frame)
+
+    try:
+        async with stream:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(process_requests)
+                try:
+                    await read_requests()
+                except (FrameError, ProtocolError) as exc:
+                    log.warning("closing connection from %s: %s", peer, exc)
+                    # Answer what was decoded before the bad frame, then close.
+                except _CloseConnection:
+                    nursery.cancel_scope.cancel()
+    except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+        log.debug("connection from %s closed by peer", peer)
+    except* _CloseConnection:
+        pass
+    except* Exception as group:
+        # A bug in this connection's code must not take the listener down.
+        log.error("closing connection from %s after an internal error", peer, exc_info=group)
+
+
+async def serve(
+    broker: Broker,
+    router: Router,
+    *,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Open the listeners and serve until cancelled. Reports bound listeners via task_status."""
+    bound: list[tuple[Listener, list[trio.SocketListener]]] = []
+    for listener in broker.config.listeners:
+        host = listener.host or None
+        if host in ("0.0.0.0", "::"):
+            host = None
+        sockets = await trio.open_tcp_listeners(listener.port, host=host)
+        port = sockets[0].socket.getsockname()[1]
+        bound.append((Listener(listener.name, listener.host, port), sockets))
+    broker.bound_listeners = tuple(lst for lst, _ in bound)
+    async with trio.open_nursery() as nursery:
+        broker.nursery = nursery
+        await nursery.start(broker.run_background)
+        for listener, sockets in bound:
+            handler = _connection_handler(broker, router, listener.name)
+            await nursery.start(trio.serve_listeners, handler, sockets)
+            log.info("kref broker %d listening on %s", broker.node_id, listener)
+        task_status.started(broker.bound_listeners)
+
+
+def _connection_handler(broker: Broker, router: Router, listener_name: str) -> Callable:
+    async def handler(stream: trio.SocketStream) -> None:
+        await handle_connection(stream, broker, router, listener_name)
+
+    return handler
+
+
+async def run_broker(broker: Broker, router: Router, *, on_started: Callable | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then shut the broker down cleanly."""
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(serve, broker, router)
+                if on_started is not None:
+                    on_started(listeners)
+
+                async def wait_for_signal() -> None:
+                    async for signum in signals:
+                        log.info("received %s, shutting down", signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(wait_for_signal)
+    finally:
+        broker.shutdown()
+        log.info("kref broker %d stopped cleanly", broker.node_id)

@@ -1,0 +1,217 @@
+"""Request decoding and response encoding on top of kio's generated types.
+
+Theory of operation: a request frame starts with api_key (int16),
+api_version (int16) and correlation_id (int32) in every header version, so
+we read those three with `struct`, then pick kio's request class for the
+(api_key, api_version) pair and decode the header version that class names
+(v1 for non-flexible versions, v2 with tagged fields for flexible ones,
+KIP-482) followed by the body.
+
+Kafka's rules that we keep:
+- An unknown API key, or a version the broker does not support, makes Kafka
+  close the connection (its RequestContext throws InvalidRequestException and
+  the SocketServer closes the channel). We raise UnsupportedApiError and the
+  server does the same, logging why.
+- ApiVersions is the exception (KIP-511): a client may ask for a version the
+  broker does not know, so the broker cannot parse the body. It answers with
+  UNSUPPORTED_VERSION (35) in the v0 body layout, listing its own ranges, so
+  the client retries with a version it finds there (kafka-python v4 -> v2,
+  librdkafka v3 -> v0). The ApiVersions response header is always v0, even
+  for flexible versions, because the client cannot know yet whether the
+  broker understands flexible headers.
+- We never send tagged fields in ApiVersions responses: librdkafka before 2.2
+  mis-parses them (kio omits tagged fields that hold their default values).
+
+Decoding errors of any kind surface as RequestDecodeError (typed), never as
+a crash of the connection task with an arbitrary exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
+
+__all__ = [
+    "API_VERSIONS_KEY",
+    "DecodedRequest",
+    "decode_request",
+    "encode_response",
+    "kio_version_range",
+    "request_class",
+    "response_class",
+    "encode_request",
+    "decode_response",
+]
+
+API_VERSIONS_KEY = 18
+_PREFIX = struct.Struct(">hhi")
+
+# Everything kio's Rust reader or the enum/timedelta constructors may raise on
+# malformed input. Anything else is a bug in us and should crash loudly.
+_DECODE_FAILURES = (SerialError, ValueError, OverflowError, UnicodeError, IndexError, TypeError)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    # kio request payload; None for an ApiVersions request of an unsupported version.
+    body: object | None
+    header_version: int
+
+    @property
+    def is_unsupported_api_versions(self) -> bool:
+        return self.body is None and self.api_key == API_VERSIONS_KEY
+
+
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type | None:
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+@functools.cache
+def response_class(api_key: int, api_version: int) -> type | None:
+    try:
+        return load_response_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+@functools.cache
+def kio_version_range(api_key: int) -> tuple[int, int] | None:
+    """The versions kio has generated types for (contiguous in kio 0.6)."""
+    versions = [v for v in range(0, 64) if request_class(api_key, v) is not None]
+    if not versions:
+        return None
+    return versions[0], versions[-1]
+
+
+@functools.cache
+def _reader(entity_type: type):
+    return entity_reader(entity_type)
+
+
+@functools.cache
+def _writer(entity_type: type):
+    return entity_writer(entity_type)
+
+
+def _header_version(header_type: type) -> int:
+    return int(header_type.__version__)
+
+
+def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> DecodedRequest:
+    """Decode one request frame (without its size prefix).
+
+    `supported` maps api_key -> (min_version, max_version) as advertised.
+    Raises UnsupportedApiError (close the connection) or RequestDecodeError.
+    """
+    if len(frame) < _PREFIX.size:
+        raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame, 0)
+    versions = supported.get(api_key)
+    if api_key == API_VERSIONS_KEY and (versions is None or not versions[0] <= api_version <= versions[1]):
+        return DecodedRequest(
+            api_key, api_version, correlation_id, _client_id_best_effort(frame), None, header_version=0
+        )
+    if versions is None:
+        raise UnsupportedApiError(api_key, api_version, f"unknown or unsupported API key {api_key}")
+    if not versions[0] <= api_version <= versions[1]:
+        raise UnsupportedApiError(
+            api_key,
+            api_version,
+            f"unsupported version {api_version} of API key {api_key} (supported {versions[0]}-{versions[1]})",
+        )
+    body_type = request_class(api_key, api_version)
+    if body_type is None:  # a registration outside kio's range is refused by the router
+        raise UnsupportedApiError(api_key, api_version, f"no schema for API key {api_key} v{api_version}")
+    header_type = body_type.__header_schema__
+    try:
+        header, header_size = _reader(header_type)(frame, 0)
+        body, _ = _reader(body_type)(frame, header_size)
+    except _DECODE_FAILURES as exc:
+        raise RequestDecodeError(
+            f"malformed API key {api_key} v{api_version} request: {type(exc).__name__}: {exc}"
+        ) from exc
+    return DecodedRequest(
+        api_key,
+        api_version,
+        correlation_id,
+        header.client_id,
+        body,
+        header_version=_header_version(header_type),
+    )
+
+
+def _client_id_best_effort(frame: bytes) -> str | None:
+    """client_id of a header we cannot fully parse (legacy nullable string)."""
+    if len(frame) < 10:
+        return None
+    (length,) = struct.unpack_from(">h", frame, 8)
+    if length < 0 or 10 + length > len(frame):
+        return None
+    return frame[10 : 10 + length].decode("utf-8", "replace")
+
+
+def encode_response(request: DecodedRequest, response: object) -> bytes:
+    """Encode header + body of `response` to a frame, size prefix included."""
+    response_type = type(response)
+    if request.is_unsupported_api_versions:
+        if int(response_type.__version__) != 0 or int(response_type.__api_key__) != API_VERSIONS_KEY:
+            raise ValueError("an unsupported ApiVersions request is answered with a v0 body")
+    elif int(response_type.__api_key__) != request.api_key or int(response_type.__version__) != request.api_version:
+        raise ValueError(
+            f"response {response_type.__qualname__} v{response_type.__version__} does not match "
+            f"request key {request.api_key} v{request.api_version}"
+        )
+    header_type = response_type.__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(b"\x00\x00\x00\x00")
+    _writer(header_type)(buffer, header_type(correlation_id=request.correlation_id))
+    _writer(response_type)(buffer, response)
+    frame = buffer.getbuffer()
+    struct.pack_into(">i", frame, 0, len(frame) - 4)
+    del frame
+    return buffer.getvalue()
+
+
+# --- client side, used by tests and by kref's own tools -----------------------
+
+
+def encode_request(body: object, correlation_id: int, client_id: str | None = "kref") -> bytes:
+    body_type = type(body)
+    header_type = body_type.__header_schema__
+    buffer = io.BytesIO()
+    _writer(header_type)(
+        buffer,
+        header_type(
+            request_api_key=body_type.__api_key__,
+            request_api_version=body_type.__version__,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    _writer(body_type)(buffer, body)
+    payload = buffer.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def decode_response(frame: bytes, response_type: type) -> tuple[int, object]:
+    """(correlation_id, body) of a response frame without its size prefix."""
+    header, size = _reader(response_type.__header_schema__)(frame, 0)
+    body, _ = _reader(response_type)(frame, size)
+    return header.correlation_id, body

@@ -1,0 +1,105 @@
+"""Sans-IO frame decoder for the Kafka wire protocol.
+
+Theory of operation: every Kafka request and response travels as a frame,
+a 4-byte big-endian signed size followed by exactly that many bytes. The
+decoder is fed whatever bytes the socket produced (``feed``) and hands out
+complete frames (``next_frame``), in order. It does no I/O, so the trio
+server, the simulator and the fuzz tests drive the same code.
+
+Bounds: a size prefix that is negative or larger than ``max_frame_bytes``
+(Kafka's ``socket.request.max.bytes``) raises ``InvalidFrameSizeError``
+before a single payload byte is buffered, so a hostile prefix cannot make us
+allocate. Kafka's own NetworkReceive does the same and then closes the
+connection; our server logs the reason and closes only that connection. The
+internal buffer therefore never holds more than one maximum frame plus the
+bytes of one socket read.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = ["FrameDecoder", "FrameError", "InvalidFrameSizeError", "TruncatedFrameError", "encode_frame"]
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The byte stream does not follow Kafka's framing; the connection must close."""
+
+
+class InvalidFrameSizeError(FrameError):
+    """A size prefix is negative or over the configured maximum."""
+
+    def __init__(self, size: int, max_frame_bytes: int) -> None:
+        self.size = size
+        self.max_frame_bytes = max_frame_bytes
+        if size < 0:
+            reason = f"negative frame size {size}"
+        else:
+            reason = f"frame size {size} larger than socket.request.max.bytes={max_frame_bytes}"
+        super().__init__(reason)
+
+
+class TruncatedFrameError(FrameError):
+    """The peer closed the stream in the middle of a frame."""
+
+
+class FrameDecoder:
+    """Splits a byte stream into Kafka frames; at most one frame is buffered."""
+
+    __slots__ = ("max_frame_bytes", "_buffer", "_expected", "_closed")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        if max_frame_bytes <= 0:
+            raise ValueError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+        # Payload size of the frame being assembled, or -1 while reading a prefix.
+        self._expected = -1
+        self._closed = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise FrameError("data fed after end of stream")
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame's payload, or None until more bytes arrive."""
+        if self._expected < 0:
+            if len(self._buffer) < 4:
+                return None
+            (size,) = _SIZE.unpack_from(self._buffer, 0)
+            if size < 0 or size > self.max_frame_bytes:
+                raise InvalidFrameSizeError(size, self.max_frame_bytes)
+            del self._buffer[:4]
+            self._expected = size
+        if len(self._buffer) < self._expected:
+            return None
+        frame = bytes(self._buffer[: self._expected])
+        del self._buffer[: self._expected]
+        self._expected = -1
+        return frame
+
+    def frames(self):
+        """Iterate over all frames complete so far."""
+        while (frame := self.next_frame()) is not None:
+            yield frame
+
+    def end_of_stream(self) -> None:
+        """The peer closed its side; leftover bytes mean a truncated frame."""
+        self._closed = True
+        if self._buffer or self._expected >= 0:
+            raise TruncatedFrameError(
+                f"connection closed inside a frame ({len(self._buffer)} bytes buffered"
+                + (f" of {self._expected}" if self._expected >= 0 else " of a size prefix")
+                + ")"
+            )
+
+
+def encode_frame(payload: bytes | bytearray) -> bytes:
+    return _SIZE.pack(len(payload)) + bytes(payload)

@@ -1,0 +1,648 @@
+"""The pure partition replica core: leader epochs, ISR and high watermark.
+
+Theory of operation
+-------------------
+`PartitionReplica` is the state of one partition on one broker, as
+spec/Replication.tla names it: `leader_epoch`, `partition_epoch`, `isr`,
+`log_end_offset`, `high_watermark`, and on a leader one `ReplicaState` per
+follower (its log_end_offset as learnt from its fetches and the last time it
+was caught up). It is a sans-IO state machine:
+
+    effects = replica.step(event, now_ms)
+
+It reads no clock, touches no file and sends nothing. The driver
+(kref/broker/partition.py for the trio broker, the simulator, or a test)
+turns effects into I/O and feeds the outcome back as the next event. The log
+itself (bytes, segments, the leader-epoch cache) belongs to the driver's
+kref.storage Log; the core only tracks offsets, which is all the replication
+protocol decides on.
+
+Transitions and the spec actions they implement (each emits a trace event
+named after the action, carrying the post-state):
+
+- BecomeLeader        -> BecomeLeader: start `leader_epoch` at the current
+  log_end_offset (effect AssignLeaderEpoch for the epoch cache), reset the
+  followers' fetch state, give ISR members a full replica_lag_time_max_ms.
+- ClientProduce       -> reject (not leader; acks=all with fewer than
+  min_insync_replicas in the isr: NOT_ENOUGH_REPLICAS) or AppendToLog.
+- LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
+  min log_end_offset over the isr moved; acks=1 answers now, acks=all either
+  answers (high watermark already past the batch) or DelayProduce.
+- FollowerFetch       -> LeaderHandleFetch: fence stale epochs, detect a
+  diverging log (KIP-320: the follower's last fetched epoch ends earlier on
+  the leader), record the follower's log_end_offset and caught-up time,
+  ExpandIsr once it reached the high watermark (and the start of the current
+  epoch), AdvanceHighWatermark.
+- Tick                -> ShrinkIsr for followers not caught up for more than
+  replica_lag_time_max_ms, then AdvanceHighWatermark (a smaller isr may let
+  it move).
+- BecomeFollower, FollowerAppended, FollowerTruncated -> BecomeFollower,
+  FollowerFetch, TruncateToEpochEndOffset on the follower side.
+
+Invariants kept here (a violation is a bug and raises): the high watermark
+never decreases on a leader and never passes its log_end_offset; the leader
+is always in its isr.
+
+Simplification while kref runs without a controller quorum: ISR changes are
+applied at once with partition_epoch + 1 and announced with an AlterIsr
+effect, rather than held as "pending" until an AlterPartition round trip
+commits them. The broker today runs every partition with replicas = isr =
+{self}, where neither ever happens; the N-replica logic is here so that
+replication can be added by a driver without rewriting the core.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from kref.trace import events as trace
+
+# Kafka error codes the core decides on (values from Kafka's Errors table).
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+INVALID_REQUIRED_ACKS = 21
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+
+NO_EPOCH = -1
+UNKNOWN_OFFSET = -1
+
+
+class Role(enum.Enum):
+    NONE = "none"  # not yet told its role (or partition going offline)
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeader:
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    replicas: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    # From the high-watermark checkpoint; the new leader never lowers it.
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeFollower:
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    replicas: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientProduce:
+    request_id: int
+    acks: int  # 0, 1 or -1 (all)
+    records_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppended:
+    """The driver appended the batch of `request_id`; offsets as the log assigned them."""
+
+    request_id: int
+    acks: int
+    first_offset: int
+    last_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """A fetch from follower `replica_id` arrived at this (leader) replica.
+
+    `epoch_end_offset` is what the leader's epoch cache answers for
+    `last_fetched_epoch`: (largest epoch <= it, end offset of that epoch),
+    looked up by the driver before stepping; None when last_fetched_epoch is
+    NO_EPOCH (an empty follower log: nothing to check).
+    """
+
+    replica_id: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    current_leader_epoch: int = NO_EPOCH
+    epoch_end_offset: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerAppended:
+    """Follower side: records from the leader were appended; the leader's HW came along."""
+
+    first_offset: int
+    last_offset: int
+    log_end_offset: int
+    leader_high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerTruncated:
+    """Follower side: the log was cut at the leader's end offset for a diverging epoch."""
+
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogStartOffsetAdvanced:
+    """DeleteRecords or retention moved the log start offset."""
+
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Periodic: time for the ISR shrink check (Kafka runs it every lag/2 ms)."""
+
+
+Event = (
+    BecomeLeader
+    | BecomeFollower
+    | ClientProduce
+    | LogAppended
+    | FollowerFetch
+    | FollowerAppended
+    | FollowerTruncated
+    | LogStartOffsetAdvanced
+    | Tick
+)
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class AssignLeaderEpoch:
+    """Record in the leader-epoch cache that `leader_epoch` starts at `start_offset`."""
+
+    leader_epoch: int
+    start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendToLog:
+    """Append the produce payload of `request_id` as leader in `leader_epoch`."""
+
+    request_id: int
+    leader_epoch: int
+    acks: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """Answer the produce of `request_id` for this partition (nothing is sent for acks=0)."""
+
+    request_id: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class DelayProduce:
+    """acks=all: park `request_id` in the purgatory until the HW reaches `required_offset`."""
+
+    request_id: int
+    required_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HighWatermarkAdvanced:
+    """Wake delayed produces and consumer fetches waiting on this partition."""
+
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEndOffsetAdvanced:
+    """Wake delayed follower fetches (followers read up to the log end offset)."""
+
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RespondFollowerFetch:
+    """How to answer follower `replica_id`: read from its fetch offset, or tell it to truncate."""
+
+    replica_id: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: int = NO_EPOCH
+    diverging_end_offset: int = UNKNOWN_OFFSET
+
+
+@dataclass(frozen=True, slots=True)
+class AlterIsr:
+    """The isr changed; a driver with a controller propagates it (AlterPartition)."""
+
+    isr: frozenset[int]
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Write a trace event."""
+
+    event: trace.TraceEvent
+
+
+Effect = (
+    AssignLeaderEpoch
+    | AppendToLog
+    | ProduceResult
+    | DelayProduce
+    | HighWatermarkAdvanced
+    | LogEndOffsetAdvanced
+    | RespondFollowerFetch
+    | AlterIsr
+    | Emit
+)
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """The leader's view of one follower, from its fetches (Kafka's Replica)."""
+
+    replica_id: int
+    log_end_offset: int = UNKNOWN_OFFSET
+    last_caught_up_time_ms: int = 0
+    last_fetch_time_ms: int = 0
+    # The leader's log_end_offset when that last fetch arrived: a follower
+    # that reached it by its next fetch was caught up at the earlier time.
+    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+
+
+class InvariantViolation(AssertionError):
+    """A transition would break one of the spec's invariants: a bug, never input."""
+
+
+@dataclass(slots=True)
+class PartitionReplica:
+    topic: str
+    partition: int
+    replica_id: int  # this broker's node id
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 30_000
+
+    role: Role = Role.NONE
+    leader: int = -1
+    leader_epoch: int = NO_EPOCH
+    partition_epoch: int = 0
+    replicas: tuple[int, ...] = ()
+    isr: frozenset[int] = frozenset()
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    high_watermark: int = 0
+    # The offset where the current leader epoch began (log_end_offset at
+    # BecomeLeader); a follower joins the isr only once past it.
+    leader_epoch_start_offset: int = 0
+    followers: dict[int, ReplicaState] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def check_produce_completion(self, required_offset: int) -> int | None:
+        """The error code to answer a waiting acks=all produce with, or None to keep waiting.
+
+        Like Kafka's checkEnoughReplicasReachOffset: done once the high
+        watermark passed the batch; if meanwhile the isr fell below
+        min_insync_replicas the records are in but under-replicated, which
+        the producer learns as NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+        """
+        if not self.is_leader:
+            return NOT_LEADER_OR_FOLLOWER
+        if self.high_watermark >= required_offset:
+            return NONE if len(self.isr) >= self.min_insync_replicas else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return None
+
+    # ------------------------------------------------------------ step
+
+    def step(self, event: Event, now_ms: int) -> list[Effect]:
+        out: list[Effect] = []
+        match event:
+            case ClientProduce():
+                self._on_client_produce(event, out)
+            case LogAppended():
+                self._on_log_appended(event, now_ms, out)
+            case FollowerFetch():
+                self._on_follower_fetch(event, now_ms, out)
+            case Tick():
+                self._on_tick(now_ms, out)
+            case BecomeLeader():
+                self._on_become_leader(event, now_ms, out)
+            case BecomeFollower():
+                self._on_become_follower(event, now_ms, out)
+            case FollowerAppended():
+                self._on_follower_appended(event, now_ms, out)
+            case FollowerTruncated():
+                self._on_follower_truncated(event, now_ms, out)
+            case LogStartOffsetAdvanced():
+                self._on_log_start_offset_advanced(event)
+            case _:
+                raise TypeError(f"not a replica event: {event!r}")
+        return out
+
+    # ------------------------------------------------------------ transitions
+
+    def _common(self, now_ms: int) -> dict:
+        return {"time_ms": now_ms, "replica": self.replica_id, "topic": self.topic, "partition": self.partition}
+
+    def _on_become_leader(self, e: BecomeLeader, now_ms: int, out: list[Effect]) -> None:
+        if e.leader_epoch < self.leader_epoch:
+            raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
+        if self.replica_id not in e.isr:
+            raise InvariantViolation(f"replica {self.replica_id} asked to lead but not in isr {sorted(e.isr)}")
+        self.role = Role.LEADER
+        self.leader = self.replica_id
+        self.leader_epoch = e.leader_epoch
+        self.partition_epoch = e.partition_epoch
+        self.replicas = tuple(e.replicas)
+        self.isr = frozenset(e.isr)
+        self.log_start_offset = e.log_start_offset
+        self.log_end_offset = e.log_end_offset
+        self.high_watermark = max(min(e.high_watermark, e.log_end_offset), e.log_start_offset)
+        self.leader_epoch_start_offset = e.log_end_offset
+        # Followers start unknown; isr members get a full lag window to fetch
+        # before they can be shrunk out, others start "never caught up".
+        self.followers = {
+            r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0)
+            for r in self.replicas
+            if r != self.replica_id
+        }
+        out.append(AssignLeaderEpoch(self.leader_epoch, self.log_end_offset))
+        out.append(
+            Emit(
+                trace.BecomeLeader(
+                    **self._common(now_ms),
+                    leader_epoch=self.leader_epoch,
+                    partition_epoch=self.partition_epoch,
+                    isr=self.isr,
+                    replicas=self.replicas,
+                    log_end_offset=self.log_end_offset,
+                    high_watermark=self.high_watermark,
+                )
+            )
+        )
+        self._maybe_advance_high_watermark(now_ms, out)
+
+    def _on_become_follower(self, e: BecomeFollower, now_ms: int, out: list[Effect]) -> None:
+        if e.leader_epoch < self.leader_epoch:
+            raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
+        self.role = Role.FOLLOWER
+        self.leader = e.leader
+        self.leader_epoch = e.leader_epoch
+        self.partition_epoch = e.partition_epoch
+        self.replicas = tuple(e.replicas)
+        self.isr = frozenset(e.isr)
+        self.log_start_offset = e.log_start_offset
+        self.log_end_offset = e.log_end_offset
+        self.high_watermark = min(e.high_watermark, e.log_end_offset)
+        self.followers = {}
+        out.append(
+            Emit(
+                trace.BecomeFollower(
+                    **self._common(now_ms),
+                    leader=self.leader,
+                    leader_epoch=self.leader_epoch,
+                    partition_epoch=self.partition_epoch,
+                    log_end_offset=self.log_end_offset,
+                    high_watermark=self.high_watermark,
+                )
+            )
+        )
+
+    def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
+        if e.acks not in (0, 1, -1):
+            out.append(ProduceResult(e.request_id, INVALID_REQUIRED_ACKS))
+        elif not self.is_leader:
+            out.append(ProduceResult(e.request_id, NOT_LEADER_OR_FOLLOWER))
+        elif e.acks == -1 and len(self.isr) < self.min_insync_replicas:
+            # Refused before the append: nothing of it reaches the log.
+            out.append(ProduceResult(e.request_id, NOT_ENOUGH_REPLICAS))
+        else:
+            out.append(AppendToLog(e.request_id, self.leader_epoch, e.acks))
+
+    def _on_log_appended(self, e: LogAppended, now_ms: int, out: list[Effect]) -> None:
+        if not self.is_leader:
+            raise InvariantViolation("LogAppended on a replica that is not the leader")
+        if e.log_end_offset < self.log_end_offset:
+            raise InvariantViolation(f"log end offset went back from {self.log_end_offset} to {e.log_end_offset}")
+        if e.log_end_offset > self.log_end_offset:
+            # A duplicate (idempotent retry) leaves the log untouched: no action.
+            self.log_end_offset = e.log_end_offset
+            out.append(
+                Emit(
+                    trace.LeaderAppend(
+                        **self._common(now_ms),
+                        leader_epoch=self.leader_epoch,
+                        first_offset=e.first_offset,
+                        last_offset=e.last_offset,
+                        log_end_offset=self.log_end_offset,
+                        high_watermark=self.high_watermark,
+                    )
+                )
+            )
+            out.append(LogEndOffsetAdvanced(self.log_end_offset))
+            self._maybe_advance_high_watermark(now_ms, out)
+        if e.acks == -1:
+            error = self.check_produce_completion(e.last_offset + 1)
+            if error is None:
+                out.append(DelayProduce(e.request_id, e.last_offset + 1))
+            else:
+                out.append(ProduceResult(e.request_id, error))
+        else:
+            out.append(ProduceResult(e.request_id, NONE))
+
+    def _on_follower_fetch(self, e: FollowerFetch, now_ms: int, out: list[Effect]) -> None:
+        def reject(code: int) -> None:
+            out.append(RespondFollowerFetch(e.replica_id, code, self.high_watermark, self.log_start_offset))
+
+        if not self.is_leader or e.replica_id not in self.followers:
+            return reject(NOT_LEADER_OR_FOLLOWER)
+        if e.current_leader_epoch != NO_EPOCH:
+            if e.current_leader_epoch < self.leader_epoch:
+                return reject(FENCED_LEADER_EPOCH)
+            if e.current_leader_epoch > self.leader_epoch:
+                return reject(UNKNOWN_LEADER_EPOCH)
+        if e.last_fetched_epoch != NO_EPOCH and e.epoch_end_offset is not None:
+            end_epoch, end_offset = e.epoch_end_offset
+            if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
+                # KIP-320: the follower's log diverges; it truncates to the
+                # end of the largest common epoch and fetches again.
+                self._emit_handle_fetch(e, now_ms, out, UNKNOWN_OFFSET, end_epoch, end_offset)
+                out.append(
+                    RespondFollowerFetch(
+                        e.replica_id, NONE, self.high_watermark, self.log_start_offset, end_epoch, end_offset
+                    )
+                )
+                return None
+        if e.fetch_offset > self.log_end_offset or e.fetch_offset < self.log_start_offset:
+            return reject(OFFSET_OUT_OF_RANGE)
+
+        state = self.followers[e.replica_id]
+        if e.fetch_offset >= self.log_end_offset:
+            state.last_caught_up_time_ms = now_ms
+        elif e.fetch_offset >= state.last_fetch_leader_log_end_offset:
+            state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, state.last_fetch_time_ms)
+        state.last_fetch_leader_log_end_offset = self.log_end_offset
+        state.last_fetch_time_ms = now_ms
+        state.log_end_offset = e.fetch_offset
+        self._emit_handle_fetch(e, now_ms, out, state.log_end_offset, NO_EPOCH, UNKNOWN_OFFSET)
+
+        if (
+            e.replica_id not in self.isr
+            and state.log_end_offset >= self.high_watermark
+            and state.log_end_offset >= self.leader_epoch_start_offset
+        ):
+            self._change_isr(self.isr | {e.replica_id}, now_ms, out, added=e.replica_id)
+        self._maybe_advance_high_watermark(now_ms, out)
+        out.append(RespondFollowerFetch(e.replica_id, NONE, self.high_watermark, self.log_start_offset))
+        return None
+
+    def _emit_handle_fetch(
+        self, e: FollowerFetch, now_ms: int, out: list[Effect], follower_leo: int, d_epoch: int, d_offset: int
+    ) -> None:
+        out.append(
+            Emit(
+                trace.LeaderHandleFetch(
+                    **self._common(now_ms),
+                    leader_epoch=self.leader_epoch,
+                    follower=e.replica_id,
+                    fetch_offset=e.fetch_offset,
+                    last_fetched_epoch=e.last_fetched_epoch,
+                    follower_log_end_offset=follower_leo,
+                    diverging_epoch=d_epoch,
+                    diverging_end_offset=d_offset,
+                    log_end_offset=self.log_end_offset,
+                    high_watermark=self.high_watermark,
+                )
+            )
+        )
+
+    def _on_tick(self, now_ms: int, out: list[Effect]) -> None:
+        if not self.is_leader:
+            return
+        lagging = frozenset(
+            r
+            for r in self.isr
+            if r != self.replica_id
+            and self.followers[r].log_end_offset != self.log_end_offset
+            and now_ms - self.followers[r].last_caught_up_time_ms > self.replica_lag_time_max_ms
+        )
+        if lagging:
+            self._change_isr(self.isr - lagging, now_ms, out, removed=lagging)
+            self._maybe_advance_high_watermark(now_ms, out)
+
+    def _change_isr(
+        self,
+        new_isr: frozenset[int],
+        now_ms: int,
+        out: list[Effect],
+        *,
+        added: int | None = None,
+        removed: frozenset[int] = frozenset(),
+    ) -> None:
+        if self.replica_id not in new_isr:
+            raise InvariantViolation("the leader must stay in its isr")
+        self.isr = new_isr
+        self.partition_epoch += 1
+        common = self._common(now_ms) | {
+            "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+            "isr": self.isr,
+            "high_watermark": self.high_watermark,
+        }
+        if added is not None:
+            out.append(Emit(trace.ExpandIsr(**common, added=added)))
+        else:
+            out.append(Emit(trace.ShrinkIsr(**common, removed=removed)))
+        out.append(AlterIsr(self.isr, self.partition_epoch))
+
+    def _maybe_advance_high_watermark(self, now_ms: int, out: list[Effect]) -> None:
+        candidate = self.log_end_offset
+        for r in self.isr:
+            if r != self.replica_id:
+                leo = self.followers[r].log_end_offset
+                if leo == UNKNOWN_OFFSET:
+                    return  # an isr member that has not fetched yet holds the HW
+                candidate = min(candidate, leo)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            if self.high_watermark > self.log_end_offset:
+                raise InvariantViolation("high watermark above the leader's log end offset")
+            out.append(
+                Emit(
+                    trace.AdvanceHighWatermark(
+                        **self._common(now_ms),
+                        leader_epoch=self.leader_epoch,
+                        isr=self.isr,
+                        log_end_offset=self.log_end_offset,
+                        high_watermark=self.high_watermark,
+                    )
+                )
+            )
+            out.append(HighWatermarkAdvanced(self.high_watermark))
+
+    def _on_follower_appended(self, e: FollowerAppended, now_ms: int, out: list[Effect]) -> None:
+        if self.role is not Role.FOLLOWER:
+            raise InvariantViolation("FollowerAppended on a replica that is not a follower")
+        self.log_end_offset = e.log_end_offset
+        self.high_watermark = min(e.leader_high_watermark, self.log_end_offset)
+        out.append(
+            Emit(
+                trace.FollowerFetch(
+                    **self._common(now_ms),
+                    leader=self.leader,
+                    leader_epoch=self.leader_epoch,
+                    first_offset=e.first_offset,
+                    last_offset=e.last_offset,
+                    log_end_offset=self.log_end_offset,
+                    high_watermark=self.high_watermark,
+                )
+            )
+        )
+
+    def _on_follower_truncated(self, e: FollowerTruncated, now_ms: int, out: list[Effect]) -> None:
+        if self.role is not Role.FOLLOWER:
+            raise InvariantViolation("FollowerTruncated on a replica that is not a follower")
+        self.log_end_offset = e.log_end_offset
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        out.append(
+            Emit(
+                trace.TruncateToEpochEndOffset(
+                    **self._common(now_ms),
+                    leader_epoch=self.leader_epoch,
+                    log_end_offset=self.log_end_offset,
+                    high_watermark=self.high_watermark,
+                )
+            )
+        )
+
+    def _on_log_start_offset_advanced(self, e: LogStartOffsetAdvanced) -> None:
+        if e.log_start_offset > self.log_start_offset:
+            self.log_start_offset = e.log_start_offset
+            if self.log_end_offset < self.log_start_offset:
+                # Kafka lets DeleteRecords and retention never pass the log
+                # end offset; a log truncated fully starts anew there.
+                self.log_end_offset = self.log_start_offset
+            if self.high_watermark < self.log_start_offset:
+                self.high_watermark = self.log_start_offset

@@ -1,0 +1,915 @@
+"""The partition log: segments, offsets, epochs, flushing, recovery, retention.
+
+A Log is one partition's directory `<topic>-<partition>` holding segments in
+Kafka's layout (see segment.py), the `leader-epoch-checkpoint` and
+`partition.metadata`. It is the storage half of the replication spec's
+actions: LeaderAppend is `append_as_leader` (assign offsets, stamp the
+leader epoch, LogAppendTime if configured, remember where the epoch began),
+FollowerFetch's append is `append_as_follower` (offsets and epochs kept),
+TruncateToEpochEndOffset is `truncate_to` fed by `leader_epoch_cache.
+end_offset_for` (KIP-101/279), and DeleteRecords/retention move
+log_start_offset. It does no replication itself: log_end_offset is simply
+where the next batch goes; the high watermark belongs to the partition
+layer, which may tell the log about it (`update_high_watermark`) so that
+retention never deletes what consumers cannot yet read.
+
+Durability follows Kafka: nothing is fsynced per append unless
+flush.messages / flush.ms ask for it; `recovery_point` is the offset below
+which everything is known to be on disk. Opening a log after an unclean
+stop (no clean-shutdown marker in the log dir) re-validates every batch from
+the segment holding the recovery point onward — header, CRC-32C, growing
+offsets — truncates at the first invalid byte and drops later segments, and
+rebuilds indexes on the way; any index that fails its sanity check is
+rebuilt too, since an index is only a cache of the log. A fully written and
+flushed batch therefore always survives a crash, a torn tail never does.
+
+The log is synchronous, single-threaded and does plain file I/O: the broker
+calls it directly and serialises access per partition. Everything it keeps in
+memory is bounded by the number of segments and index entries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from kref.records.errors import CorruptRecordError, TruncatedBatchError
+from kref.records.header import (
+    BatchHeader,
+    iter_headers,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from kref.storage.checkpoint import (
+    CheckpointError,
+    fsync_dir,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint_or_empty,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from kref.storage.config import LogConfig
+from kref.storage.errors import (
+    CorruptIndexError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    StorageError,
+    UnexpectedAppendOffsetError,
+)
+from kref.storage.index import NO_TIMESTAMP
+from kref.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochFileCache
+from kref.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+__all__ = ["Log", "LogConfig", "AppendInfo", "FetchDataInfo", "parse_partition_dir_name"]
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+MAX_APPEND_BYTES = 1 << 31  # a produce payload can never exceed an int32 length anyway
+
+
+class InconsistentTopicIdError(StorageError):
+    """partition.metadata names a different topic id than the caller expects."""
+
+    error_code = 103  # INCONSISTENT_TOPIC_ID
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int = NO_TIMESTAMP
+    offset_of_max_timestamp: int = -1
+    log_append_time: int = NO_TIMESTAMP
+    records_count: int = 0
+    duplicate: bool = False
+    log_start_offset: int = 0
+    batches: list[BatchHeader] = field(default_factory=list, repr=False)
+
+    @property
+    def valid_bytes(self) -> int:
+        return sum(h.size_in_bytes for h in self.batches)
+
+
+@dataclass
+class FetchDataInfo:
+    """Whole batches starting with the one that holds `fetch_offset`.
+
+    `first_offset` is the base offset of the first returned batch (it may be
+    below `fetch_offset`: clients skip the records before their position);
+    `next_offset` is the offset after the last returned batch.
+    """
+
+    records: bytes
+    fetch_offset: int
+    first_offset: int
+    next_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.records)
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int]:
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{name!r} is not a partition directory name (<topic>-<partition>)")
+    return topic, int(partition)
+
+
+class Log:
+    def __init__(self, directory: str, config: LogConfig, now_ms: int, topic_id: uuid.UUID | None, producer_state: Any):
+        self.dir = directory
+        self.topic, self.partition = parse_partition_dir_name(os.path.basename(os.path.normpath(directory)))
+        self.config = config
+        self.topic_id = topic_id
+        self.producer_state = producer_state
+        self.segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.high_watermark: int | None = None
+        self.last_flush_ms = now_ms
+        self._now_ms = now_ms
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.leader_epoch_cache = LeaderEpochFileCache(None)
+        self.closed = False
+
+    # =====================================================================
+    # opening and recovery
+    # =====================================================================
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        config: LogConfig | None,
+        now_ms: int,
+        *,
+        topic_id: uuid.UUID | None = None,
+        producer_state: Any = None,
+        recovery_point: int | None = None,
+        log_start_offset: int | None = None,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool | None = None,
+    ) -> "Log":
+        """Open (creating if needed) the partition log in `directory`.
+
+        Unless given, recovery point, log start offset and whether the last
+        stop was clean come from the log dir (the parent directory): its
+        checkpoint files and the clean-shutdown marker that LogManager
+        writes. Without them the whole log is re-validated.
+        """
+        os.makedirs(directory, exist_ok=True)
+        log = cls(directory, config or LogConfig(), now_ms, topic_id, producer_state)
+        parent = os.path.dirname(os.path.normpath(directory))
+        key = (log.topic, log.partition)
+        if recovery_point is None:
+            recovery_point = read_offset_checkpoint_or_empty(os.path.join(parent, RECOVERY_POINT_CHECKPOINT_FILE)).get(key, 0)
+        if log_start_offset is None:
+            log_start_offset = read_offset_checkpoint_or_empty(os.path.join(parent, LOG_START_OFFSET_CHECKPOINT_FILE)).get(key, 0)
+        if high_watermark is None:
+            high_watermark = read_offset_checkpoint_or_empty(os.path.join(parent, REPLICATION_OFFSET_CHECKPOINT_FILE)).get(key)
+        if had_clean_shutdown is None:
+            had_clean_shutdown = os.path.exists(os.path.join(parent, CLEAN_SHUTDOWN_FILE))
+        log._check_topic_id()
+        log._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
+        if high_watermark is not None:
+            log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        return log
+
+    def _check_topic_id(self) -> None:
+        try:
+            stored = read_partition_metadata(self.dir)
+        except CheckpointError:
+            stored = None  # rewritten below when we know the id
+        if stored is not None and self.topic_id is not None and stored != self.topic_id:
+            raise InconsistentTopicIdError(f"{self.dir}: partition.metadata has topic id {stored}, expected {self.topic_id}")
+        if self.topic_id is None:
+            self.topic_id = stored
+        elif stored is None:
+            write_partition_metadata(self.dir, self.topic_id)
+
+    def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
+        cfg = self.config
+        base_offsets = []
+        for name in os.listdir(self.dir):
+            path = os.path.join(self.dir, name)
+            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(".cleaned") or name.endswith(".swap"):
+                # Leftovers of a deletion or a half-written file: the rename
+                # already decided their fate.
+                if os.path.isfile(path):
+                    os.unlink(path)
+                continue
+            stem, ext = os.path.splitext(name)
+            if ext == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
+                base_offsets.append(int(stem))
+        base_offsets.sort()
+        for name in os.listdir(self.dir):
+            stem, ext = os.path.splitext(name)
+            if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_offsets:
+                os.unlink(os.path.join(self.dir, name))  # an index without its log
+
+        cache_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT_FILE)
+        try:
+            entries = read_leader_epoch_checkpoint(cache_path)
+            cache_was_readable = os.path.exists(cache_path)
+        except (CheckpointError, OSError):
+            entries, cache_was_readable = [], False  # rebuilt from the batches below
+        try:
+            self.leader_epoch_cache = LeaderEpochFileCache(None, entries)
+        except ValueError:
+            self.leader_epoch_cache, cache_was_readable = LeaderEpochFileCache(None), False
+
+        # Segments wholly below the recovery point were flushed; from the
+        # segment holding it onward, an unclean stop means "validate".
+        recover_from_index = len(base_offsets)
+        if not had_clean_shutdown:
+            recover_from_index = max(0, bisect.bisect_right(base_offsets, recovery_point) - 1)
+        recovered: list[LogSegment] = []
+        for i, base in enumerate(base_offsets):
+            args = (self.dir, base, cfg.max_index_size, cfg.index_interval_bytes, now_ms)
+            seg = None
+            if i < recover_from_index:
+                try:
+                    seg = LogSegment.load(*args)
+                except (CorruptIndexError, CorruptRecordError, OSError):
+                    seg = None
+            if seg is None:
+                seg = LogSegment.open_for_recovery(*args)
+                truncated = seg.recover(self._max_recovery_batch_size(), self._on_recovered_batch)
+                recovered.append(seg)
+                if truncated and i + 1 < len(base_offsets):
+                    # Bytes after a torn batch cannot be trusted, nor can
+                    # anything in later segments: drop them.
+                    self._append_segment(seg)
+                    for later in base_offsets[i + 1 :]:
+                        self._delete_segment_files_now(later)
+                    break
+            if self.segments and self.segments[-1].next_offset > seg.base_offset:
+                # Overlap with the previous segment: keep the earlier data.
+                self.segments[-1].truncate_to(seg.base_offset)
+            self._append_segment(seg)
+
+        if not self.segments:
+            self._append_segment(self._create_segment(max(log_start_offset, 0), now_ms))
+        # Only the active segment keeps a preallocated index.
+        for seg in self.segments[:-1]:
+            seg.offset_index.trim_to_valid_size()
+            seg.time_index.trim_to_valid_size()
+        self.active_segment.resize_indexes_to_max()
+
+        leo = self.log_end_offset
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        if self.log_start_offset > leo:
+            self._truncate_fully(self.log_start_offset, now_ms)
+            leo = self.log_end_offset
+        if not cache_was_readable and leo > self.segments[0].base_offset:
+            self._rebuild_leader_epoch_cache()
+        self.leader_epoch_cache.truncate_from_end(leo, flush=False)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset, flush=False)
+        self.leader_epoch_cache.path = cache_path
+        if not cache_was_readable or self.leader_epoch_cache.entries() != entries:
+            self.leader_epoch_cache.flush()
+
+        if recovered:
+            self._flush_segments([s for s in self.segments if s in recovered])
+            fsync_dir(self.dir)
+            self.recovery_point = leo
+        else:
+            self.recovery_point = min(max(recovery_point, self.log_start_offset), leo)
+        self._rebuild_producer_state()
+
+    def _max_recovery_batch_size(self) -> int:
+        # A follower may have appended batches up to the leader's limit, which
+        # can exceed ours; only the segment size truly bounds a batch.
+        return max(self.config.segment_bytes, self.config.max_message_bytes) + 1024
+
+    def _on_recovered_batch(self, header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(epoch, header.base_offset, flush=False)
+
+    def _rebuild_leader_epoch_cache(self) -> None:
+        self.leader_epoch_cache.clear(flush=False)
+        for header in self._iter_all_headers(self.segments[0].base_offset):
+            self._on_recovered_batch(header)
+
+    def _rebuild_producer_state(self) -> None:
+        """Bring the producer-state hook in line with the log after load.
+
+        The manager may have restored a snapshot; it reports how far that
+        reaches as `map_end_offset`. Anything beyond the log end is dropped
+        (truncate_to), and batches from there to the log end are replayed.
+        """
+        ps = self.producer_state
+        if ps is None:
+            return
+        leo = self.log_end_offset
+        ps.truncate_to(leo)
+        start = getattr(ps, "map_end_offset", None)
+        start = self.log_start_offset if start is None else min(max(start, self.log_start_offset), leo)
+        for header in self._iter_all_headers(start):
+            if header.last_offset >= start:
+                ps.on_batch_appended(header)
+
+    def _iter_all_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch from the one holding `start_offset` to the log end."""
+        i = self._segment_for(start_offset)
+        for seg in self.segments[i:]:
+            position = 0
+            if seg is self.segments[i]:
+                header = seg.translate_offset(start_offset)
+                if header is None:
+                    continue
+                position = header.position
+            yield from seg.iter_batches(position)
+
+    # =====================================================================
+    # properties
+    # =====================================================================
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def _append_segment(self, seg: LogSegment) -> None:
+        self.segments.append(seg)
+        self._base_offsets.append(seg.base_offset)
+
+    def _create_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        cfg = self.config
+        seg = LogSegment.create(self.dir, base_offset, cfg.max_index_size, cfg.index_interval_bytes, now_ms)
+        if cfg.segment_jitter_ms > 0:
+            # Kafka draws the jitter at random; a function of the base offset
+            # spreads rolls just as well and keeps runs reproducible.
+            seg.roll_jitter_ms = (base_offset * 2654435761) % cfg.segment_jitter_ms
+        return seg
+
+    def _segment_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._base_offsets, offset) - 1)
+
+    # =====================================================================
+    # append
+    # =====================================================================
+
+    def _validate(self, buf: bytearray) -> list[BatchHeader]:
+        """Header, CRC and size checks on every batch of a produce or replica payload."""
+        cfg = self.config
+        if len(buf) > cfg.segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {len(buf)} bytes exceeds segment.bytes={cfg.segment_bytes}")
+        headers = []
+        for h in iter_headers(buf, verify=True, max_batch_size=MAX_APPEND_BYTES):
+            if h.size_in_bytes > cfg.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {h.size_in_bytes} bytes exceeds max.message.bytes={cfg.max_message_bytes}"
+                )
+            if h.last_offset_delta < 0:
+                raise InvalidRecordError(f"negative lastOffsetDelta {h.last_offset_delta}")
+            headers.append(h)
+        return headers
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append."""
+        self._ensure_open()
+        self._now_ms = now_ms
+        buf = bytearray(records)
+        headers = self._validate(buf)
+        if not headers:
+            return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
+        for h in headers:
+            if h.records_count != h.last_offset_delta + 1:
+                raise InvalidRecordError(
+                    f"batch with {h.records_count} records spans {h.last_offset_delta + 1} offsets"
+                )
+        ps = self.producer_state
+        if ps is not None:
+            for h in headers:
+                if h.producer_id != -1:
+                    dup = ps.check_batch(h)
+                    if dup is not None:
+                        first, last = dup
+                        return AppendInfo(first, last, duplicate=True, log_start_offset=self.log_start_offset)
+        log_append_time = self.config.is_log_append_time
+        next_offset = self.log_end_offset
+        stamped = []
+        for h in headers:
+            set_base_offset(buf, h, next_offset)
+            set_partition_leader_epoch(buf, h, leader_epoch)
+            if log_append_time:
+                set_log_append_time(buf, h, now_ms)
+            stamped.append(read_header(buf, h.position))
+            next_offset += h.last_offset_delta + 1
+        info = self._append(buf, stamped, now_ms)
+        if log_append_time:
+            info.log_append_time = now_ms
+            info.max_timestamp = now_ms
+            info.offset_of_max_timestamp = info.first_offset
+        return info
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
+        """The follower half of FollowerFetch: append the leader's batches unchanged."""
+        self._ensure_open()
+        if now_ms is not None:
+            self._now_ms = now_ms
+        buf = bytearray(records)
+        headers = self._validate(buf)
+        if not headers:
+            return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
+        expected = self.log_end_offset
+        if headers[0].base_offset < expected:
+            raise UnexpectedAppendOffsetError(
+                f"first offset {headers[0].base_offset} is below the log end offset {expected}"
+            )
+        for h in headers:
+            if h.base_offset < expected:
+                raise InvalidRecordError(f"batch offsets go backwards at {h.base_offset}")
+            expected = h.next_offset
+        return self._append(buf, headers, self._now_ms)
+
+    def _append(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
+        first, last = headers[0].base_offset, headers[-1].last_offset
+        max_ts, offset_of_max = NO_TIMESTAMP, first
+        for h in headers:
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max = h.max_timestamp, h.last_offset
+        seg = self._maybe_roll(len(buf), max_ts, first, last, now_ms)
+        cache = self.leader_epoch_cache
+        for h in headers:
+            epoch = h.partition_leader_epoch
+            if epoch >= 0 and (epoch != cache.latest_epoch):
+                cache.assign(epoch, h.base_offset)
+        seg.append(buf, headers)
+        if self.producer_state is not None:
+            for h in headers:
+                self.producer_state.on_batch_appended(h)
+        info = AppendInfo(
+            first_offset=first,
+            last_offset=last,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=offset_of_max,
+            records_count=sum(h.records_count for h in headers),
+            log_start_offset=self.log_start_offset,
+            batches=headers,
+        )
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush(now_ms)
+        return info
+
+    def _maybe_roll(self, messages_size: int, max_timestamp: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
+        seg = self.active_segment
+        cfg = self.config
+        if seg.should_roll(
+            segment_bytes=cfg.segment_bytes,
+            segment_ms=cfg.segment_ms,
+            now_ms=now_ms,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            messages_size=messages_size,
+        ):
+            return self.roll(now_ms, expected_next_offset=first_offset)
+        return seg
+
+    def roll(self, now_ms: int | None = None, *, expected_next_offset: int | None = None) -> LogSegment:
+        """Close the active segment for appends and start a new one at the log end.
+
+        As in Kafka, the rolled segment is flushed (its data becomes part of
+        the recovery point) and its indexes are trimmed to their entries.
+        """
+        self._ensure_open()
+        now_ms = self._now_ms if now_ms is None else now_ms
+        new_base = max(expected_next_offset or 0, self.log_end_offset)
+        active = self.active_segment
+        if active.base_offset == new_base:
+            if active.size == 0:
+                return active  # already an empty segment at the right place
+            raise StorageError(f"cannot roll to offset {new_base}: segment already exists")
+        active.on_become_inactive()
+        seg = self._create_segment(new_base, now_ms)
+        self._append_segment(seg)
+        self._flush_up_to(new_base, now_ms)
+        return seg
+
+    # =====================================================================
+    # read
+    # =====================================================================
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True) -> FetchDataInfo:
+        """Whole batches from the one holding `start_offset`, at most `max_bytes`
+        (but at least one batch when `min_one_message`), none reaching `max_offset`."""
+        self._ensure_open()
+        leo = self.log_end_offset
+        if start_offset < self.log_start_offset or start_offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {leo}] of {self.topic}-{self.partition}"
+            )
+        empty = FetchDataInfo(b"", start_offset, start_offset, start_offset, self.log_start_offset, leo)
+        limit = leo if max_offset is None else min(max_offset, leo)
+        if start_offset >= limit or (max_bytes <= 0 and not min_one_message):
+            return empty
+        parts: list[bytes] = []
+        total = 0
+        first_offset = next_offset = None
+        i = self._segment_for(start_offset)
+        target = start_offset
+        while i < len(self.segments):
+            seg = self.segments[i]
+            header = seg.translate_offset(target)
+            i += 1
+            if header is None:
+                continue
+            if header.base_offset >= limit:
+                break
+            budget = max_bytes - total
+            if budget < header.size_in_bytes:
+                if total == 0 and min_one_message:
+                    budget = header.size_in_bytes
+                else:
+                    break
+            chunk, chunk_next, whole = self._read_whole_batches(seg, header, budget, limit)
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+            if first_offset is None:
+                first_offset = header.base_offset
+            next_offset = chunk_next
+            target = chunk_next
+            if not whole or total >= max_bytes:
+                break
+        if not parts:
+            return empty
+        records = parts[0] if len(parts) == 1 else b"".join(parts)
+        return FetchDataInfo(records, start_offset, first_offset, next_offset, self.log_start_offset, leo)
+
+    @staticmethod
+    def _read_whole_batches(seg: LogSegment, first: BatchHeader, budget: int, limit: int) -> tuple[bytes, int, bool]:
+        """Read batches from `first` up to `budget` bytes; returns (bytes, next offset,
+        reached the end of the segment)."""
+        want = min(budget, seg.size - first.position)
+        data = seg.read_at(first.position, want)
+        view = memoryview(data)
+        p = 0
+        next_offset = first.base_offset
+        while p < len(view):
+            try:
+                h = read_header(view, p)
+            except TruncatedBatchError:
+                break
+            except CorruptRecordError:
+                break  # never hand damaged bytes to a reader; recovery deals with them
+            if h.last_offset >= limit:
+                return bytes(view[:p]), next_offset, False
+            p = h.next_position
+            next_offset = h.next_offset
+        reached_end = first.position + p >= seg.size
+        return (data if p == len(data) else bytes(view[:p])), next_offset, reached_end
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """ListOffsets: (timestamp, offset, leader_epoch) or None when nothing matches."""
+        self._ensure_open()
+        cache = self.leader_epoch_cache
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return NO_TIMESTAMP, self.log_start_offset, cache.epoch_for_offset(self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return NO_TIMESTAMP, self.log_end_offset, cache.latest_epoch
+        if timestamp == MAX_TIMESTAMP:
+            best: LogSegment | None = None
+            for seg in self.segments:
+                if seg.size and seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                    best = seg
+            if best is None:
+                return None
+            header = best.find_offset_by_timestamp(best.max_timestamp_so_far, self.log_start_offset)
+            if header is None:
+                return None
+            return self._record_at_timestamp(best, header, best.max_timestamp_so_far, exact=True)
+        if timestamp < 0:
+            return None
+        for seg in self.segments:
+            if seg.size == 0 or seg.max_timestamp_so_far < timestamp or seg.next_offset <= self.log_start_offset:
+                continue
+            header = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if header is not None:
+                return self._record_at_timestamp(seg, header, timestamp, exact=False)
+        return None
+
+    def _record_at_timestamp(self, seg: LogSegment, header: BatchHeader, target: int, *, exact: bool) -> tuple[int, int, int]:
+        """Narrow a batch down to its first record with timestamp >= target (== when exact)."""
+        epoch = header.partition_leader_epoch
+        if header.is_log_append_time:
+            return header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch
+        found = _first_record_at_or_after(seg.read_at(header.position, header.size_in_bytes), target, exact, self.log_start_offset)
+        if found is None:
+            return header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch
+        return found[0], found[1], epoch
+
+    # =====================================================================
+    # truncation, log start offset, retention
+    # =====================================================================
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch with offsets >= `offset` (TruncateToEpochEndOffset).
+
+        A batch straddling `offset` is removed whole. Returns False when
+        there was nothing to remove.
+        """
+        self._ensure_open()
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate to negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        if offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        keep = self._segment_for(offset)
+        doomed = self.segments[keep + 1 :]
+        del self.segments[keep + 1 :]
+        del self._base_offsets[keep + 1 :]
+        self._schedule_delete(doomed)
+        active = self.active_segment
+        active.truncate_to(offset)
+        active.resize_indexes_to_max()
+        leo = self.log_end_offset
+        self.recovery_point = min(self.recovery_point, leo)
+        if self.high_watermark is not None:
+            self.high_watermark = min(self.high_watermark, leo)
+        if self.log_start_offset > leo:
+            self.log_start_offset = leo
+        self.leader_epoch_cache.truncate_from_end(leo)
+        if self.producer_state is not None:
+            self.producer_state.truncate_to(leo)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and continue at `offset` (a follower far behind the leader's start)."""
+        self._ensure_open()
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"cannot start the log at negative offset {offset}")
+        self._truncate_fully(offset, self._now_ms)
+        if self.producer_state is not None:
+            reset = getattr(self.producer_state, "truncate_fully_and_start_at", None)
+            if reset is not None:
+                reset(offset)
+            else:
+                self.producer_state.truncate_to(offset)
+
+    def _truncate_fully(self, offset: int, now_ms: int) -> None:
+        doomed = self.segments[:]
+        self.segments.clear()
+        self._base_offsets.clear()
+        self._schedule_delete(doomed)
+        self._append_segment(self._create_segment(offset, now_ms))
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        if self.high_watermark is not None:
+            self.high_watermark = offset
+        self.leader_epoch_cache.clear()
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """DeleteRecords: records below the new start become invisible now and
+        their segments deletable by the next retention pass."""
+        self._ensure_open()
+        bound = self.log_end_offset if self.high_watermark is None else self.high_watermark
+        if new_log_start_offset > bound:
+            raise OffsetOutOfRangeError(
+                f"cannot increment log start offset to {new_log_start_offset}: beyond the high watermark {bound}"
+            )
+        if new_log_start_offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = new_log_start_offset
+        self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        hook = getattr(self.producer_state, "on_log_start_offset_incremented", None)
+        if hook is not None:
+            hook(new_log_start_offset)
+        return True
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: delete segments past retention.ms, beyond retention.bytes
+        or wholly below log_start_offset; returns how many were deleted."""
+        self._ensure_open()
+        self._now_ms = now_ms
+        deleted = 0
+        cfg = self.config
+        if cfg.delete_enabled:
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_while(lambda seg, nxt, _: now_ms - seg.largest_timestamp > cfg.retention_ms)
+            if cfg.retention_bytes >= 0:
+                excess = [self.size_in_bytes - cfg.retention_bytes]
+
+                def over_size(seg: LogSegment, nxt: LogSegment | None, _: int) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_while(over_size)
+        deleted += self._delete_while(lambda seg, nxt, upper: nxt is not None and upper <= self.log_start_offset)
+        self.delete_pending_segments(now_ms)
+        return deleted
+
+    def _delete_while(self, predicate: Any) -> int:
+        """Delete the longest prefix of segments matching `predicate`, never past the high watermark."""
+        bound = self.log_end_offset if self.high_watermark is None else self.high_watermark
+        doomed: list[LogSegment] = []
+        for i, seg in enumerate(self.segments):
+            nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if nxt is None and seg.size == 0:
+                break
+            if bound < upper or not predicate(seg, nxt, upper):
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self.segments):
+            self.roll(self._now_ms)  # the active segment goes too: start a fresh one first
+        del self.segments[: len(doomed)]
+        del self._base_offsets[: len(doomed)]
+        self._schedule_delete(doomed)
+        new_start = self.segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            hook = getattr(self.producer_state, "on_log_start_offset_incremented", None)
+            if hook is not None:
+                hook(new_start)
+        return len(doomed)
+
+    def _schedule_delete(self, segments: list[LogSegment]) -> None:
+        """Rename to .deleted now, remove after file.delete.delay.ms (readers keep their descriptors)."""
+        due = self._now_ms + self.config.file_delete_delay_ms
+        for seg in segments:
+            seg.rename_to_deleted()
+            self._pending_deletes.append((due, seg))
+
+    def delete_pending_segments(self, now_ms: int, *, force: bool = False) -> None:
+        keep = []
+        for due, seg in self._pending_deletes:
+            if force or due <= now_ms:
+                seg.delete_files()
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+
+    def _delete_segment_files_now(self, base_offset: int) -> None:
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            try:
+                os.unlink(os.path.join(self.dir, f"{base_offset:020d}{suffix}"))
+            except FileNotFoundError:
+                pass
+
+    # =====================================================================
+    # flush, close, delete
+    # =====================================================================
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync everything up to the log end; the recovery point follows."""
+        self._ensure_open()
+        self._flush_up_to(self.log_end_offset, now_ms)
+
+    def _flush_up_to(self, offset: int, now_ms: int | None) -> None:
+        if now_ms is not None:
+            self.last_flush_ms = now_ms
+        if offset <= self.recovery_point:
+            return
+        i = self._segment_for(self.recovery_point)
+        self._flush_segments([s for s in self.segments[i:] if s.base_offset < offset])
+        fsync_dir(self.dir)
+        self.recovery_point = offset
+
+    @staticmethod
+    def _flush_segments(segments: list[LogSegment]) -> None:
+        for seg in segments:
+            seg.flush()
+
+    def close(self) -> None:
+        """Flush, snapshot the producer state, trim indexes and release files."""
+        if self.closed:
+            return
+        self.flush()
+        if self.producer_state is not None:
+            self.producer_state.take_snapshot(self.log_end_offset)
+        for seg in self.segments:
+            seg.close()
+        self.delete_pending_segments(self._now_ms, force=True)
+        self.closed = True
+
+    def close_uncleanly(self) -> None:
+        """Release file descriptors without flushing or trimming (a simulated crash, for tests)."""
+        for seg in self.segments:
+            seg.close(trim=False)
+        for _, seg in self._pending_deletes:
+            seg.close(trim=False)
+        self.closed = True
+
+    def delete(self) -> None:
+        """Remove the partition directory and everything in it."""
+        if not self.closed:
+            for seg in self.segments:
+                seg.close(trim=False)
+            self.delete_pending_segments(self._now_ms, force=True)
+            self.closed = True
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _ensure_open(self) -> None:
+        if self.closed:
+            raise StorageError(f"log {self.dir} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, log_start_offset={self.log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, segments={len(self.segments)})"
+        )
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise CorruptRecordError("bad varint", pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _first_record_at_or_after(batch: bytes, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record >= target (== target if exact) in a
+    v2 batch; None if its records cannot be read without decompressing."""
+    header = read_header(batch, 0)
+    if header.compression_type != 0:
+        return _first_record_compressed(batch, header, target, exact, min_offset)
+    return _scan_records(memoryview(batch)[61:], header, target, exact, min_offset)
+
+
+def _scan_records(data: Any, header: BatchHeader, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
+    data = bytes(data)
+    pos = 0
+    try:
+        for _ in range(header.records_count):
+            length, pos = _varint(data, pos)
+            body = pos + 1  # skip the record attributes byte
+            ts_delta, body = _varint(data, body)
+            offset_delta, body = _varint(data, body)
+            ts = header.base_timestamp + ts_delta
+            offset = header.base_offset + offset_delta
+            if offset >= min_offset and (ts == target if exact else ts >= target):
+                return ts, offset
+            pos += length
+    except CorruptRecordError:
+        return None
+    return None
+
+
+def _first_record_compressed(batch: bytes, header: BatchHeader, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
+    try:
+        from kref.records.compression import decompress  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    try:
+        data = decompress(header.compression_type, bytes(memoryview(batch)[61:]), max_output_bytes=64 * 1024 * 1024)
+    except Exception:  # noqa: BLE001 - an unreadable batch just falls back to its base offset
+        return None
+    return _scan_records(data, header, target, exact, min_offset)

@@ -1,0 +1,222 @@
+"""LogManager: every partition log of a broker across its log.dirs.
+
+Kafka spreads partitions over several log directories (log.dirs), placing a
+new partition in the directory that holds the fewest, and keeps per-directory
+bookkeeping files next to the partition directories:
+`recovery-point-offset-checkpoint` and `log-start-offset-checkpoint`
+(OffsetCheckpoint format), `replication-offset-checkpoint` for high
+watermarks the partition layer reported, and the clean-shutdown marker
+`.kafka_cleanshutdown` written last on an orderly shutdown. On start the
+marker decides whether logs may trust their indexes (clean) or must
+re-validate from their recovery points (unclean); it is removed right after
+loading, so that a crash from then on is detected as unclean.
+
+Deleting a partition renames its directory to `<topic>-<partition>.<uuid>-delete`
+first (atomic, readers of already-returned bytes are unaffected) and then
+removes it; leftovers of that kind are removed on the next start.
+
+`cleanup(now_ms)` is the periodic housekeeping the broker schedules:
+retention, flush.ms, and removal of segments renamed to `.deleted` once
+file.delete.delay.ms has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from typing import Any, Callable, Mapping
+
+from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomically, write_offset_checkpoint
+from kref.storage.config import LogConfig
+from kref.storage.log import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    Log,
+    parse_partition_dir_name,
+)
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+
+ConfigSource = Callable[[str], LogConfig | None] | Mapping[str, LogConfig] | None
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[str] | str,
+        default_config: LogConfig | None = None,
+        now_ms: int = 0,
+        *,
+        producer_state_factory: Callable[[str, int, str], Any] | None = None,
+    ) -> None:
+        self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
+        if not self.log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.default_config = default_config or LogConfig()
+        self.producer_state_factory = producer_state_factory
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._now_ms = now_ms
+        self.had_clean_shutdown: dict[str, bool] = {}
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+
+    # -- loading ------------------------------------------------------------
+
+    def load_logs(self, now_ms: int, topic_configs: ConfigSource = None) -> list[Log]:
+        """Open every partition directory found in the log dirs (recovering if unclean)."""
+        self._now_ms = now_ms
+        loaded = []
+        for log_dir in self.log_dirs:
+            clean = os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+            self.had_clean_shutdown[log_dir] = clean
+            recovery_points = read_offset_checkpoint_or_empty(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE))
+            log_starts = read_offset_checkpoint_or_empty(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE))
+            high_watermarks = read_offset_checkpoint_or_empty(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE))
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                if not os.path.isdir(path):
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
+                    continue
+                try:
+                    key = parse_partition_dir_name(name)
+                except ValueError:
+                    continue
+                if key in self._logs:
+                    raise RuntimeError(f"partition {key[0]}-{key[1]} exists in two log dirs: {self._logs[key].dir} and {path}")
+                log = Log.open(
+                    path,
+                    self._config_for(key[0], topic_configs),
+                    now_ms,
+                    producer_state=self._producer_state_for(path, key),
+                    recovery_point=recovery_points.get(key, 0),
+                    log_start_offset=log_starts.get(key, 0),
+                    high_watermark=high_watermarks.get(key),
+                    had_clean_shutdown=clean,
+                )
+                self._logs[key] = log
+                loaded.append(log)
+            if clean:
+                os.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+        self.checkpoint()
+        return loaded
+
+    def _config_for(self, topic: str, source: ConfigSource) -> LogConfig:
+        config = None
+        if callable(source):
+            config = source(topic)
+        elif source is not None:
+            config = source.get(topic)
+        return config or self.default_config
+
+    def _producer_state_for(self, path: str, key: tuple[str, int]) -> Any:
+        if self.producer_state_factory is None:
+            return None
+        return self.producer_state_factory(path, key[1], key[0])
+
+    # -- partitions ---------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, topic_id: uuid.UUID | None = None
+    ) -> Log:
+        log = self._logs.get((topic, partition))
+        if log is not None:
+            if config is not None:
+                log.config = config
+            return log
+        if not topic or "/" in topic or topic in (".", "..") or partition < 0:
+            raise ValueError(f"invalid partition {topic!r}-{partition}")
+        log_dir = self._next_log_dir()
+        path = os.path.join(log_dir, f"{topic}-{partition}")
+        log = Log.open(
+            path,
+            config or self.default_config,
+            self._now_ms,
+            topic_id=topic_id,
+            producer_state=self._producer_state_for(path, (topic, partition)),
+            recovery_point=0,
+            log_start_offset=0,
+            had_clean_shutdown=True,
+        )
+        self._logs[(topic, partition)] = log
+        return log
+
+    def _next_log_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for log in self._logs.values():
+            parent = os.path.dirname(os.path.normpath(log.dir))
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return False
+        if not log.closed:
+            for seg in log.segments:
+                seg.close(trim=False)
+            log.delete_pending_segments(self._now_ms, force=True)
+            log.closed = True
+        parent = os.path.dirname(os.path.normpath(log.dir))
+        doomed = os.path.join(parent, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.rename(log.dir, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        self.checkpoint()
+        return True
+
+    # -- housekeeping --------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write recovery points, log start offsets and high watermarks of each log dir."""
+        for log_dir in self.log_dirs:
+            logs = [(k, log) for k, log in self._logs.items() if os.path.dirname(os.path.normpath(log.dir)) == log_dir]
+            write_offset_checkpoint(
+                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE), {k: log.recovery_point for k, log in logs}
+            )
+            write_offset_checkpoint(
+                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE), {k: log.log_start_offset for k, log in logs}
+            )
+            hws = {k: log.high_watermark for k, log in logs if log.high_watermark is not None}
+            if hws or os.path.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
+                write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws)
+
+    def cleanup(self, now_ms: int) -> int:
+        """Retention, flush.ms and delayed file deletion for every log; returns segments deleted."""
+        self._now_ms = now_ms
+        deleted = 0
+        for log in list(self._logs.values()):
+            if log.closed:
+                continue
+            deleted += log.delete_old_segments(now_ms)
+            if now_ms - log.last_flush_ms >= log.config.flush_ms:
+                log.flush(now_ms)
+        return deleted
+
+    def flush_all(self, now_ms: int | None = None) -> None:
+        for log in self._logs.values():
+            if not log.closed:
+                log.flush(now_ms)
+
+    def shutdown(self) -> None:
+        """Orderly stop: close (flush) every log, checkpoint, then mark each dir clean."""
+        for log in self._logs.values():
+            log.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), json.dumps({"version": 0, "brokerEpoch": -1}))

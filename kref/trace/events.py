@@ -1,0 +1,166 @@
+"""Trace event types: one per TLA+ action, named exactly as the action.
+
+A pure core (kref/replication/replica.py, the KRaft core, ...) emits one of
+these from the transition that implements the spec action of the same name,
+carrying the post-state the spec needs to replay the step: after a
+LeaderAppend the trace holds the leader's new log_end_offset, after an
+AdvanceHighWatermark its new high_watermark, after a ShrinkIsr the new isr
+and partition_epoch. Field names are the spec's variable names, so the
+NDJSON -> TLA+ converter (trace_check/) maps fields to variables one to one.
+
+Every event also carries where and when it happened: `time_ms` (the driver's
+clock, passed into step), `replica` (the node id of the replica that took the
+step) and the partition (`topic`, `partition`). Events are immutable
+dataclasses; `to_dict()` gives the JSON object written by the sink, with the
+action name under "type".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceEvent:
+    """Common part of every event: when, which replica, which partition."""
+
+    time_ms: int
+    replica: int
+    topic: str
+    partition: int
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": type(self).__name__}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            # Sets (isr) are written sorted so traces are deterministic.
+            if isinstance(value, (frozenset, set)):
+                value = sorted(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BecomeLeader(TraceEvent):
+    """The replica took leadership of the partition for `leader_epoch`."""
+
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    replicas: tuple[int, ...]
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BecomeFollower(TraceEvent):
+    """The replica follows `leader` in `leader_epoch`."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAppend(TraceEvent):
+    """The leader appended records [first_offset, last_offset] in its epoch."""
+
+    leader_epoch: int
+    first_offset: int
+    last_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdvanceHighWatermark(TraceEvent):
+    """The leader's high watermark moved up to min log_end_offset over the isr."""
+
+    leader_epoch: int
+    isr: frozenset[int]
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderHandleFetch(TraceEvent):
+    """The leader answered a follower's fetch (KIP-101/279 epoch check)."""
+
+    leader_epoch: int
+    follower: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    # The follower's log_end_offset as the leader now records it (-1 when the
+    # fetch was answered with a diverging epoch and so moved nothing).
+    follower_log_end_offset: int
+    # Set when the follower's log diverges: the epoch and end offset it must
+    # truncate to (TruncateToEpochEndOffset on its side); -1 otherwise.
+    diverging_epoch: int
+    diverging_end_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowerFetch(TraceEvent):
+    """A follower appended what its leader returned and learned its high watermark."""
+
+    leader: int
+    leader_epoch: int
+    first_offset: int
+    last_offset: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TruncateToEpochEndOffset(TraceEvent):
+    """A follower cut its log at the leader's end offset for its last epoch."""
+
+    leader_epoch: int
+    log_end_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShrinkIsr(TraceEvent):
+    """The leader removed lagging replicas from the isr."""
+
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    removed: frozenset[int]
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpandIsr(TraceEvent):
+    """The leader added a follower that caught up to the high watermark."""
+
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    added: int
+    high_watermark: int
+
+
+# Every action name the replication core emits, for converters and tests.
+REPLICATION_EVENT_TYPES: dict[str, type[TraceEvent]] = {
+    cls.__name__: cls
+    for cls in (
+        BecomeLeader,
+        BecomeFollower,
+        LeaderAppend,
+        AdvanceHighWatermark,
+        LeaderHandleFetch,
+        FollowerFetch,
+        TruncateToEpochEndOffset,
+        ShrinkIsr,
+        ExpandIsr,
+    )
+}

@@ -1,0 +1,118 @@
+"""Trace sinks: where the events of the pure cores go.
+
+A trace is NDJSON, one event per line, written by exactly one sink per
+process so that lines never interleave and their order is the order in which
+the driver carried out the cores' steps (`seq` numbers them). The broker
+creates a `NdjsonTraceSink` when started with `--trace-file F` and a
+`NullTraceSink` otherwise; tests use `ListTraceSink`.
+
+The NDJSON sink keeps a bounded buffer of encoded lines: when it holds
+`max_buffered_events` lines it writes them out before accepting more, so a
+burst of events costs at most that much memory and the broker never drops an
+event (a trace with a hole would not validate against the spec). `flush()`
+writes and fsyncs nothing more than the buffer; the broker calls it
+periodically and on shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Protocol
+
+from kref.trace.events import TraceEvent
+
+
+class TraceSink(Protocol):
+    enabled: bool
+
+    def emit(self, event: TraceEvent) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullTraceSink:
+    """Tracing off: drivers may skip building events when `enabled` is False."""
+
+    enabled = False
+
+    def emit(self, event: TraceEvent) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ListTraceSink:
+    """Keeps event dicts in memory, bounded (tests and the simulator)."""
+
+    enabled = True
+
+    def __init__(self, max_events: int = 100_000) -> None:
+        self.max_events = max_events
+        self.events: list[dict[str, Any]] = []
+        self._seq = 0
+
+    def emit(self, event: TraceEvent) -> None:
+        if len(self.events) >= self.max_events:
+            raise OverflowError(f"trace holds {self.max_events} events, the configured bound")
+        self._seq += 1
+        record = event.to_dict()
+        record["seq"] = self._seq
+        self.events.append(record)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class NdjsonTraceSink:
+    """Appends one JSON object per line to `path`; the only writer of that file."""
+
+    enabled = True
+
+    def __init__(self, path: str | os.PathLike[str], *, max_buffered_events: int = 1024) -> None:
+        if max_buffered_events < 1:
+            raise ValueError("max_buffered_events must be at least 1")
+        self.path = os.fspath(path)
+        self.max_buffered_events = max_buffered_events
+        self._buffer: list[str] = []
+        self._seq = 0
+        # Line-oriented text; opened once, appended to, so restarts of the
+        # broker continue an existing trace file rather than clobbering it.
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def emit(self, event: TraceEvent) -> None:
+        self._seq += 1
+        record = event.to_dict()
+        record["seq"] = self._seq
+        self._buffer.append(json.dumps(record, separators=(",", ":")))
+        if len(self._buffer) >= self.max_buffered_events:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._file.closed:
+            return
+        if self._buffer:
+            self._file.write("\n".join(self._buffer))
+            self._file.write("\n")
+            self._buffer.clear()
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.flush()
+            self._file.close()
+
+
+def read_ndjson_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Parse a trace file written by NdjsonTraceSink (one object per line)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,105 @@
+"""FrameDecoder: Kafka's 4-byte size-prefixed framing, split at any byte
+boundary; hard maximum (socket.request.max.bytes) and negative sizes are
+typed errors raised before any payload is buffered; a stream that ends
+inside a frame is a TruncatedFrameError. Hypothesis checks that any
+chunking of a valid stream yields the same frames and that arbitrary bytes
+only ever produce frames or FrameError (with bounded buffering)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kref.protocol.framing import (
+    FrameDecoder,
+    FrameError,
+    InvalidFrameSizeError,
+    TruncatedFrameError,
+    encode_frame,
+)
+
+
+def test_frames_split_across_feeds():
+    d = FrameDecoder(100)
+    stream = encode_frame(b"hello") + encode_frame(b"") + encode_frame(b"world!")
+    frames = []
+    for i in range(len(stream)):
+        d.feed(stream[i : i + 1])
+        frames.extend(d.frames())
+    assert frames == [b"hello", b"", b"world!"]
+    d.end_of_stream()
+
+
+def test_oversize_prefix_rejected_before_buffering():
+    d = FrameDecoder(1024)
+    d.feed(struct.pack(">i", 1025))
+    with pytest.raises(InvalidFrameSizeError) as info:
+        d.next_frame()
+    assert info.value.size == 1025
+    assert "socket.request.max.bytes=1024" in str(info.value)
+
+
+def test_frame_of_exactly_max_size_accepted():
+    d = FrameDecoder(8)
+    d.feed(encode_frame(b"12345678"))
+    assert d.next_frame() == b"12345678"
+
+
+def test_negative_prefix_rejected():
+    d = FrameDecoder(1024)
+    d.feed(struct.pack(">i", -1))
+    with pytest.raises(InvalidFrameSizeError, match="negative"):
+        d.next_frame()
+
+
+@pytest.mark.parametrize("data", [b"\x00\x00", struct.pack(">i", 10) + b"abc"])
+def test_truncated_stream(data):
+    d = FrameDecoder(1024)
+    d.feed(data)
+    assert d.next_frame() is None
+    with pytest.raises(TruncatedFrameError):
+        d.end_of_stream()
+
+
+def test_invalid_max_rejected():
+    with pytest.raises(ValueError):
+        FrameDecoder(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=10),
+    cuts=st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=50),
+)
+def test_any_chunking_yields_the_same_frames(payloads, cuts):
+    stream = b"".join(encode_frame(p) for p in payloads)
+    d = FrameDecoder(300)
+    frames, pos, i = [], 0, 0
+    while pos < len(stream):
+        step = cuts[i % len(cuts)]
+        d.feed(stream[pos : pos + step])
+        pos += step
+        i += 1
+        frames.extend(d.frames())
+    assert frames == payloads
+    d.end_of_stream()
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=2000), chunk=st.integers(min_value=1, max_value=256))
+def test_arbitrary_bytes_only_frames_or_typed_errors(data, chunk):
+    limit = 512
+    d = FrameDecoder(limit)
+    try:
+        for pos in range(0, len(data), chunk):
+            d.feed(data[pos : pos + chunk])
+            for frame in d.frames():
+                assert len(frame) <= limit
+            # at most one partial frame plus one chunk is ever buffered
+            assert d.buffered_bytes <= limit + 4 + chunk
+        d.end_of_stream()
+    except FrameError:
+        pass

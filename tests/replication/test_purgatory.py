@@ -1,0 +1,109 @@
+"""The delayed-operation purgatory (acks=all produce, long-poll fetch).
+
+Checks, on trio's virtual clock (MockClock with autojump, so no real waiting
+and no timing in the assertions): an operation completes when a watched key
+is checked and its condition holds, only once, and only via its own keys;
+it expires with REQUEST_TIMED_OUT for the partitions still waiting; a full
+purgatory refuses to park more (bounded memory) and the operation expires at
+once; a cancelled waiter (client gone) leaves nothing watched.
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from kref.replication.purgatory import (
+    DelayedFetch,
+    DelayedProduce,
+    ProducePartitionStatus,
+    Purgatory,
+    wait_for,
+)
+
+A, B = ("t", 0), ("t", 1)
+
+
+def run(fn):
+    trio.run(fn, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_delayed_produce_completes_when_all_partitions_reach_hw():
+    hw = {A: 0, B: 0}
+    purgatory = Purgatory("produce")
+    op = DelayedProduce(
+        {A: ProducePartitionStatus(5), B: ProducePartitionStatus(3)},
+        lambda key, required: 0 if hw[key] >= required else None,
+    )
+    result = {}
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            async def waiter():
+                result["completed"] = await wait_for(purgatory, op, 30_000)
+                result["at"] = trio.current_time()
+
+            nursery.start_soon(waiter)
+            await trio.sleep(1)
+            assert len(purgatory) == 1
+            hw[A] = 5
+            assert purgatory.check_and_complete(A) == 0  # B still short
+            hw[B] = 3
+            assert purgatory.check_and_complete(("other", 0)) == 0  # not a watched key
+            assert purgatory.check_and_complete(B) == 1
+            assert purgatory.check_and_complete(B) == 0  # never twice
+
+    run(main)
+    assert result["completed"] is True
+    assert {k: s.error_code for k, s in op.partitions.items()} == {A: 0, B: 0}
+    assert len(purgatory) == 0
+
+
+def test_delayed_produce_expires_with_request_timed_out():
+    purgatory = Purgatory("produce")
+    op = DelayedProduce(
+        {A: ProducePartitionStatus(5), B: ProducePartitionStatus(3)},
+        lambda key, required: 0 if key == A else None,
+    )
+
+    async def main():
+        start = trio.current_time()
+        assert await wait_for(purgatory, op, 2_000) is False
+        assert trio.current_time() - start == 2.0
+
+    run(main)
+    assert op.partitions[A].error_code == 0
+    assert op.partitions[B].error_code == 7
+    assert len(purgatory) == 0
+
+
+def test_full_purgatory_refuses_and_operation_expires_at_once():
+    purgatory = Purgatory("fetch", max_operations=2)
+    outcomes = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                async def parked():
+                    outcomes.append(await wait_for(purgatory, DelayedFetch([A], lambda: False), 10_000))
+
+                nursery.start_soon(parked)
+            await trio.sleep(0.5)
+            assert len(purgatory) == 2
+            start = trio.current_time()
+            assert await wait_for(purgatory, DelayedFetch([A], lambda: False), 10_000) is False
+            assert trio.current_time() == start  # did not wait
+            nursery.cancel_scope.cancel()
+
+    run(main)
+    assert len(purgatory) == 0  # cancelled waiters unwatched themselves
+
+
+def test_fetch_ready_immediately_is_never_parked():
+    purgatory = Purgatory("fetch")
+
+    async def main():
+        assert await wait_for(purgatory, DelayedFetch([A], lambda: True), 10_000) is True
+
+    run(main)
+    assert len(purgatory) == 0
