@@ -178,7 +178,7 @@ def _cap_by_rows(start: PartitionOffsets, latest: PartitionOffsets, max_rows: in
     fraction, so the total is exactly min(max_rows, lag) and every call makes
     progress when there is any lag.
     """
-    lag = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    lag = {tp: max(0, latest[tp] - start[tp]) for tp in latest}
     total = sum(lag.values())
     if total <= max_rows:
         return dict(latest)
@@ -187,13 +187,15 @@ def _cap_by_rows(start: PartitionOffsets, latest: PartitionOffsets, max_rows: in
     rest = max_rows - sum(take.values())
     for tp in sorted(shares, key=lambda tp: (take[tp] - shares[tp], tp))[:rest]:
         take[tp] += 1
-    return {tp: start.get(tp, latest[tp]) + take[tp] for tp in latest}
+    # A partition whose log went back (data loss, reported already) jumps to its new end.
+    return {tp: min(latest[tp], start[tp] + take[tp]) for tp in latest}
 
 
 class KrefStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
         self.options = options
-        self._target: PartitionOffsets | None = None  # set by Trigger.AvailableNow
+        # (log_start_offsets, high_watermarks) pinned by Trigger.AvailableNow.
+        self._target: tuple[PartitionOffsets, PartitionOffsets] | None = None
 
     def _snapshot(self) -> tuple[PartitionOffsets, PartitionOffsets]:
         o = self.options
@@ -213,24 +215,23 @@ class KrefStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if n is None else ReadMaxRows(n)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._snapshot()[1]
+        self._target = self._snapshot()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = offsets_from_json(start)
-        if self._target is not None:
-            latest = dict(self._target)
-        else:
-            earliest, latest = self._snapshot()
-            # A partition that appeared since `start` is read from its beginning.
-            for tp in latest:
-                begin.setdefault(tp, earliest[tp])
+        earliest, latest = self._target if self._target is not None else self._snapshot()
+        latest = dict(latest)
+        # A partition that appeared since `start` is read from its beginning.
+        for tp in latest:
+            begin.setdefault(tp, earliest[tp])
         for tp, offset in begin.items():
             if tp in latest and latest[tp] < offset:
+                # Topic recreated or log truncated: Spark's Kafka source fails, or
+                # (failOnDataLoss=false) warns and goes on from the new end.
                 client.data_loss(
                     f"{tp[0]}-{tp[1]}: offset went back from {offset} to {latest[tp]}.",
                     self.options.fail_on_data_loss,
                 )
-                latest[tp] = offset
         if isinstance(limit, ReadMaxRows):
             latest = _cap_by_rows(begin, latest, limit.max_rows)
         # Never drop a partition the stream already tracks (e.g. a transient metadata gap).

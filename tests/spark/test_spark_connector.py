@@ -319,3 +319,20 @@ def test_offsets_out_of_range_fail_or_are_skipped_per_fail_on_data_loss(spark, b
     assert sorted((r.partition, r.offset) for r in rows) == sorted(
         (p, o) for p, o, *_ in delivered
     )
+
+
+def test_starting_offset_below_log_start_offset_fails_or_skips(spark, broker):
+    """DeleteRecords moves log_start_offset: the records before it are gone."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = broker.create_topic(1)
+    broker.produce(topic, [(None, f"v{i}".encode(), 0, None) for i in range(12)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+        future.result(timeout=30)
+    from_zero = json.dumps({topic: {"0": 0}})
+    with pytest.raises(Exception, match="below the earliest available offset 5"):
+        _reader(spark, broker, topic, startingOffsets=from_zero).collect()
+    rows = _reader(spark, broker, topic, startingOffsets=from_zero, failOnDataLoss="false")
+    assert sorted(r.offset for r in rows.collect()) == list(range(5, 12))
