@@ -14,7 +14,9 @@ modules, idempotent) gives the broker:
 - an `on_serving` hook that, once the broker's nursery runs, marks every
   existing `__consumer_offsets` partition as loading, loads them in the
   background (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS) and
-  starts the coordinator's timer task.
+  starts the coordinator's timer task;
+- an `on_topic_deleted` hook: the coordinator forgets (and tombstones) the
+  committed offsets of a deleted topic, as Kafka does.
 
 `__consumer_offsets` is created on the first FindCoordinator for a group,
 like Kafka does, as a compacted topic with offsets.topic.num.partitions
@@ -83,6 +85,13 @@ def install(broker) -> None:
     )
     broker.producer_id_manager = None
     broker.on_serving.append(lambda: _start(broker))
+    broker.on_topic_deleted.append(_forget_offsets)
+
+
+def _forget_offsets(broker, topic: str) -> None:
+    """DeleteTopics: the group coordinator drops the topic's committed offsets."""
+    if topic != OFFSETS_TOPIC:
+        broker.group_coordinator.step(g.TopicsDeleted((topic,)))
 
 
 def _record_count(batch: bytes) -> int:
