@@ -35,6 +35,7 @@ from kref.broker.group_coordinator import GroupCoordinatorDriver
 from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
 from kref.coordinator.producer_id import ProducerIdManager
+from kref.protocol.errors import ErrorCode
 from kref.storage.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,16 @@ log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+
+# kref has no transaction coordinator. A retriable answer such as
+# COORDINATOR_NOT_AVAILABLE makes every client retry until its own timeout
+# (init_transactions() blocks for transaction.timeout, aiokafka's start()
+# forever); TRANSACTIONAL_ID_AUTHORIZATION_FAILED is the one error all of
+# them (librdkafka, kafka-python, aiokafka, kafkajs) treat as fatal at once,
+# so a transactional producer fails fast with our message. Both
+# FindCoordinator(key_type=1) and InitProducerId(transactional_id) say so.
+TRANSACTIONS_REFUSED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+NO_TRANSACTIONS_MESSAGE = "kref does not support transactions (no transaction coordinator)"
 
 
 class CoordinatorWriteError(Exception):
@@ -149,7 +160,7 @@ def ensure_offsets_topic(broker) -> None:
 async def coordinator_for(broker, key: str, key_type: int, listener_name: str = "PLAINTEXT"):
     """(error_code, message, node_id, host, port) answering FindCoordinator for one key."""
     if key_type == TRANSACTION_KEY_TYPE:
-        return g.Errors.COORDINATOR_NOT_AVAILABLE, "kref has no transaction coordinator", -1, "", -1
+        return TRANSACTIONS_REFUSED, NO_TRANSACTIONS_MESSAGE, -1, "", -1
     if key_type != GROUP_KEY_TYPE:
         return 42, f"unknown coordinator key type {key_type}", -1, "", -1  # INVALID_REQUEST
     try:
