@@ -34,13 +34,17 @@ import bisect
 import functools
 import os
 import shutil
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from kref.records.batch import decode_batch
-from kref.records.errors import CorruptRecordError, TruncatedBatchError
+from kref.records.errors import CorruptRecordError
 from kref.records.header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
     BatchHeader,
     iter_headers,
     read_header,
@@ -129,6 +133,30 @@ class FetchDataInfo:
     @property
     def size_in_bytes(self) -> int:
         return len(self.records)
+
+
+_FRAME = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def _frames(view: memoryview, position: int) -> Iterator[tuple[int, int, int, int]]:
+    """(position, base_offset, last_offset, next_position) of each complete v2 batch in `view`.
+
+    The read path's walk over bytes already in the log: they were validated
+    (header and CRC) on append or by recovery, so only the framing fields are
+    read — a full header decode per batch would dominate fetches of many small
+    batches. Stops at the first incomplete or implausible frame.
+    """
+    n = len(view)
+    while position + HEADER_SIZE <= n:
+        base_offset, batch_length = _FRAME.unpack_from(view, position)
+        end = position + LOG_OVERHEAD + batch_length
+        if batch_length < _MIN_BATCH_LENGTH or end > n or view[position + MAGIC_OFFSET] != 2:
+            return
+        yield position, base_offset, base_offset + _LAST_OFFSET_DELTA.unpack_from(view, position + _LAST_OFFSET_DELTA_AT)[0], end
+        position = end
 
 
 def _disk_errors_as_storage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -642,20 +670,16 @@ class Log:
         start = -1
         first = next_offset = target
         whole = False
-        while True:
-            try:
-                h = read_header(view, p)
-            except CorruptRecordError:
-                break  # incomplete at the end of the buffer, or damage: stop here
+        for position_in_view, base_offset, last_offset, end in _frames(view, 0):
             if start < 0:
-                if h.last_offset < target:
-                    p = h.next_position
+                if last_offset < target:
+                    p = end
                     continue
-                start, first = p, h.base_offset
-            if h.last_offset >= limit or h.next_position - start > budget:
+                start, first = position_in_view, base_offset
+            if last_offset >= limit or end - start > budget:
                 break
-            p = h.next_position
-            next_offset = h.next_offset
+            p = end
+            next_offset = last_offset + 1
             if position + p >= seg.size:
                 whole = True
                 break
@@ -672,17 +696,11 @@ class Log:
         view = memoryview(data)
         p = 0
         next_offset = first.base_offset
-        while p < len(view):
-            try:
-                h = read_header(view, p)
-            except TruncatedBatchError:
-                break
-            except CorruptRecordError:
-                break  # never hand damaged bytes to a reader; recovery deals with them
-            if h.last_offset >= limit:
+        for _, _, last_offset, end in _frames(view, 0):
+            if last_offset >= limit:
                 return bytes(view[:p]), next_offset, False
-            p = h.next_position
-            next_offset = h.next_offset
+            p = end
+            next_offset = last_offset + 1
         reached_end = first.position + p >= seg.size
         return (data if p == len(data) else bytes(view[:p])), next_offset, reached_end
 
