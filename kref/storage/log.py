@@ -195,6 +195,9 @@ class Log:
         self.last_flush_ms = now_ms
         self._now_ms = now_ms
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # (offset, segment, position) just after the last fast read; a hint only,
+        # checked against the segment object and its size before use.
+        self._read_hint: tuple[int, LogSegment, int] | None = None
         self.leader_epoch_cache = LeaderEpochFileCache(None)
         self.closed = False
 
@@ -621,7 +624,9 @@ class Log:
             seg = self.segments[i]
             i += 1
             budget = max_bytes - total
-            fast = self._read_in_one_go(seg, target, budget, limit)
+            hint = self._read_hint
+            known = hint[2] if hint is not None and hint[0] == target and hint[1] is seg else None
+            fast = self._read_in_one_go(seg, target, budget, limit, known)
             if fast is not None:
                 chunk, chunk_first, chunk_next, whole = fast
             else:
@@ -652,8 +657,9 @@ class Log:
         records = parts[0] if len(parts) == 1 else b"".join(parts)
         return FetchDataInfo(records, start_offset, first_offset, next_offset, self.log_start_offset, leo)
 
-    @staticmethod
-    def _read_in_one_go(seg: LogSegment, target: int, budget: int, limit: int) -> tuple[bytes, int, int, bool] | None:
+    def _read_in_one_go(
+        self, seg: LogSegment, target: int, budget: int, limit: int, known_position: int | None = None
+    ) -> tuple[bytes, int, int, bool] | None:
         """The common case of a read as a single pread from the index position:
         skip the batches before `target`, keep whole batches within `budget`.
 
@@ -661,7 +667,10 @@ class Log:
         batch came out whole; one disk round trip per fetch instead of two
         matters on a cold cache.
         """
-        _, position = seg.offset_index.lookup(target)
+        if known_position is not None and known_position <= seg.size:
+            position = known_position  # a consumer reading on from where its last fetch ended
+        else:
+            _, position = seg.offset_index.lookup(target)
         if budget <= 0 or position >= seg.size:
             return None
         data = seg.read_at(position, min(budget + seg.lookup_chunk_size, seg.size - position))
@@ -671,6 +680,8 @@ class Log:
         first = next_offset = target
         whole = False
         for position_in_view, base_offset, last_offset, end in _frames(view, 0):
+            if position_in_view == 0 and known_position is not None and base_offset != target:
+                return None  # a stale hint: take the careful path
             if start < 0:
                 if last_offset < target:
                     p = end
@@ -685,6 +696,8 @@ class Log:
                 break
         if start < 0 or p == start:
             return None
+        # Remember where the next batch starts: sequential consumers ask for it next.
+        self._read_hint = (next_offset, seg, position + p)
         return bytes(view[start:p]), first, next_offset, whole
 
     @staticmethod
@@ -770,6 +783,7 @@ class Log:
             raise OffsetOutOfRangeError(f"cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
             return False
+        self._read_hint = None
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
@@ -807,6 +821,7 @@ class Log:
                 self.producer_state.truncate_to(offset)
 
     def _truncate_fully(self, offset: int, now_ms: int) -> None:
+        self._read_hint = None
         doomed = self.segments[:]
         self.segments.clear()
         self._base_offsets.clear()
