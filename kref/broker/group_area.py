@@ -107,8 +107,11 @@ def _start(broker) -> None:
 async def _load_all(broker, partitions: list[int]) -> None:
     driver: GroupCoordinatorDriver = broker.group_coordinator
     for p in partitions:
-        partition_log = broker._log_of(broker.partitions.get((OFFSETS_TOPIC, p)))
+        driver_or_log = broker.partitions.get((OFFSETS_TOPIC, p))
+        # a partition driver holds its Log in .log; without the partition area it is the Log
+        partition_log = getattr(driver_or_log, "log", driver_or_log)
         if partition_log is None:
+            log.error("%s-%d has no log; its groups stay unavailable", OFFSETS_TOPIC, p)
             continue
         await driver.load_partition(p, partition_log)
     log.info("loaded %d %s partition(s): %d group(s)", len(partitions), OFFSETS_TOPIC, len(driver.core.groups))

@@ -31,11 +31,12 @@ memory is bounded by the number of segments and index entries.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import shutil
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from kref.records.batch import decode_batch
 from kref.records.errors import CorruptRecordError, TruncatedBatchError
@@ -60,6 +61,7 @@ from kref.storage.errors import (
     CorruptIndexError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -127,6 +129,20 @@ class FetchDataInfo:
     @property
     def size_in_bytes(self) -> int:
         return len(self.records)
+
+
+def _disk_errors_as_storage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An OSError under a log operation becomes KafkaStorageError (KAFKA_STORAGE_ERROR),
+    so the broker answers the request with that code instead of dying."""
+
+    @functools.wraps(method)
+    def guarded(self: "Log", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            raise KafkaStorageError(f"I/O error on {self.dir}: {e}") from e
+
+    return guarded
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
@@ -414,6 +430,7 @@ class Log:
             headers.append(h)
         return headers
 
+    @_disk_errors_as_storage_errors
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
         """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append."""
         self._ensure_open()
@@ -464,6 +481,7 @@ class Log:
             info.offset_of_max_timestamp = info.first_offset
         return info
 
+    @_disk_errors_as_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """The follower half of FollowerFetch: append the leader's batches unchanged."""
         self._ensure_open()
@@ -527,6 +545,7 @@ class Log:
             return self.roll(now_ms, expected_next_offset=first_offset)
         return seg
 
+    @_disk_errors_as_storage_errors
     def roll(self, now_ms: int | None = None, *, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment for appends and start a new one at the log end.
 
@@ -551,6 +570,7 @@ class Log:
     # read
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, at most `max_bytes`
         (but at least one batch when `min_one_message`), none reaching `max_offset`."""
@@ -666,6 +686,7 @@ class Log:
         reached_end = first.position + p >= seg.size
         return (data if p == len(data) else bytes(view[:p])), next_offset, reached_end
 
+    @_disk_errors_as_storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: (timestamp, offset, leader_epoch) or None when nothing matches."""
         self._ensure_open()
@@ -719,6 +740,7 @@ class Log:
     # truncation, log start offset, retention
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch with offsets >= `offset` (TruncateToEpochEndOffset).
 
@@ -752,6 +774,7 @@ class Log:
             self.producer_state.truncate_to(leo)
         return True
 
+    @_disk_errors_as_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and continue at `offset` (a follower far behind the leader's start)."""
         self._ensure_open()
@@ -795,6 +818,7 @@ class Log:
             hook(new_log_start_offset)
         return True
 
+    @_disk_errors_as_storage_errors
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: delete segments past retention.ms, beyond retention.bytes
         or wholly below log_start_offset; returns how many were deleted."""
@@ -874,6 +898,7 @@ class Log:
     # flush, close, delete
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the log end; the recovery point follows."""
         self._ensure_open()

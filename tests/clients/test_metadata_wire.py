@@ -131,3 +131,17 @@ def test_clean_shutdown_marks_log_dirs(kref_broker):
     assert (data / "meta.properties").read_text().count("node.id=1") == 1
     assert (data / "flushed-0" / "partition.metadata").exists()
     assert "stopped cleanly" in kref_broker.log_text()
+
+
+def test_port_in_use_is_a_clear_error(kref_broker, tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "kref.cli", "broker", "--override", f"listeners=PLAINTEXT://127.0.0.1:{kref_broker.port}",
+         "--override", f"log.dirs={tmp_path / 'other'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 1
+    assert f"cannot listen on PLAINTEXT://127.0.0.1:{kref_broker.port}" in out.stderr
+    assert "Traceback" not in out.stderr
