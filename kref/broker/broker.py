@@ -35,8 +35,10 @@ from typing import Any
 
 import trio
 
-from kref.broker.config import BrokerConfig, ConfigError, Listener
-from kref.broker.topic_configs import TopicConfigError, validate_topic_config
+from kref.broker.config import BrokerConfig, ConfigError, Listener, advertisable
+from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
+from kref.storage.config import LogConfig
+from kref.storage.log_manager import LogManager
 from kref.protocol.errors import ErrorCode
 
 __all__ = [
@@ -107,16 +109,6 @@ def validate_topic_name(name: str | None) -> None:
         )
 
 
-def _storage():
-    """The storage engine's classes, or None while its branch is not merged."""
-    try:
-        from kref.storage.log import LogConfig
-        from kref.storage.log_manager import LogManager
-    except ImportError:
-        return None
-    return LogConfig, LogManager
-
-
 class Broker:
     def __init__(self, config: BrokerConfig, *, trace_file: str | None = None) -> None:
         self.config = config
@@ -132,12 +124,23 @@ class Broker:
         # Hooks other areas may add: called with (broker, topic_name) after
         # a topic is deleted, e.g. to drop purgatory entries or group offsets.
         self.on_topic_deleted: list[Callable[[Broker, str], None]] = []
+        # Called with (broker, topic_name) after IncrementalAlterConfigs
+        # changed a topic's configs (the Logs already have the new LogConfig).
+        self.on_topic_config_changed: list[Callable[[Broker, str], None]] = []
+        # Set by the groups area before open(): (partition_dir, partition, topic)
+        # -> producer state for that Log (LogManager's hook).
+        self.producer_state_factory: Callable[[str, int, str], Any] | None = None
+        self.default_log_config = LogConfig.from_properties(config.topic_config_defaults())
         self._log_dirs = [Path(d) for d in config.log_dirs]
         # Listeners as bound (port 0 resolved), set by the server.
         self.bound_listeners: tuple[Listener, ...] = ()
+        self.open_connections = 0  # bounded by max.connections
         # Called (no arguments) at shutdown before the logs are closed, e.g.
         # to complete purgatory operations or write coordinator state.
         self.on_shutdown: list[Callable[[], None]] = []
+        # Called (no arguments) once the nursery runs, before listeners open,
+        # e.g. to start loading coordinator state in the background.
+        self.on_serving: list[Callable[[], None]] = []
 
     # --- clock -----------------------------------------------------------------
 
@@ -153,14 +156,16 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_or_write_meta_properties()
         self._load_topic_image()
-        storage = _storage()
-        if storage is not None:
-            log_config_cls, log_manager_cls = storage
-            now = self.now_ms()
-            self.log_manager = log_manager_cls(
-                [str(d) for d in self._log_dirs], self._default_log_config(log_config_cls), now
-            )
-            self.log_manager.load_logs(now)
+        self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
+        now = self.now_ms()
+        self.log_manager = LogManager(
+            [str(d) for d in self._log_dirs],
+            self.default_log_config,
+            now,
+            producer_state_factory=self.producer_state_factory,
+        )
+        self.log_manager.load_logs(now, self._log_config_of_topic)
+        self._delete_stray_logs()
         for topic in self.topics.values():
             for p in range(topic.num_partitions):
                 self._attach_partition(topic, p)
@@ -183,10 +188,7 @@ class Broker:
             )
         if not self.bound_listeners:
             return self.config.advertised
-        return tuple(
-            Listener(lst.name, lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1", lst.port)
-            for lst in self.bound_listeners
-        )
+        return tuple(advertisable(lst) for lst in self.bound_listeners)
 
     def start_soon(self, fn, *args) -> None:
         if self.nursery is None:
@@ -290,12 +292,8 @@ class Broker:
         del self.topics[name]
         self._save_topic_image()
         for p in range(topic.num_partitions):
-            driver = self.partitions.pop((name, p), None)
-            close = getattr(driver, "delete", None) if driver is not None else None
-            if self.log_manager is not None:
-                self.log_manager.delete_log(name, p)
-            elif callable(close):
-                close()
+            self.partitions.pop((name, p), None)
+            self.log_manager.delete_log(name, p)
         for hook in self.on_topic_deleted:
             hook(self, name)
         log.info("deleted topic %s (%s)", name, topic.topic_id)
@@ -327,29 +325,10 @@ class Broker:
 
     def validate_topic_configs(self, configs: dict[str, str | None]) -> dict[str, str]:
         """Check names and values of topic config overrides; returns the cleaned dict."""
-        cleaned = {}
-        for key, value in configs.items():
-            try:
-                cleaned[key] = validate_topic_config(key, value)
-            except TopicConfigError as exc:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-        storage = _storage()
-        if storage is not None:
-            log_config_cls = storage[0]
-            merged = {**self.config.topic_config_defaults(), **cleaned}
-            try:
-                log_config_cls.from_properties(_storage_known(log_config_cls, merged))
-            except (ConfigError, ValueError) as exc:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-        return cleaned
-
-    def effective_topic_config(self, name: str) -> dict[str, tuple[str, bool]]:
-        """name -> (value, is_default) for every topic config of `name`."""
-        topic = self.topics[name]
-        out = {k: (v, True) for k, v in self.config.topic_config_defaults().items()}
-        for k, v in topic.configs.items():
-            out[k] = (v, False)
-        return out
+        try:
+            return validate_topic_configs(configs, self.default_log_config)
+        except TopicConfigError as exc:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
     def alter_topic_configs(self, name: str, new_configs: dict[str, str], *, validate_only: bool = False) -> None:
         topic = self.topics.get(name)
@@ -360,41 +339,59 @@ class Broker:
             return
         topic.configs = cleaned
         self._save_topic_image()
-        storage = _storage()
-        if storage is not None:
-            config = self._log_config_for(storage[0], topic)
-            for p in range(topic.num_partitions):
-                log_ = self._log_of(self.partitions.get((name, p)))
-                if log_ is not None:
-                    log_.config = config
+        config = self.log_config_for(topic)
+        for p in range(topic.num_partitions):
+            log_ = self.log_manager.get_log(name, p) if self.log_manager is not None else None
+            if log_ is not None:
+                log_.config = config
+        for hook in self.on_topic_config_changed:
+            hook(self, name)
 
     # --- internals -------------------------------------------------------------
 
-    def _default_log_config(self, log_config_cls):
-        return log_config_cls.from_properties(_storage_known(log_config_cls, self.config.topic_config_defaults()))
+    def log_config_for(self, topic: TopicMetadata) -> LogConfig:
+        """The topic's overrides over the broker's log.* defaults."""
+        return LogConfig.from_properties(topic.configs, self.default_log_config)
 
-    def _log_config_for(self, log_config_cls, topic: TopicMetadata):
-        merged = {**self.config.topic_config_defaults(), **topic.configs}
-        return log_config_cls.from_properties(_storage_known(log_config_cls, merged))
+    def _delete_stray_logs(self) -> None:
+        """Remove logs the topic image does not know (Kafka's "stray" partitions).
 
-    def _attach_partition(self, topic: TopicMetadata, partition: int) -> None:
-        log_ = None
-        if self.log_manager is not None:
-            storage = _storage()
-            log_ = self.log_manager.get_or_create_log(
-                topic.name, partition, config=self._log_config_for(storage[0], topic), topic_id=topic.topic_id
-            )
-        if self.partition_factory is not None:
-            self.partitions[(topic.name, partition)] = self.partition_factory(self, topic.name, partition, log_)
-        else:
-            self.partitions[(topic.name, partition)] = log_
+        A crash between writing the image and creating or deleting partition
+        dirs leaves such logs behind; keeping them would hand a re-created
+        topic the old topic's records.
+        """
+        for log_ in list(self.log_manager.all_logs()):
+            topic = self.topics.get(log_.topic)
+            if topic is None or log_.partition >= topic.num_partitions:
+                reason = "no such topic" if topic is None else f"topic has {topic.num_partitions} partition(s)"
+            elif log_.topic_id is not None and log_.topic_id != topic.topic_id:
+                reason = f"topic id {log_.topic_id} is not the topic's {topic.topic_id}"
+            else:
+                continue
+            log.warning("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
+            self.log_manager.delete_log(log_.topic, log_.partition)
 
     @staticmethod
-    def _log_of(driver: Any) -> Any:
+    def log_of(driver: Any) -> Any:
         """The storage Log behind a partition driver (or the Log itself)."""
         if driver is None:
             return None
         return getattr(driver, "log", driver)
+
+    _log_of = log_of  # the name the groups area first used
+
+    def _log_config_of_topic(self, name: str) -> LogConfig | None:
+        topic = self.topics.get(name)
+        return self.log_config_for(topic) if topic is not None else None
+
+    def _attach_partition(self, topic: TopicMetadata, partition: int) -> None:
+        log_ = self.log_manager.get_or_create_log(
+            topic.name, partition, config=self.log_config_for(topic), topic_id=topic.topic_id
+        )
+        if self.partition_factory is not None:
+            self.partitions[(topic.name, partition)] = self.partition_factory(self, topic.name, partition, log_)
+        else:
+            self.partitions[(topic.name, partition)] = log_
 
     def _load_or_write_meta_properties(self) -> str:
         """Kafka's meta.properties in every log dir: version, cluster.id, node.id."""
@@ -435,19 +432,6 @@ class Broker:
     def _save_topic_image(self) -> None:
         data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
         _atomic_write(self._log_dirs[0] / METADATA_FILE, json.dumps(data, indent=1, sort_keys=True))
-
-
-def _storage_known(log_config_cls, props: Mapping[str, str]) -> dict[str, str]:
-    """The subset of topic configs the storage LogConfig models.
-
-    Topic configs that only matter to areas kref has not built (tiered
-    storage, throttles, compaction lag) are kept in the image but are not
-    handed to storage, which would reject names it does not know.
-    """
-    known = getattr(log_config_cls, "PROPERTY_NAMES", None)
-    if known is None:
-        return dict(props)
-    return {k: v for k, v in props.items() if k in known}
 
 
 def _new_cluster_id() -> str:

@@ -36,7 +36,7 @@ from kref.protocol.codec import DecodedRequest, decode_request, encode_response
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
 
-__all__ = ["serve", "run_broker", "handle_connection", "MAX_IN_FLIGHT_REQUESTS"]
+__all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
 
 log = logging.getLogger("kref.server")
 
@@ -46,6 +46,10 @@ RECEIVE_CHUNK_BYTES = 256 * 1024
 
 class _CloseConnection(Exception):
     pass
+
+
+class ListenError(OSError):
+    """A listener cannot be bound (port in use, bad address)."""
 
 
 async def handle_connection(stream: trio.SocketStream, broker: Broker, router: Router, listener_name: str) -> None:
@@ -134,13 +138,18 @@ async def serve(
         host = listener.host or None
         if host in ("0.0.0.0", "::"):
             host = None
-        sockets = await trio.open_tcp_listeners(listener.port, host=host)
+        try:
+            sockets = await trio.open_tcp_listeners(listener.port, host=host)
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {listener}: {exc.strerror or exc}") from None
         port = sockets[0].socket.getsockname()[1]
         bound.append((Listener(listener.name, listener.host, port), sockets))
     broker.bound_listeners = tuple(lst for lst, _ in bound)
     async with trio.open_nursery() as nursery:
         broker.nursery = nursery
         await nursery.start(broker.run_background)
+        for hook in broker.on_serving:
+            hook()
         for listener, sockets in bound:
             handler = _connection_handler(broker, router, listener.name)
             await nursery.start(trio.serve_listeners, handler, sockets)
@@ -150,7 +159,16 @@ async def serve(
 
 def _connection_handler(broker: Broker, router: Router, listener_name: str) -> Callable:
     async def handler(stream: trio.SocketStream) -> None:
-        await handle_connection(stream, broker, router, listener_name)
+        limit = broker.config.max_connections
+        if broker.open_connections >= limit:
+            log.warning("closing a new connection: max.connections=%d reached", limit)
+            await stream.aclose()
+            return
+        broker.open_connections += 1
+        try:
+            await handle_connection(stream, broker, router, listener_name)
+        finally:
+            broker.open_connections -= 1
 
     return handler
 

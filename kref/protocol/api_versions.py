@@ -28,9 +28,11 @@ def _entries(module_type, ranges: Mapping[int, tuple[int, int]]):
     )
 
 
-def api_versions_response(api_version: int, ranges: Mapping[int, tuple[int, int]]):
+def api_versions_response(
+    api_version: int, ranges: Mapping[int, tuple[int, int]], *, error_code: ErrorCode = ErrorCode.NONE
+):
     response_type = response_class(API_VERSIONS_KEY, api_version)
-    kwargs = {"error_code": ErrorCode.NONE, "api_keys": _entries(_entry_class(response_type), ranges)}
+    kwargs = {"error_code": error_code, "api_keys": _entries(_entry_class(response_type), ranges)}
     if "throttle_time" in response_type.__dataclass_fields__:
         kwargs["throttle_time"] = _ZERO
     return response_type(**kwargs)

@@ -12,6 +12,7 @@ stops the walk with its typed error.
 
 from __future__ import annotations
 
+import struct
 from typing import Iterator
 
 from kref.records import header as h
@@ -21,6 +22,7 @@ from kref.records.errors import InvalidMagicError, TruncatedBatchError
 from kref.records.legacy import LegacyBatch, decode_legacy_batch
 
 Buffer = bytes | bytearray | memoryview
+_SIZE = struct.Struct(">i")
 
 
 def iter_batches(
@@ -30,10 +32,18 @@ def iter_batches(
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     verify_crc: bool = True,
     max_batch_size: int = 1 << 30,
+    allow_partial_tail: bool = False,
 ) -> Iterator[RecordBatch | LegacyBatch]:
-    """Yield each decoded batch (v2 RecordBatch or legacy LegacyBatch) in order."""
+    """Yield each decoded batch (v2 RecordBatch or legacy LegacyBatch) in order.
+
+    With allow_partial_tail, a batch cut off by the end of the buffer ends
+    the walk silently, as Kafka's consumers treat the last batch of a fetch
+    response that max_bytes cut short; otherwise it raises TruncatedBatchError.
+    """
     view = memoryview(buf)
     while position < len(view):
+        if allow_partial_tail and _is_partial(view, position):
+            return
         magic = h.magic_at(view, position) if len(view) - position > h.MAGIC_OFFSET else None
         if magic is None:
             raise TruncatedBatchError(f"{len(view) - position} trailing bytes, too few for a batch", position)
@@ -52,6 +62,14 @@ def iter_batches(
         else:
             raise InvalidMagicError(f"unknown magic {magic}", position)
         yield batch
+
+
+def _is_partial(view: memoryview, position: int) -> bool:
+    left = len(view) - position
+    if left < h.LOG_OVERHEAD:
+        return True
+    (size,) = _SIZE.unpack_from(view, position + 8)
+    return size >= 0 and left < h.LOG_OVERHEAD + size
 
 
 def iter_records(buf: Buffer, **kwargs) -> Iterator[Record]:

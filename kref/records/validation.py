@@ -21,6 +21,8 @@ BatchLengthError, compression errors) or INVALID_RECORD (InvalidRecordError).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kref.records import header as h
 from kref.records.batch import decode_records
 from kref.records.errors import InvalidMagicError, InvalidRecordError, UnsupportedCompressionError
@@ -34,14 +36,20 @@ def validate_records(
     max_batch_size: int,
     max_uncompressed_bytes: int | None = None,
     require_single_batch: bool = False,
+    check_records: Callable[[memoryview, h.BatchHeader, int], None] | None = None,
 ) -> list[h.BatchHeader]:
     """Validate a produce payload; return the headers of its batches.
 
     `max_uncompressed_bytes` defaults to max(max_batch_size, 64 MiB) so a
     well-compressed batch still validates while a bomb does not.
     `require_single_batch` enforces Kafka's rule for produce v3+ (exactly
-    one batch per partition).
+    one batch per partition). `check_records(view, header,
+    max_uncompressed_bytes)` replaces the full decode of each batch's
+    records (the broker's produce path passes a cheaper framing walk,
+    kref/records/framing_validation.py).
     """
+    if check_records is None:
+        check_records = decode_and_check_records
     if max_uncompressed_bytes is None:
         max_uncompressed_bytes = max(max_batch_size, 64 * 1024 * 1024)
     view = memoryview(buf)
@@ -57,18 +65,23 @@ def validate_records(
         header = h.read_header(view, position, max_batch_size=max_batch_size)
         h.verify_crc(view, header)
         _validate_header(header)
-        records = decode_records(view, header, max_uncompressed_bytes=max_uncompressed_bytes)
-        for expected_delta, record in enumerate(records):
-            if record.offset - header.base_offset != expected_delta:
-                raise InvalidRecordError(
-                    f"record offset delta {record.offset - header.base_offset} where {expected_delta} was expected",
-                    position,
-                )
+        check_records(view, header, max_uncompressed_bytes)
         headers.append(header)
         position = header.next_position
     if require_single_batch and len(headers) != 1:
         raise InvalidRecordError(f"produce payload holds {len(headers)} record batches; exactly one is allowed")
     return headers
+
+
+def decode_and_check_records(view: memoryview, header: h.BatchHeader, max_uncompressed_bytes: int) -> None:
+    """Every record parses, and their offset deltas run 0..count-1."""
+    records = decode_records(view, header, max_uncompressed_bytes=max_uncompressed_bytes)
+    for expected_delta, record in enumerate(records):
+        if record.offset - header.base_offset != expected_delta:
+            raise InvalidRecordError(
+                f"record offset delta {record.offset - header.base_offset} where {expected_delta} was expected",
+                header.position,
+            )
 
 
 def _validate_header(header: h.BatchHeader) -> None:

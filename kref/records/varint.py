@@ -17,9 +17,17 @@ Buffer = bytes | bytearray | memoryview
 def read_varint(buf: Buffer, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
     """Decode one zigzag varint (max_bytes=5) or varlong (max_bytes=10) at
     `pos`, not reading at or past `end`; return (value, next position)."""
-    if pos < end:
+    if pos + 1 < end:
         b = buf[pos]
-        if b < 0x80:  # the common one-byte case
+        if b < 0x80:  # one byte: lengths, small deltas
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:  # two bytes: most record lengths, value sizes, deltas
+            v = (b & 0x7F) | (c << 7)
+            return (v >> 1) ^ -(v & 1), pos + 2
+    elif pos < end:
+        b = buf[pos]
+        if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
     result = shift = 0
     limit = min(end, pos + max_bytes)

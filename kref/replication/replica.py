@@ -28,7 +28,7 @@ named after the action, carrying the post-state):
 - LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
   min log_end_offset over the isr moved; acks=1 answers now, acks=all either
   answers (high watermark already past the batch) or DelayProduce.
-- FollowerFetch       -> LeaderHandleFetch: fence stale epochs, detect a
+- FetchFromFollower   -> LeaderHandleFetch: fence stale epochs, detect a
   diverging log (KIP-320: the follower's last fetched epoch ends earlier on
   the leader), record the follower's log_end_offset and caught-up time,
   ExpandIsr once it reached the high watermark (and the start of the current
@@ -37,7 +37,9 @@ named after the action, carrying the post-state):
   replica_lag_time_max_ms, then AdvanceHighWatermark (a smaller isr may let
   it move).
 - BecomeFollower, FollowerAppended, FollowerTruncated -> BecomeFollower,
-  FollowerFetch, TruncateToEpochEndOffset on the follower side.
+  FollowerAppend, TruncateToEpochEndOffset on the follower side (the
+  follower's fetcher sending requests, the spec's FollowerFetch, lives in
+  the driver that will run followers).
 
 Invariants kept here (a violation is a bug and raises): the high watermark
 never decreases on a leader and never passes its log_end_offset; the leader
@@ -125,7 +127,7 @@ class LogAppended:
 
 
 @dataclass(frozen=True, slots=True)
-class FollowerFetch:
+class FetchFromFollower:
     """A fetch from follower `replica_id` arrived at this (leader) replica.
 
     `epoch_end_offset` is what the leader's epoch cache answers for
@@ -175,7 +177,7 @@ Event = (
     | BecomeFollower
     | ClientProduce
     | LogAppended
-    | FollowerFetch
+    | FetchFromFollower
     | FollowerAppended
     | FollowerTruncated
     | LogStartOffsetAdvanced
@@ -299,6 +301,8 @@ class PartitionReplica:
     replica_id: int  # this broker's node id
     min_insync_replicas: int = 1
     replica_lag_time_max_ms: int = 30_000
+    # Emit trace events (Emit effects); drivers without a sink switch it off.
+    tracing: bool = True
 
     role: Role = Role.NONE
     leader: int = -1
@@ -343,7 +347,7 @@ class PartitionReplica:
                 self._on_client_produce(event, out)
             case LogAppended():
                 self._on_log_appended(event, now_ms, out)
-            case FollowerFetch():
+            case FetchFromFollower():
                 self._on_follower_fetch(event, now_ms, out)
             case Tick():
                 self._on_tick(now_ms, out)
@@ -363,8 +367,17 @@ class PartitionReplica:
 
     # ------------------------------------------------------------ transitions
 
-    def _common(self, now_ms: int) -> dict:
-        return {"time_ms": now_ms, "replica": self.replica_id, "topic": self.topic, "partition": self.partition}
+    def _emit(self, out: list[Effect], event_type: type[trace.TraceEvent], now_ms: int, **fields) -> None:
+        # Building events costs more than the transition itself; a driver
+        # without a trace sink turns `tracing` off.
+        if self.tracing:
+            out.append(
+                Emit(
+                    event_type(
+                        time_ms=now_ms, replica=self.replica_id, topic=self.topic, partition=self.partition, **fields
+                    )
+                )
+            )
 
     def _on_become_leader(self, e: BecomeLeader, now_ms: int, out: list[Effect]) -> None:
         if e.leader_epoch < self.leader_epoch:
@@ -389,18 +402,16 @@ class PartitionReplica:
             if r != self.replica_id
         }
         out.append(AssignLeaderEpoch(self.leader_epoch, self.log_end_offset))
-        out.append(
-            Emit(
-                trace.BecomeLeader(
-                    **self._common(now_ms),
-                    leader_epoch=self.leader_epoch,
-                    partition_epoch=self.partition_epoch,
-                    isr=self.isr,
-                    replicas=self.replicas,
-                    log_end_offset=self.log_end_offset,
-                    high_watermark=self.high_watermark,
-                )
-            )
+        self._emit(
+            out,
+            trace.BecomeLeader,
+            now_ms,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            isr=self.isr,
+            replicas=self.replicas,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
         )
         self._maybe_advance_high_watermark(now_ms, out)
 
@@ -417,17 +428,15 @@ class PartitionReplica:
         self.log_end_offset = e.log_end_offset
         self.high_watermark = min(e.high_watermark, e.log_end_offset)
         self.followers = {}
-        out.append(
-            Emit(
-                trace.BecomeFollower(
-                    **self._common(now_ms),
-                    leader=self.leader,
-                    leader_epoch=self.leader_epoch,
-                    partition_epoch=self.partition_epoch,
-                    log_end_offset=self.log_end_offset,
-                    high_watermark=self.high_watermark,
-                )
-            )
+        self._emit(
+            out,
+            trace.BecomeFollower,
+            now_ms,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
         )
 
     def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
@@ -449,17 +458,15 @@ class PartitionReplica:
         if e.log_end_offset > self.log_end_offset:
             # A duplicate (idempotent retry) leaves the log untouched: no action.
             self.log_end_offset = e.log_end_offset
-            out.append(
-                Emit(
-                    trace.LeaderAppend(
-                        **self._common(now_ms),
-                        leader_epoch=self.leader_epoch,
-                        first_offset=e.first_offset,
-                        last_offset=e.last_offset,
-                        log_end_offset=self.log_end_offset,
-                        high_watermark=self.high_watermark,
-                    )
-                )
+            self._emit(
+                out,
+                trace.LeaderAppend,
+                now_ms,
+                leader_epoch=self.leader_epoch,
+                first_offset=e.first_offset,
+                last_offset=e.last_offset,
+                log_end_offset=self.log_end_offset,
+                high_watermark=self.high_watermark,
             )
             out.append(LogEndOffsetAdvanced(self.log_end_offset))
             self._maybe_advance_high_watermark(now_ms, out)
@@ -472,7 +479,7 @@ class PartitionReplica:
         else:
             out.append(ProduceResult(e.request_id, NONE))
 
-    def _on_follower_fetch(self, e: FollowerFetch, now_ms: int, out: list[Effect]) -> None:
+    def _on_follower_fetch(self, e: FetchFromFollower, now_ms: int, out: list[Effect]) -> None:
         def reject(code: int) -> None:
             out.append(RespondFollowerFetch(e.replica_id, code, self.high_watermark, self.log_start_offset))
 
@@ -519,23 +526,21 @@ class PartitionReplica:
         return None
 
     def _emit_handle_fetch(
-        self, e: FollowerFetch, now_ms: int, out: list[Effect], follower_leo: int, d_epoch: int, d_offset: int
+        self, e: FetchFromFollower, now_ms: int, out: list[Effect], follower_leo: int, d_epoch: int, d_offset: int
     ) -> None:
-        out.append(
-            Emit(
-                trace.LeaderHandleFetch(
-                    **self._common(now_ms),
-                    leader_epoch=self.leader_epoch,
-                    follower=e.replica_id,
-                    fetch_offset=e.fetch_offset,
-                    last_fetched_epoch=e.last_fetched_epoch,
-                    follower_log_end_offset=follower_leo,
-                    diverging_epoch=d_epoch,
-                    diverging_end_offset=d_offset,
-                    log_end_offset=self.log_end_offset,
-                    high_watermark=self.high_watermark,
-                )
-            )
+        self._emit(
+            out,
+            trace.LeaderHandleFetch,
+            now_ms,
+            leader_epoch=self.leader_epoch,
+            follower=e.replica_id,
+            fetch_offset=e.fetch_offset,
+            last_fetched_epoch=e.last_fetched_epoch,
+            remote_log_end_offset=follower_leo,
+            diverging_epoch=d_epoch,
+            diverging_end_offset=d_offset,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
         )
 
     def _on_tick(self, now_ms: int, out: list[Effect]) -> None:
@@ -565,16 +570,16 @@ class PartitionReplica:
             raise InvariantViolation("the leader must stay in its isr")
         self.isr = new_isr
         self.partition_epoch += 1
-        common = self._common(now_ms) | {
+        common = {
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
             "isr": self.isr,
             "high_watermark": self.high_watermark,
         }
         if added is not None:
-            out.append(Emit(trace.ExpandIsr(**common, added=added)))
+            self._emit(out, trace.ExpandIsr, now_ms, **common, added=added)
         else:
-            out.append(Emit(trace.ShrinkIsr(**common, removed=removed)))
+            self._emit(out, trace.ShrinkIsr, now_ms, **common, removed=removed)
         out.append(AlterIsr(self.isr, self.partition_epoch))
 
     def _maybe_advance_high_watermark(self, now_ms: int, out: list[Effect]) -> None:
@@ -589,16 +594,14 @@ class PartitionReplica:
             self.high_watermark = candidate
             if self.high_watermark > self.log_end_offset:
                 raise InvariantViolation("high watermark above the leader's log end offset")
-            out.append(
-                Emit(
-                    trace.AdvanceHighWatermark(
-                        **self._common(now_ms),
-                        leader_epoch=self.leader_epoch,
-                        isr=self.isr,
-                        log_end_offset=self.log_end_offset,
-                        high_watermark=self.high_watermark,
-                    )
-                )
+            self._emit(
+                out,
+                trace.AdvanceHighWatermark,
+                now_ms,
+                leader_epoch=self.leader_epoch,
+                isr=self.isr,
+                log_end_offset=self.log_end_offset,
+                high_watermark=self.high_watermark,
             )
             out.append(HighWatermarkAdvanced(self.high_watermark))
 
@@ -607,18 +610,16 @@ class PartitionReplica:
             raise InvariantViolation("FollowerAppended on a replica that is not a follower")
         self.log_end_offset = e.log_end_offset
         self.high_watermark = min(e.leader_high_watermark, self.log_end_offset)
-        out.append(
-            Emit(
-                trace.FollowerFetch(
-                    **self._common(now_ms),
-                    leader=self.leader,
-                    leader_epoch=self.leader_epoch,
-                    first_offset=e.first_offset,
-                    last_offset=e.last_offset,
-                    log_end_offset=self.log_end_offset,
-                    high_watermark=self.high_watermark,
-                )
-            )
+        self._emit(
+            out,
+            trace.FollowerAppend,
+            now_ms,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
+            first_offset=e.first_offset,
+            last_offset=e.last_offset,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
         )
 
     def _on_follower_truncated(self, e: FollowerTruncated, now_ms: int, out: list[Effect]) -> None:
@@ -626,15 +627,13 @@ class PartitionReplica:
             raise InvariantViolation("FollowerTruncated on a replica that is not a follower")
         self.log_end_offset = e.log_end_offset
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        out.append(
-            Emit(
-                trace.TruncateToEpochEndOffset(
-                    **self._common(now_ms),
-                    leader_epoch=self.leader_epoch,
-                    log_end_offset=self.log_end_offset,
-                    high_watermark=self.high_watermark,
-                )
-            )
+        self._emit(
+            out,
+            trace.TruncateToEpochEndOffset,
+            now_ms,
+            leader_epoch=self.leader_epoch,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
         )
 
     def _on_log_start_offset_advanced(self, e: LogStartOffsetAdvanced) -> None:

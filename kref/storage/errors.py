@@ -47,6 +47,12 @@ class InvalidRecordError(StorageError):
     error_code = 87  # INVALID_RECORD
 
 
+class InvalidTimestampError(StorageError):
+    """A CreateTime timestamp outside message.timestamp.before/after.max.ms of the broker's clock."""
+
+    error_code = 32  # INVALID_TIMESTAMP
+
+
 class UnexpectedAppendOffsetError(StorageError):
     """A follower append whose first offset lies below the log end offset."""
 

@@ -31,12 +31,14 @@ memory is bounded by the number of segments and index entries.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import shutil
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from kref.records.batch import decode_batch
 from kref.records.errors import CorruptRecordError, TruncatedBatchError
 from kref.records.header import (
     BatchHeader,
@@ -58,6 +60,8 @@ from kref.storage.config import LogConfig
 from kref.storage.errors import (
     CorruptIndexError,
     InvalidRecordError,
+    InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -80,6 +84,7 @@ LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 MAX_APPEND_BYTES = 1 << 31  # a produce payload can never exceed an int32 length anyway
+MAX_LOOKUP_UNCOMPRESSED_BYTES = 64 * 1024 * 1024  # bound on decompressing one batch for ListOffsets
 
 
 class InconsistentTopicIdError(StorageError):
@@ -124,6 +129,20 @@ class FetchDataInfo:
     @property
     def size_in_bytes(self) -> int:
         return len(self.records)
+
+
+def _disk_errors_as_storage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An OSError under a log operation becomes KafkaStorageError (KAFKA_STORAGE_ERROR),
+    so the broker answers the request with that code instead of dying."""
+
+    @functools.wraps(method)
+    def guarded(self: "Log", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            raise KafkaStorageError(f"I/O error on {self.dir}: {e}") from e
+
+    return guarded
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
@@ -237,6 +256,7 @@ class Log:
         except ValueError:
             self.leader_epoch_cache, cache_was_readable = LeaderEpochFileCache(None), False
 
+        self.log_start_offset = log_start_offset  # for _on_recovered_batch; settled below
         # Segments wholly below the recovery point were flushed; from the
         # segment holding it onward, an unclean stop means "validate".
         recover_from_index = len(base_offsets)
@@ -302,6 +322,8 @@ class Log:
         return max(self.config.segment_bytes, self.config.max_message_bytes) + 1024
 
     def _on_recovered_batch(self, header: BatchHeader) -> None:
+        if header.next_offset <= self.log_start_offset:
+            return  # already deleted by DeleteRecords/retention; its epoch is history
         epoch = header.partition_leader_epoch
         if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch:
             self.leader_epoch_cache.assign(epoch, header.base_offset, flush=False)
@@ -408,6 +430,7 @@ class Log:
             headers.append(h)
         return headers
 
+    @_disk_errors_as_storage_errors
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
         """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append."""
         self._ensure_open()
@@ -416,11 +439,23 @@ class Log:
         headers = self._validate(buf)
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
+        cfg = self.config
+        before = min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms)
+        after = min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms)
         for h in headers:
             if h.records_count != h.last_offset_delta + 1:
                 raise InvalidRecordError(
                     f"batch with {h.records_count} records spans {h.last_offset_delta + 1} offsets"
                 )
+            if not cfg.is_log_append_time:
+                # The batch's first and largest timestamps bound its records' on the
+                # side that matters for each limit (producers write in time order).
+                for ts in (h.base_timestamp, h.max_timestamp):
+                    if now_ms - ts > before or ts - now_ms > after:
+                        raise InvalidTimestampError(
+                            f"timestamp {ts} is out of range for now={now_ms} "
+                            f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
+                        )
         ps = self.producer_state
         if ps is not None:
             for h in headers:
@@ -446,6 +481,7 @@ class Log:
             info.offset_of_max_timestamp = info.first_offset
         return info
 
+    @_disk_errors_as_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """The follower half of FollowerFetch: append the leader's batches unchanged."""
         self._ensure_open()
@@ -509,6 +545,7 @@ class Log:
             return self.roll(now_ms, expected_next_offset=first_offset)
         return seg
 
+    @_disk_errors_as_storage_errors
     def roll(self, now_ms: int | None = None, *, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment for appends and start a new one at the log end.
 
@@ -533,6 +570,7 @@ class Log:
     # read
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, at most `max_bytes`
         (but at least one batch when `min_one_message`), none reaching `max_offset`."""
@@ -553,25 +591,30 @@ class Log:
         target = start_offset
         while i < len(self.segments):
             seg = self.segments[i]
-            header = seg.translate_offset(target)
             i += 1
-            if header is None:
-                continue
-            if header.base_offset >= limit:
-                break
             budget = max_bytes - total
-            if budget < header.size_in_bytes:
-                if total == 0 and min_one_message:
-                    budget = header.size_in_bytes
-                else:
+            fast = self._read_in_one_go(seg, target, budget, limit)
+            if fast is not None:
+                chunk, chunk_first, chunk_next, whole = fast
+            else:
+                header = seg.translate_offset(target)
+                if header is None:
+                    continue
+                if header.base_offset >= limit:
                     break
-            chunk, chunk_next, whole = self._read_whole_batches(seg, header, budget, limit)
+                if budget < header.size_in_bytes:
+                    if total == 0 and min_one_message:
+                        budget = header.size_in_bytes
+                    else:
+                        break
+                chunk, chunk_next, whole = self._read_whole_batches(seg, header, budget, limit)
+                chunk_first = header.base_offset
             if not chunk:
                 break
             parts.append(chunk)
             total += len(chunk)
             if first_offset is None:
-                first_offset = header.base_offset
+                first_offset = chunk_first
             next_offset = chunk_next
             target = chunk_next
             if not whole or total >= max_bytes:
@@ -580,6 +623,45 @@ class Log:
             return empty
         records = parts[0] if len(parts) == 1 else b"".join(parts)
         return FetchDataInfo(records, start_offset, first_offset, next_offset, self.log_start_offset, leo)
+
+    @staticmethod
+    def _read_in_one_go(seg: LogSegment, target: int, budget: int, limit: int) -> tuple[bytes, int, int, bool] | None:
+        """The common case of a read as a single pread from the index position:
+        skip the batches before `target`, keep whole batches within `budget`.
+
+        Returns None (the caller takes the careful path) unless at least one
+        batch came out whole; one disk round trip per fetch instead of two
+        matters on a cold cache.
+        """
+        _, position = seg.offset_index.lookup(target)
+        if budget <= 0 or position >= seg.size:
+            return None
+        data = seg.read_at(position, min(budget + seg.lookup_chunk_size, seg.size - position))
+        view = memoryview(data)
+        p = 0
+        start = -1
+        first = next_offset = target
+        whole = False
+        while True:
+            try:
+                h = read_header(view, p)
+            except CorruptRecordError:
+                break  # incomplete at the end of the buffer, or damage: stop here
+            if start < 0:
+                if h.last_offset < target:
+                    p = h.next_position
+                    continue
+                start, first = p, h.base_offset
+            if h.last_offset >= limit or h.next_position - start > budget:
+                break
+            p = h.next_position
+            next_offset = h.next_offset
+            if position + p >= seg.size:
+                whole = True
+                break
+        if start < 0 or p == start:
+            return None
+        return bytes(view[start:p]), first, next_offset, whole
 
     @staticmethod
     def _read_whole_batches(seg: LogSegment, first: BatchHeader, budget: int, limit: int) -> tuple[bytes, int, bool]:
@@ -604,6 +686,7 @@ class Log:
         reached_end = first.position + p >= seg.size
         return (data if p == len(data) else bytes(view[:p])), next_offset, reached_end
 
+    @_disk_errors_as_storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: (timestamp, offset, leader_epoch) or None when nothing matches."""
         self._ensure_open()
@@ -634,19 +717,30 @@ class Log:
         return None
 
     def _record_at_timestamp(self, seg: LogSegment, header: BatchHeader, target: int, *, exact: bool) -> tuple[int, int, int]:
-        """Narrow a batch down to its first record with timestamp >= target (== when exact)."""
+        """Narrow a batch down to its first record with timestamp >= target (== when exact),
+        as Kafka answers ListOffsets with a record offset, not a batch offset."""
         epoch = header.partition_leader_epoch
+        fallback = (header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch)
         if header.is_log_append_time:
-            return header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch
-        found = _first_record_at_or_after(seg.read_at(header.position, header.size_in_bytes), target, exact, self.log_start_offset)
-        if found is None:
-            return header.max_timestamp, max(header.base_offset, self.log_start_offset), epoch
-        return found[0], found[1], epoch
+            return fallback  # every record carries the batch's timestamp
+        try:
+            batch = decode_batch(
+                seg.read_at(header.position, header.size_in_bytes),
+                max_uncompressed_bytes=MAX_LOOKUP_UNCOMPRESSED_BYTES,
+                max_batch_size=MAX_APPEND_BYTES,
+            )
+        except CorruptRecordError:
+            return fallback  # unreadable records: the batch still answers the lookup
+        for record in batch.records:
+            if record.offset >= self.log_start_offset and (record.timestamp == target if exact else record.timestamp >= target):
+                return record.timestamp, record.offset, epoch
+        return fallback
 
     # =====================================================================
     # truncation, log start offset, retention
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch with offsets >= `offset` (TruncateToEpochEndOffset).
 
@@ -680,6 +774,7 @@ class Log:
             self.producer_state.truncate_to(leo)
         return True
 
+    @_disk_errors_as_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and continue at `offset` (a follower far behind the leader's start)."""
         self._ensure_open()
@@ -723,6 +818,7 @@ class Log:
             hook(new_log_start_offset)
         return True
 
+    @_disk_errors_as_storage_errors
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: delete segments past retention.ms, beyond retention.bytes
         or wholly below log_start_offset; returns how many were deleted."""
@@ -802,6 +898,7 @@ class Log:
     # flush, close, delete
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the log end; the recovery point follows."""
         self._ensure_open()
@@ -861,55 +958,3 @@ class Log:
             f"log_end_offset={self.log_end_offset}, segments={len(self.segments)})"
         )
 
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise CorruptRecordError("bad varint", pos)
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def _first_record_at_or_after(batch: bytes, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
-    """(timestamp, offset) of the first record >= target (== target if exact) in a
-    v2 batch; None if its records cannot be read without decompressing."""
-    header = read_header(batch, 0)
-    if header.compression_type != 0:
-        return _first_record_compressed(batch, header, target, exact, min_offset)
-    return _scan_records(memoryview(batch)[61:], header, target, exact, min_offset)
-
-
-def _scan_records(data: Any, header: BatchHeader, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
-    data = bytes(data)
-    pos = 0
-    try:
-        for _ in range(header.records_count):
-            length, pos = _varint(data, pos)
-            body = pos + 1  # skip the record attributes byte
-            ts_delta, body = _varint(data, body)
-            offset_delta, body = _varint(data, body)
-            ts = header.base_timestamp + ts_delta
-            offset = header.base_offset + offset_delta
-            if offset >= min_offset and (ts == target if exact else ts >= target):
-                return ts, offset
-            pos += length
-    except CorruptRecordError:
-        return None
-    return None
-
-
-def _first_record_compressed(batch: bytes, header: BatchHeader, target: int, exact: bool, min_offset: int) -> tuple[int, int] | None:
-    try:
-        from kref.records.compression import decompress  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    try:
-        data = decompress(header.compression_type, bytes(memoryview(batch)[61:]), max_output_bytes=64 * 1024 * 1024)
-    except Exception:  # noqa: BLE001 - an unreadable batch just falls back to its base offset
-        return None
-    return _scan_records(data, header, target, exact, min_offset)

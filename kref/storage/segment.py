@@ -170,16 +170,26 @@ class LogSegment:
         header = read_header(peek, 0)
         return replace(header, position=position)
 
-    def iter_batches(self, position: int = 0, *, verify: bool = False, max_batch_size: int = 1 << 31) -> Iterator[BatchHeader]:
+    def iter_batches(
+        self,
+        position: int = 0,
+        *,
+        verify: bool = False,
+        max_batch_size: int = 1 << 31,
+        chunk_size: int = SCAN_CHUNK,
+    ) -> Iterator[BatchHeader]:
         """Yield batch headers from `position` to the end of the file, reading in bounded chunks.
 
+        With `verify` every batch is read whole and its CRC checked; without,
+        a batch larger than a chunk is only peeked at (its header), so a
+        lookup over big batches reads a few bytes per batch, not the batch.
         Raises the typed CorruptRecordError of the first bad batch, with its
         absolute file position in `error.position`.
         """
         assert self._fd is not None
         end = self.size
         while position < end:
-            want = min(SCAN_CHUNK, end - position)
+            want = min(chunk_size, end - position)
             data = os.pread(self._fd, want, position)
             view = memoryview(data)
             p = 0
@@ -191,8 +201,12 @@ class LogSegment:
                         e.position = position + p
                         raise
                     if p == 0:
-                        # A batch larger than one chunk: read exactly that batch.
                         big = self.peek_header(position)
+                        if not verify:
+                            yield big
+                            p = big.size_in_bytes
+                            break
+                        # A batch larger than one chunk: read exactly that batch.
                         view = memoryview(os.pread(self._fd, big.size_in_bytes, position))
                         continue
                     break
@@ -264,8 +278,9 @@ class LogSegment:
         """The first batch at or after `starting_position` whose last offset >= `offset`."""
         _, position = self.offset_index.lookup(offset)
         position = max(position, starting_position)
+        chunk = self.lookup_chunk_size
         try:
-            for header in self.iter_batches(position):
+            for header in self.iter_batches(position, chunk_size=chunk):
                 if header.last_offset >= offset:
                     return header
             return None
@@ -273,16 +288,21 @@ class LogSegment:
             if position == starting_position:
                 raise
         # A stale or damaged index entry: fall back to scanning the whole segment.
-        for header in self.iter_batches(starting_position):
+        for header in self.iter_batches(starting_position, chunk_size=chunk):
             if header.last_offset >= offset:
                 return header
         return None
+
+    @property
+    def lookup_chunk_size(self) -> int:
+        # An index lookup lands within about one index interval of its target.
+        return max(2 * self.index_interval_bytes, 8192)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> BatchHeader | None:
         """The first batch holding offsets >= start_offset whose max timestamp >= `timestamp`."""
         _, indexed_offset = self.time_index.lookup(timestamp)
         _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
-        for header in self.iter_batches(position):
+        for header in self.iter_batches(position, chunk_size=self.lookup_chunk_size):
             if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
                 return header
         return None

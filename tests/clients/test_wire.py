@@ -157,3 +157,12 @@ def test_flexible_request_header_v2_round_trip(kref_broker):
     with connect(kref_broker) as client:
         response = client.request(ApiVersionsRequestV3(client_software_name="x", client_software_version="y"))
     assert response.error_code == 0
+
+
+def test_api_versions_v3_checks_client_software_name(kref_broker):
+    with connect(kref_broker) as client:
+        bad = ApiVersionsRequestV3(client_software_name="bad name!", client_software_version="1.0")
+        response = client.request(bad)
+        assert response.error_code == 42 and response.api_keys == ()  # INVALID_REQUEST
+        good = ApiVersionsRequestV3(client_software_name="librdkafka", client_software_version="2.16.1")
+        assert client.request(good).error_code == 0

@@ -18,6 +18,8 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.create_topics.v7.request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from kref.broker.broker import Broker
+from kref.broker.config import BrokerConfig
 from kref.broker.handlers import register_all
 from kref.broker.router import Router
 from kref.protocol.api_versions import api_versions_response, unsupported_version_response
@@ -35,8 +37,10 @@ from kref.protocol.messages import ZERO_THROTTLE
 
 
 def full_router() -> Router:
+    # A Broker that is never opened: registration must not touch the disk.
+    broker = Broker(BrokerConfig.load(None, ["log.dirs=/nonexistent/kref-codec-test"]))
     router = Router()
-    register_all(router, broker=None)
+    register_all(router, broker)
     return router
 
 
@@ -171,3 +175,29 @@ def test_fuzz_truncated_valid_requests(topics, cut):
 
 def test_zero_throttle_is_a_timedelta():
     assert ZERO_THROTTLE == datetime.timedelta(0)
+
+
+@pytest.mark.parametrize("api_key, version", [(18, 0), (18, 3), (3, 12), (3, 4)])
+def test_pre_encoded_body_gives_the_same_frame(api_key, version):
+    from kref.protocol.codec import PreEncoded, encode_body
+
+    body_type = request_class(api_key, version)
+    fields = body_type.__dataclass_fields__
+    kwargs = {}
+    if "topics" in fields:
+        kwargs = {k: v for k, v in dict(topics=None, allow_auto_topic_creation=True,
+                                        include_topic_authorized_operations=False).items() if k in fields}
+    if "client_software_name" in fields:
+        kwargs = dict(client_software_name="a", client_software_version="b")
+    request = decode_request(payload(encode_request(body_type(**kwargs), 77)), RANGES)
+    if api_key == 18:
+        response = api_versions_response(version, RANGES)
+    else:
+        response = response_class(3, version)(
+            **{k: v for k, v in dict(throttle_time=ZERO_THROTTLE, brokers=(), cluster_id="c", controller_id=1,
+                                     topics=(), cluster_authorized_operations=-(2**31)).items()
+               if k in response_class(3, version).__dataclass_fields__}
+        )
+    direct = encode_response(request, response)
+    assert encode_response(request, PreEncoded(type(response), encode_body(response))) == direct
+    assert struct.unpack_from(">i", direct, 0)[0] == len(direct) - 4

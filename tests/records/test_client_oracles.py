@@ -162,3 +162,15 @@ def test_every_header_field_roundtrips():
     assert [r.offset for r in b.records] == [100, 104]
     kp = KpBatch(raw)
     assert kp.validate_crc() and kp.last_offset_delta == 4 and kp.leader_epoch == 77
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_empty_batch_left_by_compaction(reader):
+    """The log cleaner keeps an empty batch to preserve a producer's last
+    sequence and offset range (KIP-98); readers see no records."""
+    raw = build_batch([], base_offset=40, last_offset_delta=9, producer_id=5, producer_epoch=1,
+                      base_sequence=90, delete_horizon_ms=123)
+    b = decode_batch(raw)
+    assert b.records == () and b.last_offset == 49 and b.has_delete_horizon_ms and b.base_timestamp == 123
+    theirs = READERS[reader](raw)
+    assert theirs.validate_crc() and list(theirs) == []

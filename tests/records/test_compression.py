@@ -166,3 +166,20 @@ def test_unknown_codec():
 def test_gzip_level_is_kafkas_default():
     data = b"hello " * 1000
     assert zlib.decompress(compress(CompressionType.GZIP, data), 31) == data
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_bomb_allocation_stays_near_the_bound(codec):
+    """The bound is on memory, not just on the returned size: refusing a bomb
+    whose full output would be 32 MiB, with a 512 KiB bound, allocates a few MiB."""
+    import tracemalloc
+
+    bomb = compress(codec, b"\0" * (32 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecompressionLimitError):
+            decompress(codec, bomb, max_uncompressed_bytes=512 << 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 << 20, f"{peak} bytes allocated to refuse a bomb with a 512 KiB bound"

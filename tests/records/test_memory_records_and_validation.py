@@ -52,6 +52,15 @@ def test_iter_batches_over_mixed_formats():
     assert batches[-1].next_position == len(buf)
 
 
+def test_partial_tail_of_a_fetch_response_can_be_ignored():
+    buf = mixed_buffer()
+    for cut in (1, 5, 13, 30):
+        got = [r.offset for r in iter_records(buf[:-cut], allow_partial_tail=True)]
+        assert got == list(range(6))  # the last batch (offset 6) was cut off
+    with pytest.raises(TruncatedBatchError):
+        list(iter_records(buf[:-1]))
+
+
 def test_iter_batches_stops_with_typed_errors():
     buf = mixed_buffer()
     with pytest.raises(TruncatedBatchError):

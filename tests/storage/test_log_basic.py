@@ -202,3 +202,88 @@ def test_fetch_offset_by_timestamp(tmp_path):
     assert log.fetch_offset_by_timestamp(1096) is None
     assert log.fetch_offset_by_timestamp(-3) == (1095, 19, 2)
     log.close()
+
+
+def test_roll_triggers_segment_ms_full_index_and_offset_overflow(tmp_path):
+    # segment.ms: measured from the first batch's timestamp to the new batch's
+    log = open_log(tmp_path, **{"segment.ms": "100"})
+    log.append_as_leader(make_batch([b"a"], timestamp=1000), 0, 1000)
+    log.append_as_leader(make_batch([b"b"], timestamp=1100), 0, 1100)
+    assert len(log.segments) == 1
+    log.append_as_leader(make_batch([b"c"], timestamp=1101), 0, 1101)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    log.close()
+    # full indexes (segment.index.bytes = 24: 3 offset entries, 2 time entries)
+    log = Log.open(str(tmp_path / "idx-0"), LogConfig.from_properties({"segment.index.bytes": "24", "index.interval.bytes": "0"}), 0)
+    for i in range(7):
+        log.append_as_leader(make_batch([b"x"]), 0, i)
+    assert [len(s.offset_index) for s in log.segments] == [3, 2]  # the first rolled when full
+    log.close()
+    # the 4-byte relative offset would overflow: a follower batch far ahead rolls
+    log = Log.open(str(tmp_path / "far-0"), LogConfig(), 0)
+    log.append_as_follower(make_batch([b"x"], base_offset=0))
+    far = (1 << 31) + 5
+    log.append_as_follower(make_batch([b"y"], base_offset=far))
+    assert [s.base_offset for s in log.segments] == [0, far]
+    assert [o for o, _ in decode_values(log.read(far, 100).records)] == [far]
+    assert log.fetch_offset_by_timestamp(1000)[1] == 0
+    log.close()
+
+
+def test_timestamp_limits_and_compressed_lookup(tmp_path):
+    from kref.storage.errors import InvalidTimestampError
+
+    log = open_log(tmp_path, **{"message.timestamp.before.max.ms": "1000", "message.timestamp.after.max.ms": "10"})
+    with pytest.raises(InvalidTimestampError):
+        log.append_as_leader(make_batch([b"old"], timestamp=1000), 0, 5000)
+    with pytest.raises(InvalidTimestampError):
+        log.append_as_leader(make_batch([b"future"], timestamp=5011), 0, 5000)
+    log.append_as_leader(make_batch([b"a", b"b", b"c"], timestamps=[4500, 4600, 4700], compression_type=1), 0, 5000)
+    assert log.fetch_offset_by_timestamp(4550) == (4600, 1, 0)
+    assert log.fetch_offset_by_timestamp(-3) == (4700, 2, 0)
+    log.close()
+
+
+def test_topic_id_is_checked(tmp_path):
+    import uuid
+
+    from kref.storage.log import InconsistentTopicIdError
+
+    tid = uuid.uuid4()
+    Log.open(str(tmp_path / "t-0"), LogConfig(), 0, topic_id=tid).close()
+    assert Log.open(str(tmp_path / "t-0"), LogConfig(), 0).topic_id == tid
+    with pytest.raises(InconsistentTopicIdError):
+        Log.open(str(tmp_path / "t-0"), LogConfig(), 0, topic_id=uuid.uuid4())
+
+
+def test_retention_by_size_keeps_active_segment_and_respects_high_watermark(tmp_path):
+    log = open_log(tmp_path, **{"segment.bytes": "200", "retention.bytes": "0", "file.delete.delay.ms": "0"})
+    for i in range(8):
+        log.append_as_leader(make_batch([b"q" * 50]), 0, i)
+    log.update_high_watermark(3)
+    log.delete_old_segments(10)
+    assert log.log_start_offset <= 3
+    assert log.segments[0].base_offset <= 3 < log.segments[0].next_offset or log.segments[0].base_offset == 3
+    log.update_high_watermark(8)
+    log.delete_old_segments(10)
+    assert log.log_start_offset == log.log_end_offset == 8
+    assert len(log.segments) == 1 and log.active_segment.size == 0
+    assert not any(n.endswith(".deleted") for n in os.listdir(log.dir))
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(7, 100)
+    log.close()
+
+
+def test_disk_errors_become_kafka_storage_error(tmp_path):
+    from kref.storage.errors import KafkaStorageError
+
+    log = open_log(tmp_path)
+    log.append_as_leader(make_batch([b"a"]), 0, 0)
+    os.close(log.active_segment._fd)  # the disk goes away under the log
+    with pytest.raises(KafkaStorageError) as e:
+        log.append_as_leader(make_batch([b"b"]), 0, 1)
+    assert e.value.error_code == 56
+    with pytest.raises(KafkaStorageError):
+        log.read(0, 100)
+    log.active_segment._fd = None
+    log.close_uncleanly()

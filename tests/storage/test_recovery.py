@@ -8,10 +8,8 @@ checkpoint) changes no read result, because indexes are rebuilt from the log."""
 from __future__ import annotations
 
 import os
-import pathlib
 import random
 import shutil
-import tempfile
 
 import pytest
 
@@ -51,10 +49,8 @@ def segment_files(path: str, suffix: str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_fsync(monkeypatch):
-    """These tests damage files explicitly instead of simulating power loss, so
-    fsync (6 ms each here, thousands per test) only costs time."""
-    monkeypatch.setattr(os, "fsync", lambda fd: None)
+def _fast(no_fsync):
+    pass
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +58,6 @@ def pristine(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("pristine") / "t-0")
     records, ends = build_log(path)
     return path, records, ends
-
-
-@pytest.fixture
-def scratch(tmp_path):
-    """A scratch dir in RAM when the machine has one: hundreds of copies of a small
-    log would otherwise spend their time in filesystem metadata journaling."""
-    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="kref-recovery-") as d:
-            yield pathlib.Path(d)
-    else:
-        yield tmp_path
 
 
 def copy_log(pristine_path: str, tmp_path) -> str:

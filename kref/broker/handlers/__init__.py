@@ -17,6 +17,9 @@ AREAS = (
     "fetch",
     "list_offsets",
     "delete_records",
+    "group",
+    "offsets",
+    "init_producer_id",
 )
 
 

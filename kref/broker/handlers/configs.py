@@ -17,7 +17,7 @@ from collections import Counter
 
 from kref.broker.broker import BrokerError
 from kref.broker.config import TOPIC_CONFIG_SYNONYMS
-from kref.broker.topic_configs import LIST_CONFIGS, TOPIC_CONFIGS, config_type_id
+from kref.broker.topic_configs import LIST_CONFIGS, config_type_id, is_topic_config
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.messages import build, nested
@@ -44,7 +44,7 @@ def register(router, broker) -> None:
 
 def topic_config_entries(broker, topic: str, overrides: dict[str, str], keys=None, *, include_synonyms=False):
     """Effective topic configs as dicts of DescribeConfigs/CreateTopics fields."""
-    defaults = broker.config.topic_config_defaults()
+    defaults = broker.default_log_config.to_properties()
     names = sorted(set(defaults) | set(overrides))
     entries = []
     for name in names:
@@ -166,7 +166,7 @@ def apply_incremental_ops(current: dict[str, str], ops, defaults: dict[str, str]
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
     result = dict(current)
     for op in ops:
-        if op.name not in TOPIC_CONFIGS:
+        if not is_topic_config(op.name):
             raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
         if op.config_operation == OP_SET:
             if op.value is None:
@@ -207,7 +207,9 @@ async def handle_incremental_alter_configs(ctx, request):
                     raise BrokerError(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
                     )
-                new = apply_incremental_ops(topic.configs, resource.configs, broker.config.topic_config_defaults())
+                new = apply_incremental_ops(
+                    topic.configs, resource.configs, broker.default_log_config.to_properties()
+                )
                 broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_resource(broker, resource.resource_name)

@@ -16,8 +16,8 @@ from typing import Any
 
 from kio.static.primitive import i32Timedelta
 
-from kref.broker.partition import install
 from kref.broker.handlers._responses import build, error, response_types
+from kref.broker.partition import install
 
 DELETE_RECORDS = 21
 MIN_VERSION, MAX_VERSION = 0, 2

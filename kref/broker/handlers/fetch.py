@@ -37,9 +37,8 @@ from typing import Any
 
 from kio.static.primitive import i32Timedelta
 
-from kref.broker.partition import install
 from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
-from kref.broker.partition import NONE, NOT_LEADER_OR_FOLLOWER, ReadResult
+from kref.broker.partition import NONE, NOT_LEADER_OR_FOLLOWER, ReadResult, install
 from kref.replication.purgatory import DelayedFetch, wait_for
 
 FETCH = 1

@@ -21,8 +21,8 @@ from typing import Any
 
 from kio.static.primitive import i32Timedelta
 
-from kref.broker.partition import install
 from kref.broker.handlers._responses import build, error, response_types
+from kref.broker.partition import install
 
 LIST_OFFSETS = 2
 MIN_VERSION, MAX_VERSION = 1, 10

@@ -1,0 +1,158 @@
+"""Wiring of the group coordinator and the idempotent producer into the Broker.
+
+Theory of operation
+-------------------
+`install(broker)` (called by the group, offsets and init_producer_id handler
+modules, idempotent) gives the broker:
+
+- `broker.group_coordinator`: the trio driver around the pure
+  GroupCoordinator, configured from the group.* / offsets.* properties;
+- `broker.producer_state_factory`: every partition Log gets a
+  ProducerStateManager (idempotent-producer checks, .snapshot files), since
+  the LogManager is created afterwards in `Broker.open`;
+- `broker.producer_id_manager` (lazily, once the log dirs exist);
+- an `on_serving` hook that, once the broker's nursery runs, marks every
+  existing `__consumer_offsets` partition as loading, loads them in the
+  background (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS) and
+  starts the coordinator's timer task.
+
+`__consumer_offsets` is created on the first FindCoordinator for a group,
+like Kafka does, as a compacted topic with offsets.topic.num.partitions
+partitions; if it already exists its real partition count wins, so groups
+keep mapping to the partition that holds their records. Coordinator writes
+go through the partition driver (so the high watermark covers them and a
+consumer of `__consumer_offsets` sees them) or, without one, the Log.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from kref.broker.group_coordinator import GroupCoordinatorDriver
+from kref.broker.handlers.metadata import brokers_of
+from kref.coordinator import group as g
+from kref.coordinator.producer_id import ProducerIdManager
+from kref.storage.producer_state import ProducerStateManager
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+class CoordinatorWriteError(Exception):
+    pass
+
+
+def _group_config(config, num_partitions: int | None = None) -> g.GroupConfig:
+    return g.GroupConfig(
+        group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+        group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+        group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        group_max_size=config.group_max_size,
+        offsets_topic_num_partitions=num_partitions or config.offsets_topic_num_partitions,
+        offset_metadata_max_bytes=int(getattr(config, "offset_metadata_max_bytes", 4096)),
+    )
+
+
+def install(broker) -> None:
+    if broker is None:  # a router built only to list API ranges (codec tests)
+        return
+    if broker.group_coordinator is not None:
+        return
+    config = broker.config
+    core = g.GroupCoordinator(_group_config(config), member_id_nonce=secrets.token_hex(4))
+
+    def append(partition: int, batch: bytes) -> None:
+        driver = broker.partitions.get((OFFSETS_TOPIC, partition))
+        if driver is None:
+            raise CoordinatorWriteError(f"{OFFSETS_TOPIC}-{partition} does not exist")
+        if hasattr(driver, "append_records_as_leader"):
+            result = driver.append_records_as_leader(batch, 1, _record_count(batch), broker.now_ms())
+            if result.error_code != 0:
+                raise CoordinatorWriteError(f"append to {OFFSETS_TOPIC}-{partition} failed: {result.error_code}")
+        else:
+            driver.append_as_leader(batch, 0, broker.now_ms())
+
+    broker.group_coordinator = GroupCoordinatorDriver(core, now_ms=broker.now_ms, append=append)
+    expiration_ms = config.producer_id_expiration_ms
+    broker.producer_state_factory = lambda path, partition, topic: ProducerStateManager(
+        path, producer_id_expiration_ms=expiration_ms
+    )
+    broker.producer_id_manager = None
+    broker.on_serving.append(lambda: _start(broker))
+
+
+def _record_count(batch: bytes) -> int:
+    from kref.records.header import read_header
+
+    return read_header(batch).records_count
+
+
+def _start(broker) -> None:
+    driver: GroupCoordinatorDriver = broker.group_coordinator
+    topic = broker.get_topic(OFFSETS_TOPIC)
+    if topic is not None:
+        driver.core.config = _group_config(broker.config, topic.num_partitions)
+        partitions = list(range(topic.num_partitions))
+        for p in partitions:
+            # before any request can arrive: they must see "loading", not "not coordinator"
+            driver.step(g.BeginLoad(p))
+        broker.start_soon(_load_all, broker, partitions)
+    broker.start_soon(driver.run_timers)
+
+
+async def _load_all(broker, partitions: list[int]) -> None:
+    driver: GroupCoordinatorDriver = broker.group_coordinator
+    for p in partitions:
+        driver_or_log = broker.partitions.get((OFFSETS_TOPIC, p))
+        # a partition driver holds its Log in .log; without the partition area it is the Log
+        partition_log = getattr(driver_or_log, "log", driver_or_log)
+        if partition_log is None:
+            log.error("%s-%d has no log; its groups stay unavailable", OFFSETS_TOPIC, p)
+            continue
+        await driver.load_partition(p, partition_log)
+    log.info("loaded %d %s partition(s): %d group(s)", len(partitions), OFFSETS_TOPIC, len(driver.core.groups))
+
+
+def ensure_offsets_topic(broker) -> None:
+    """Create `__consumer_offsets` on first use; its (empty) partitions are ours at once."""
+    if broker.get_topic(OFFSETS_TOPIC) is not None:
+        return
+    config = broker.config
+    broker.create_topic(
+        OFFSETS_TOPIC,
+        config.offsets_topic_num_partitions,
+        1,
+        {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes),
+         "compression.type": "producer"},
+        allow_internal=True,
+    )
+    driver: GroupCoordinatorDriver = broker.group_coordinator
+    driver.core.config = _group_config(config, config.offsets_topic_num_partitions)
+    for p in range(config.offsets_topic_num_partitions):
+        driver.step(g.BeginLoad(p))
+        driver.step(g.CompleteLoad(p, ()))
+
+
+async def coordinator_for(broker, key: str, key_type: int, listener_name: str = "PLAINTEXT"):
+    """(error_code, message, node_id, host, port) answering FindCoordinator for one key."""
+    if key_type == TRANSACTION_KEY_TYPE:
+        return g.Errors.COORDINATOR_NOT_AVAILABLE, "kref has no transaction coordinator", -1, "", -1
+    if key_type != GROUP_KEY_TYPE:
+        return 42, f"unknown coordinator key type {key_type}", -1, "", -1  # INVALID_REQUEST
+    try:
+        ensure_offsets_topic(broker)
+    except Exception as exc:
+        log.exception("cannot create %s", OFFSETS_TOPIC)
+        return g.Errors.COORDINATOR_NOT_AVAILABLE, str(exc), -1, "", -1
+    node_id, host, port = brokers_of(broker, listener_name)
+    return g.Errors.NONE, None, node_id, host, port
+
+
+def producer_id_manager(broker) -> ProducerIdManager:
+    if broker.producer_id_manager is None:
+        broker.producer_id_manager = ProducerIdManager(broker.config.log_dirs[0])
+    return broker.producer_id_manager

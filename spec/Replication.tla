@@ -1,0 +1,548 @@
+----------------------------- MODULE Replication -----------------------------
+(***************************************************************************)
+(* Theory of operation.                                                    *)
+(*                                                                         *)
+(* One Kafka partition replicated on the replicas in Replicas, with a      *)
+(* KRaft-style controller that holds the partition registration (leader,   *)
+(* leader epoch, partition epoch, ISR) and commits every change of it.    *)
+(*                                                                         *)
+(* - Logs are sequences of [offset, leader_epoch, value] entries; offset   *)
+(*   is the position in the log (log start offset is 0: no retention).    *)
+(* - A follower fetches in order from its log end offset and sends the     *)
+(*   epoch of its last entry (KIP-320).  The leader validates that epoch   *)
+(*   against its own leader-epoch history (KIP-101/279) and answers with   *)
+(*   records and its high watermark, or with a diverging epoch and its end *)
+(*   offset; the follower then truncates (TruncateToEpochEndOffset).       *)
+(* - The leader keeps the ISR and changes it only through the controller   *)
+(*   (AlterPartition, KIP-497), which checks the leader epoch and the      *)
+(*   partition epoch and bumps the partition epoch.                        *)
+(* - high watermark = min log end offset over the ISR, advanced only by    *)
+(*   the leader and never decreasing there; followers learn it from fetch  *)
+(*   responses.                                                            *)
+(* - Produce is acks=all with min.insync.replicas: appended only while the *)
+(*   ISR is big enough, acknowledged when the high watermark passes it.    *)
+(* - Crashes lose the unflushed suffix of a log; the controller fences the *)
+(*   crashed broker, elects a new leader from the ISR with a new leader    *)
+(*   epoch, moves leadership back to a preferred replica, and (only when   *)
+(*   UncleanLeaderElectionEnable) elects a replica outside the ISR.        *)
+(*                                                                         *)
+(* Every action is one step of one actor and names its whole post-state,   *)
+(* so that a kref trace event of the same name maps onto it 1:1.  The      *)
+(* properties the code shares with the spec are in the PROPERTIES section  *)
+(* at the end; MCReplication.tla bounds the model for TLC.                 *)
+(***************************************************************************)
+EXTENDS Naturals, Integers, Sequences, FiniteSets
+
+CONSTANTS
+    Replicas,            \* the partition's replica set (broker ids)
+    Values,              \* record values producers send, each at most once
+    NoLeader,            \* the controller's leader field when there is none (-1)
+    MinInsyncReplicas,   \* min.insync.replicas
+    UncleanLeaderElectionEnable,              \* unclean.leader.election.enable
+    TruncateToHighWatermarkOnBecomeFollower   \* TRUE: Kafka before KIP-101
+
+ASSUME /\ NoLeader \notin Replicas
+       /\ MinInsyncReplicas \in 1..Cardinality(Replicas)
+       /\ UncleanLeaderElectionEnable \in BOOLEAN
+       /\ TruncateToHighWatermarkOnBecomeFollower \in BOOLEAN
+
+VARIABLES
+    \* ---- per replica: the broker's local state of the partition ----
+    role,                  \* "Leader" | "Follower" | "Online" (restarted, no
+                           \* metadata applied yet) | "Offline" (crashed)
+    log,                   \* Seq of [offset, leader_epoch, value]
+    high_watermark,        \* the replica's high watermark
+    leader_epoch,          \* leader epoch of the metadata the replica applied
+    partition_epoch,       \* partition epoch of that metadata (leader uses it
+                           \* in AlterPartition)
+    isr,                   \* ISR as the replica last applied it (leader: its ISR)
+    remote_log_end_offset, \* [leader -> [follower -> LEO the leader last saw
+                           \*  in a valid fetch, -1 = unknown]]
+    fetch,                 \* [follower -> its one in-flight fetch: request or
+                           \*  response, or [type |-> "None"]]
+    \* ---- the controller: the committed partition registration ----
+    controller,            \* [leader, leader_epoch, partition_epoch, isr]
+    \* ---- history (ghost) variables, read only by the properties ----
+    produced,              \* values producers have sent
+    acked,                 \* entries acknowledged to an acks=all producer
+    faults                 \* [crash, shrink, preferred]: disruptive steps
+                           \* taken so far, bounded by MCReplication
+
+vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+          remote_log_end_offset, fetch, controller, produced, acked,
+          faults>>
+
+replica_vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                  remote_log_end_offset, fetch>>
+
+-----------------------------------------------------------------------------
+(* Helpers                                                                 *)
+
+Min(S) == CHOOSE x \in S : \A y \in S : x <= y
+Max(S) == CHOOSE x \in S : \A y \in S : x >= y
+Min2(a, b) == IF a <= b THEN a ELSE b
+
+NoFetch == [type |-> "None"]
+
+\* The log end offset: the offset the next appended entry will get.
+log_end_offset(r) == Len(log[r])
+
+\* The epoch of the last entry, -1 for an empty log (what FollowerFetch sends
+\* as last_fetched_epoch).
+LastEpoch(r) == IF log[r] = << >> THEN -1 ELSE log[r][Len(log[r])].leader_epoch
+
+\* Prefix of a log with n entries (truncation keeps offsets < n).
+Prefix(s, n) == SubSeq(s, 1, n)
+
+\* Leader-epoch cache lookup (OffsetsForLeaderEpoch, KIP-101/279) on replica
+\* r: the largest epoch <= e that r knows, and the end offset of that epoch
+\* (the start offset of the next larger epoch, or the log end offset).
+\* A leader's cache also holds its current epoch, which starts at its log end
+\* offset when it became leader.  Epochs in a log never decrease, so the end
+\* offset of epoch x is the number of entries with epoch <= x.
+KnownEpochs(r) ==
+    {log[r][i].leader_epoch : i \in 1..Len(log[r])}
+    \cup (IF role[r] = "Leader" THEN {leader_epoch[r]} ELSE {})
+
+EndOffsetForEpoch(r, e) ==
+    LET below == {x \in KnownEpochs(r) : x <= e}
+    IN  IF below = {} THEN [epoch |-> -1, end_offset |-> 0]
+        ELSE LET x == Max(below)
+             IN  [epoch |-> x,
+                  end_offset |-> Cardinality({i \in 1..Len(log[r]) :
+                                                 log[r][i].leader_epoch <= x})]
+
+\* First offset of the leader's current epoch (its LEO when it became
+\* leader, as leaders never truncate): a follower joins the ISR only once it
+\* has fetched past it (Kafka checks this with the ISR expansion too).
+EpochStartOffset(l) ==
+    LET mine == {i \in 1..Len(log[l]) : log[l][i].leader_epoch = leader_epoch[l]}
+    IN  IF mine = {} THEN Len(log[l]) ELSE Min(mine) - 1
+
+\* The controller accepts an AlterPartition from l only if l is the leader
+\* it registered, at the current leader epoch and partition epoch
+\* (otherwise FENCED_LEADER_EPOCH / INVALID_UPDATE_VERSION).
+AlterPartitionAccepted(l) ==
+    /\ controller.leader = l
+    /\ controller.leader_epoch = leader_epoch[l]
+    /\ controller.partition_epoch = partition_epoch[l]
+
+\* Commit a new ISR at the controller and hand the result back to leader l.
+CommitIsr(l, new_isr) ==
+    /\ controller' = [controller EXCEPT !.isr = new_isr,
+                                        !.partition_epoch = @ + 1]
+    /\ isr' = [isr EXCEPT ![l] = new_isr]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![l] = controller.partition_epoch + 1]
+
+Unknown == [f \in Replicas |-> -1]
+
+-----------------------------------------------------------------------------
+(* Initial state: a freshly created partition.  All replicas are online   *)
+(* with empty logs and in the ISR; the controller has not elected a leader *)
+(* yet (the first ElectLeader makes epoch 1).                              *)
+
+Init ==
+    /\ role = [r \in Replicas |-> "Online"]
+    /\ log = [r \in Replicas |-> << >>]
+    /\ high_watermark = [r \in Replicas |-> 0]
+    /\ leader_epoch = [r \in Replicas |-> 0]
+    /\ partition_epoch = [r \in Replicas |-> 0]
+    /\ isr = [r \in Replicas |-> Replicas]
+    /\ remote_log_end_offset = [r \in Replicas |-> Unknown]
+    /\ fetch = [r \in Replicas |-> NoFetch]
+    /\ controller = [leader |-> NoLeader, leader_epoch |-> 0,
+                     partition_epoch |-> 0, isr |-> Replicas]
+    /\ produced = {}
+    /\ acked = {}
+    /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0]
+
+-----------------------------------------------------------------------------
+(* Leader actions                                                          *)
+
+\* Produce (acks=all) of value v to leader l.  Rejected with
+\* NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas.
+LeaderAppend(l, v) ==
+    /\ role[l] = "Leader"
+    /\ v \notin produced
+    /\ Cardinality(isr[l]) >= MinInsyncReplicas
+    /\ log' = [log EXCEPT ![l] = Append(@, [offset |-> Len(@),
+                                            leader_epoch |-> leader_epoch[l],
+                                            value |-> v])]
+    /\ produced' = produced \cup {v}
+    /\ UNCHANGED <<role, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, fetch, controller, acked, faults>>
+
+\* Leader l answers the fetch request of follower f sent in l's epoch.
+\* KIP-320: the follower's (fetch_offset, last_fetched_epoch) must be on the
+\* leader's log; if not, answer the diverging epoch and its end offset.
+\* Before KIP-101 there is no epoch check: only a fetch offset beyond the
+\* leader's log end offset is refused (OFFSET_OUT_OF_RANGE, follower then
+\* truncates to the leader's log end offset).
+LeaderHandleFetch(l, f) ==
+    /\ role[l] = "Leader"
+    /\ fetch[f].type = "FetchRequest"
+    /\ fetch[f].current_leader_epoch = leader_epoch[l]
+    /\ LET req == fetch[f]
+           eo  == EndOffsetForEpoch(l, req.last_fetched_epoch)
+           diverging ==
+               IF TruncateToHighWatermarkOnBecomeFollower
+               THEN req.fetch_offset > Len(log[l])
+               ELSE /\ req.last_fetched_epoch # -1
+                    /\ \/ eo.epoch < req.last_fetched_epoch
+                       \/ eo.end_offset < req.fetch_offset
+       IN IF diverging
+          THEN /\ fetch' = [fetch EXCEPT ![f] =
+                     IF TruncateToHighWatermarkOnBecomeFollower
+                     THEN [type |-> "DivergingEpoch", epoch |-> -1,
+                           end_offset |-> Len(log[l])]
+                     ELSE [type |-> "DivergingEpoch", epoch |-> eo.epoch,
+                           end_offset |-> eo.end_offset]]
+               /\ UNCHANGED remote_log_end_offset
+          ELSE /\ fetch' = [fetch EXCEPT ![f] =
+                     [type |-> "FetchResponse",
+                      records |-> SubSeq(log[l], req.fetch_offset + 1, Len(log[l])),
+                      high_watermark |-> high_watermark[l]]]
+               /\ remote_log_end_offset' =
+                     [remote_log_end_offset EXCEPT ![l][f] = req.fetch_offset]
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   controller, produced, acked, faults>>
+
+\* Leader l moves its high watermark to the min log end offset over its ISR
+\* (unknown follower offsets block it).  Produce requests waiting in
+\* purgatory for entries of l's epoch that the high watermark now passes are
+\* acknowledged if the ISR still has min.insync.replicas members (else they
+\* fail with NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+AdvanceHighWatermark(l) ==
+    /\ role[l] = "Leader"
+    /\ LET new_hw == Min({Len(log[l])} \cup
+                         {remote_log_end_offset[l][f] : f \in isr[l] \ {l}})
+       IN /\ new_hw > high_watermark[l]
+          /\ high_watermark' = [high_watermark EXCEPT ![l] = new_hw]
+          /\ acked' = IF Cardinality(isr[l]) >= MinInsyncReplicas
+                      THEN acked \cup
+                           {log[l][i] : i \in
+                              {j \in high_watermark[l] + 1 .. new_hw :
+                                  log[l][j].leader_epoch = leader_epoch[l]}}
+                      ELSE acked
+    /\ UNCHANGED <<role, log, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, fetch, controller, produced, faults>>
+
+\* Leader l removes follower f that has not caught up for longer than
+\* replica.lag.time.max.ms.  The timer is abstracted away: any follower
+\* behind the leader's log end offset may be judged lagging.
+ShrinkIsr(l, f) ==
+    /\ role[l] = "Leader"
+    /\ f \in isr[l] \ {l}
+    /\ remote_log_end_offset[l][f] < Len(log[l])
+    /\ AlterPartitionAccepted(l)
+    /\ CommitIsr(l, isr[l] \ {f})
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch,
+                   remote_log_end_offset, fetch, produced, acked>>
+    /\ faults' = [faults EXCEPT !.shrink = @ + 1]
+
+\* Leader l adds follower f once it has fetched up to the high watermark and
+\* past the start of l's epoch.  The controller refuses fenced (crashed)
+\* brokers (KIP-841).
+ExpandIsr(l, f) ==
+    /\ role[l] = "Leader"
+    /\ f \notin isr[l]
+    /\ role[f] # "Offline"
+    /\ remote_log_end_offset[l][f] >= high_watermark[l]
+    /\ remote_log_end_offset[l][f] >= EpochStartOffset(l)
+    /\ AlterPartitionAccepted(l)
+    /\ CommitIsr(l, isr[l] \cup {f})
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch,
+                   remote_log_end_offset, fetch, produced, acked, faults>>
+
+-----------------------------------------------------------------------------
+(* Follower actions                                                        *)
+
+\* Follower f sends a fetch to the leader of its epoch: from its log end
+\* offset, with the epoch of its last entry and its current leader epoch.
+\* One fetch in flight per follower, as Kafka's fetcher thread does.
+FollowerFetch(f) ==
+    /\ role[f] = "Follower"
+    /\ fetch[f].type = "None"
+    /\ \E l \in Replicas : role[l] = "Leader" /\ leader_epoch[l] = leader_epoch[f]
+    /\ fetch' = [fetch EXCEPT ![f] =
+                   [type |-> "FetchRequest",
+                    fetch_offset |-> Len(log[f]),
+                    last_fetched_epoch |-> LastEpoch(f),
+                    current_leader_epoch |-> leader_epoch[f]]]
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, controller, produced, acked, faults>>
+
+\* Follower f appends the records of a fetch response and takes the
+\* leader's high watermark, bounded by its own log end offset.
+FollowerAppend(f) ==
+    /\ role[f] = "Follower"
+    /\ fetch[f].type = "FetchResponse"
+    /\ LET new_log == log[f] \o fetch[f].records
+       IN /\ log' = [log EXCEPT ![f] = new_log]
+          /\ high_watermark' = [high_watermark EXCEPT ![f] =
+                                   Min2(fetch[f].high_watermark, Len(new_log))]
+    /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
+    /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, controller, produced, acked, faults>>
+
+\* Follower f handles a diverging-epoch answer (KIP-279/320): it looks up the
+\* diverging epoch in its own epoch cache; if it has that epoch it truncates
+\* to the smaller of both end offsets, else to the end of its largest epoch
+\* below it (and the next fetch narrows further).  Before KIP-101 the answer
+\* is OFFSET_OUT_OF_RANGE and it truncates to the leader's log end offset.
+TruncationOffset(f, epoch, end_offset) ==
+    IF TruncateToHighWatermarkOnBecomeFollower
+    THEN Min2(end_offset, Len(log[f]))
+    ELSE LET mine == EndOffsetForEpoch(f, epoch)
+         IN  IF mine.epoch = epoch /\ epoch # -1
+             THEN Min2(end_offset, mine.end_offset)
+             ELSE mine.end_offset
+
+TruncateToEpochEndOffset(f) ==
+    /\ role[f] = "Follower"
+    /\ fetch[f].type = "DivergingEpoch"
+    /\ LET to == TruncationOffset(f, fetch[f].epoch, fetch[f].end_offset)
+       IN /\ log' = [log EXCEPT ![f] = Prefix(@, to)]
+          /\ high_watermark' = [high_watermark EXCEPT ![f] = Min2(@, to)]
+    /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
+    /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, controller, produced, acked, faults>>
+
+-----------------------------------------------------------------------------
+(* Metadata propagation: a broker applies the controller's registration.  *)
+(* Until it does, it acts on its old one (a deposed leader is a zombie     *)
+(* that still takes appends and answers fetches in its old epoch).         *)
+
+\* r applies a registration naming it leader: a new leader epoch (it then
+\* forgets what it knew of followers' offsets) or a new partition epoch
+\* (an ISR change it did not make, e.g. the controller fencing a follower).
+BecomeLeader(r) ==
+    /\ controller.leader = r
+    /\ role[r] # "Offline"
+    /\ \/ role[r] # "Leader"
+       \/ leader_epoch[r] # controller.leader_epoch
+       \/ partition_epoch[r] # controller.partition_epoch
+    /\ role' = [role EXCEPT ![r] = "Leader"]
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = controller.leader_epoch]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = controller.partition_epoch]
+    /\ isr' = [isr EXCEPT ![r] = controller.isr]
+    /\ remote_log_end_offset' =
+          IF role[r] = "Leader" /\ leader_epoch[r] = controller.leader_epoch
+          THEN remote_log_end_offset
+          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]
+    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+    /\ UNCHANGED <<log, high_watermark, controller, produced, acked, faults>>
+
+\* r applies a registration naming another leader (or none) with a new
+\* leader epoch, or is back after a restart.  Since KIP-101 it keeps its log
+\* and lets the first fetch find the divergence; before it, it truncated to
+\* its high watermark here.
+BecomeFollower(r) ==
+    /\ controller.leader # r
+    /\ role[r] # "Offline"
+    /\ \/ role[r] \in {"Leader", "Online"}
+       \/ leader_epoch[r] # controller.leader_epoch
+    /\ role' = [role EXCEPT ![r] = "Follower"]
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = controller.leader_epoch]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = controller.partition_epoch]
+    /\ isr' = [isr EXCEPT ![r] = controller.isr]
+    /\ log' = IF TruncateToHighWatermarkOnBecomeFollower
+              THEN [log EXCEPT ![r] = Prefix(@, high_watermark[r])]
+              ELSE log
+    /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
+    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+    /\ UNCHANGED <<high_watermark, controller, produced, acked, faults>>
+
+-----------------------------------------------------------------------------
+(* Controller actions                                                      *)
+
+\* Elect a live ISR member when the partition has no leader, with a new
+\* leader epoch.
+ElectLeader(r) ==
+    /\ controller.leader = NoLeader
+    /\ r \in controller.isr
+    /\ role[r] # "Offline"
+    /\ controller' = [controller EXCEPT !.leader = r,
+                                        !.leader_epoch = @ + 1,
+                                        !.partition_epoch = @ + 1]
+    /\ UNCHANGED <<replica_vars, produced, acked, faults>>
+
+\* Preferred (or any operator-chosen) leader election: move leadership to
+\* another live ISR member.  The old leader becomes a zombie until it
+\* applies the new registration.
+ElectPreferredLeader(r) ==
+    /\ controller.leader \notin {NoLeader, r}
+    /\ r \in controller.isr
+    /\ role[r] # "Offline"
+    /\ controller' = [controller EXCEPT !.leader = r,
+                                        !.leader_epoch = @ + 1,
+                                        !.partition_epoch = @ + 1]
+    /\ UNCHANGED <<replica_vars, produced, acked>>
+    /\ faults' = [faults EXCEPT !.preferred = @ + 1]
+
+\* unclean.leader.election.enable: when no ISR member is alive, elect a live
+\* replica outside the ISR; it becomes the whole ISR.
+UncleanElectLeader(r) ==
+    /\ UncleanLeaderElectionEnable
+    /\ controller.leader = NoLeader
+    /\ \A s \in controller.isr : role[s] = "Offline"
+    /\ r \notin controller.isr
+    /\ role[r] # "Offline"
+    /\ controller' = [leader |-> r,
+                      leader_epoch |-> controller.leader_epoch + 1,
+                      partition_epoch |-> controller.partition_epoch + 1,
+                      isr |-> {r}]
+    /\ UNCHANGED <<replica_vars, produced, acked, faults>>
+
+-----------------------------------------------------------------------------
+(* Failures                                                                *)
+
+\* Broker r crashes and the controller fences it (its session expiry is
+\* folded into this step).  Fencing removes r from the ISR unless r is the
+\* last member (the ISR is never empty) and clears the leader if r led.
+\* The crash loses the unflushed suffix of r's log, of any length: flushing
+\* is not modelled.  Fault assumption behind Kafka's guarantee ("acked
+\* records survive while one ISR member does"): the last ISR member's log
+\* survives its crash.  KIP-966 (eligible leader replicas) is what lets real
+\* Kafka drop that assumption; it is not modelled here.
+Crash(r) ==
+    /\ role[r] # "Offline"
+    /\ LET last == controller.isr = {r}
+           new_isr == IF last THEN controller.isr ELSE controller.isr \ {r}
+       IN /\ \E keep \in (IF last THEN {Len(log[r])} ELSE 0..Len(log[r])) :
+                /\ log' = [log EXCEPT ![r] = Prefix(@, keep)]
+                /\ high_watermark' = [high_watermark EXCEPT ![r] = Min2(@, keep)]
+          /\ controller' =
+                [controller EXCEPT
+                    !.leader = IF @ = r THEN NoLeader ELSE @,
+                    !.isr = new_isr,
+                    !.partition_epoch = IF new_isr = controller.isr
+                                               /\ controller.leader # r
+                                        THEN @ ELSE @ + 1]
+    /\ role' = [role EXCEPT ![r] = "Offline"]
+    \* r forgets its followers; every leader forgets r's offset.  The latter
+    \* stands for KIP-903: AlterPartition carries the broker epoch of the
+    \* fetch that justified an ISR expansion and the controller refuses one
+    \* from r's previous incarnation (whose log may have lost entries since).
+    /\ remote_log_end_offset' =
+          [l \in Replicas |-> IF l = r THEN Unknown
+                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]
+    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+    \* The partition metadata a broker applied lives in memory: gone.
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = 0]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = 0]
+    /\ isr' = [isr EXCEPT ![r] = {}]
+    /\ UNCHANGED <<produced, acked>>
+    /\ faults' = [faults EXCEPT !.crash = @ + 1]
+
+\* Broker r starts again with what survived on disk; it acts on the
+\* partition only after applying the controller's registration.
+Restart(r) ==
+    /\ role[r] = "Offline"
+    /\ role' = [role EXCEPT ![r] = "Online"]
+    /\ UNCHANGED <<log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, fetch, controller, produced, acked, faults>>
+
+-----------------------------------------------------------------------------
+(* The next-state relation.  Each action is its own disjunct so that TLC  *)
+(* names it in counterexamples.  Faults (ShrinkIsr, ElectPreferredLeader,  *)
+(* Crash) count themselves in `faults`; MCReplication bounds only those.  *)
+
+Next ==
+    \/ \E l \in Replicas, v \in Values : LeaderAppend(l, v)
+    \/ \E l, f \in Replicas : LeaderHandleFetch(l, f)
+    \/ \E l \in Replicas : AdvanceHighWatermark(l)
+    \/ \E l, f \in Replicas : ShrinkIsr(l, f)
+    \/ \E l, f \in Replicas : ExpandIsr(l, f)
+    \/ \E f \in Replicas : FollowerFetch(f)
+    \/ \E f \in Replicas : FollowerAppend(f)
+    \/ \E f \in Replicas : TruncateToEpochEndOffset(f)
+    \/ \E r \in Replicas : BecomeLeader(r)
+    \/ \E r \in Replicas : BecomeFollower(r)
+    \/ \E r \in Replicas : ElectLeader(r)
+    \/ \E r \in Replicas : ElectPreferredLeader(r)
+    \/ \E r \in Replicas : UncleanElectLeader(r)
+    \/ \E r \in Replicas : Crash(r)
+    \/ \E r \in Replicas : Restart(r)
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+(***************************************************************************)
+(* PROPERTIES.  The same names are used by kref's simulator and trace      *)
+(* checker (kref/sim invariants), so a violation reads the same everywhere. *)
+(***************************************************************************)
+
+Entry == [offset : Nat, leader_epoch : Nat, value : Values]
+
+FetchMessage ==
+         {NoFetch}
+    \cup [type : {"FetchRequest"}, fetch_offset : Nat,
+          last_fetched_epoch : Int, current_leader_epoch : Nat]
+    \cup [type : {"FetchResponse"}, records : Seq(Entry), high_watermark : Nat]
+    \cup [type : {"DivergingEpoch"}, epoch : Int, end_offset : Nat]
+
+\* Every variable holds a value of the expected shape; catches spec typos
+\* early and documents the state the trace events carry.
+TypeOK ==
+    /\ role \in [Replicas -> {"Leader", "Follower", "Online", "Offline"}]
+    /\ log \in [Replicas -> Seq(Entry)]
+    /\ \A r \in Replicas : \A i \in 1..Len(log[r]) : log[r][i].offset = i - 1
+    /\ high_watermark \in [Replicas -> Nat]
+    /\ leader_epoch \in [Replicas -> Nat]
+    /\ partition_epoch \in [Replicas -> Nat]
+    /\ isr \in [Replicas -> SUBSET Replicas]
+    /\ remote_log_end_offset \in [Replicas -> [Replicas -> Int]]
+    /\ fetch \in [Replicas -> FetchMessage]
+    /\ controller \in [leader : Replicas \cup {NoLeader}, leader_epoch : Nat,
+                       partition_epoch : Nat, isr : SUBSET Replicas]
+    /\ controller.isr # {}
+    /\ produced \subseteq Values
+    /\ acked \subseteq Entry
+    /\ faults \in [{"crash", "shrink", "preferred"} -> Nat]
+
+\* The elected leader is always an ISR member, and a leader's own view of
+\* the ISR contains itself: elections and AlterPartition never break this,
+\* and HW = min LEO over the ISR is only meaningful if it holds.
+LeaderInIsr ==
+    /\ controller.leader # NoLeader => controller.leader \in controller.isr
+    /\ \A r \in Replicas : role[r] = "Leader" => r \in isr[r]
+
+\* A replica never claims committed data it does not hold; a consumer
+\* reading up to the high watermark always finds the records there.
+HighWatermarkBelowLogEnd ==
+    \A r \in Replicas : high_watermark[r] <= log_end_offset(r)
+
+\* The high watermark never goes back on a replica while it stays leader:
+\* records a consumer has read stay readable (Kafka's leader only ever
+\* moves it forward, maybeIncrementLeaderHW).  An action property.
+MonotonicHighWatermark ==
+    [][\A r \in Replicas :
+          (role[r] = "Leader" /\ role'[r] = "Leader")
+              => high_watermark'[r] >= high_watermark[r]]_vars
+
+\* Replicas agree on every entry below both their high watermarks (what
+\* consumers may read is the same everywhere), and two logs holding an entry
+\* with the same offset and leader epoch agree on it and everything before
+\* it (the KIP-101 epoch-based truncation relies on it).
+LogMatching ==
+    \A r, s \in Replicas :
+        /\ \A i \in 1..Min2(high_watermark[r], high_watermark[s]) :
+              log[r][i] = log[s][i]
+        /\ \A i \in 1..Min2(Len(log[r]), Len(log[s])) :
+              log[r][i].leader_epoch = log[s][i].leader_epoch
+                  => Prefix(log[r], i) = Prefix(log[s], i)
+
+InLog(r, e) == e.offset < Len(log[r]) /\ log[r][e.offset + 1] = e
+
+\* The leader the controller elected holds every acknowledged entry: clean
+\* election from the ISR is what keeps acks=all promises across failover.
+LeaderCompleteness ==
+    controller.leader # NoLeader =>
+        \A e \in acked : InLog(controller.leader, e)
+
+\* An acknowledged record survives while one ISR member does: some member
+\* of the committed ISR still holds it.  Unclean election breaks this.
+NoCommittedRecordLost ==
+    \A e \in acked : \E r \in controller.isr : InLog(r, e)
+=============================================================================
