@@ -31,6 +31,7 @@ import logging
 import uuid
 from typing import Any
 
+from kref.broker.broker import INTERNAL_TOPICS
 from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
 from kref.broker.partition import AppendResult, error_code_for, install
 from kref.records.errors import CorruptRecordError, InvalidRecordError
@@ -47,6 +48,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
 NOT_LEADER_OR_FOLLOWER = 6
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
@@ -103,6 +105,11 @@ async def produce(broker, api_version: int, request) -> Any:
             unknown = UNKNOWN_TOPIC_OR_PARTITION
         per_partition = results.setdefault((getattr(topic_data, "name", None), topic_id), {})
         for pd in topic_data.partition_data:
+            if name in INTERNAL_TOPICS:
+                # Only the coordinators write there, through the driver directly.
+                per_partition[pd.index] = AppendResult(INVALID_TOPIC_EXCEPTION,
+                                                       error_message=f"cannot produce to internal topic {name}")
+                continue
             part = broker.partitions.get((name, pd.index)) if name is not None else None
             if part is None or not hasattr(part, "append_records_as_leader"):
                 per_partition[pd.index] = AppendResult(unknown)
