@@ -303,12 +303,15 @@ class BrokerConfig:
         for name, f in by_name.items():
             raw = props.get(name, f.metadata["default"])
             values[f.name] = None if raw is None else f.metadata["parse"](name, raw)
-        listeners = values["listeners"]
-        plaintext = [lst for lst in listeners if lst.name not in _controller_listener_names(props)]
+        controller_names = _controller_listener_names(props)
+        plaintext = [lst for lst in values["listeners"] if lst.name not in controller_names]
         if not plaintext:
             raise ConfigError("listeners: at least one client listener is required")
         values["listeners"] = tuple(plaintext)
         if values["advertised_listeners"]:
+            values["advertised_listeners"] = tuple(
+                lst for lst in values["advertised_listeners"] if lst.name not in controller_names
+            )
             names = {lst.name for lst in plaintext}
             for lst in values["advertised_listeners"]:
                 if lst.name not in names:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import logging
 import secrets
 
+import trio
+
 from kref.broker.group_coordinator import GroupCoordinatorDriver
 from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
@@ -41,6 +43,8 @@ from kref.storage.producer_state import ProducerStateManager
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's producer.id.expiration.check.interval.ms default
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
@@ -67,6 +71,8 @@ def _group_config(config, num_partitions: int | None = None) -> g.GroupConfig:
         group_max_size=config.group_max_size,
         offsets_topic_num_partitions=num_partitions or config.offsets_topic_num_partitions,
         offset_metadata_max_bytes=int(getattr(config, "offset_metadata_max_bytes", 4096)),
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
     )
 
 
@@ -122,6 +128,21 @@ def _start(broker) -> None:
             driver.step(g.BeginLoad(p))
         broker.start_soon(_load_all, broker, partitions)
     broker.start_soon(driver.run_timers)
+    broker.start_soon(_expire_producers, broker)
+
+
+async def _expire_producers(broker) -> None:
+    """Forget idle producers (producer.id.expiration.ms) so producer state stays bounded."""
+    while True:
+        await trio.sleep(PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS / 1000)
+        manager = broker.log_manager
+        if manager is None:
+            continue
+        now = broker.now_ms()
+        for partition_log in manager.all_logs():
+            state = getattr(partition_log, "producer_state", None)
+            if state is not None:
+                state.remove_expired_producers(now)
 
 
 async def _load_all(broker, partitions: list[int]) -> None:

@@ -83,6 +83,8 @@ class GroupConfig:
     # a member that joined but never completes its first rebalance is dropped
     # after this (Kafka's GroupCoordinator.NewMemberJoinTimeoutMs)
     new_member_join_timeout_ms: int = 300_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000
 
 
 # --- events ---------------------------------------------------------------------
@@ -464,6 +466,9 @@ def _key_join(group_id: str) -> tuple:
 
 def _key_sync(group_id: str) -> tuple:
     return ("sync", group_id)
+
+
+_KEY_RETENTION = ("offsets_retention",)
 
 
 class GroupCoordinator:
@@ -1245,11 +1250,15 @@ class GroupCoordinator:
             self.groups[group_id] = group
         self.loading.discard(ev.partition)
         self.owned.add(ev.partition)
+        if _KEY_RETENTION not in self.timers:
+            self._set_timer(_KEY_RETENTION, self._now + self.config.offsets_retention_check_interval_ms)
 
     def _group_from_metadata(self, group_id: str, value: fmt.GroupMetadataValue | None) -> Group:
         group = Group(group_id, current_state_timestamp=self._now)
         if value is None:
             return group
+        if value.current_state_timestamp >= 0:
+            group.current_state_timestamp = value.current_state_timestamp
         group.generation_id = value.generation
         group.protocol_type = value.protocol_type or None
         group.protocol_name = value.protocol
@@ -1271,6 +1280,47 @@ class GroupCoordinator:
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group
 
+    # --- offset retention (KIP-211) ------------------------------------------------
+
+    def _expire_offsets(self) -> None:
+        """Tombstone offsets past offsets.retention.minutes; drop groups left with nothing.
+
+        An Empty consumer group's offsets all expire once the group has been
+        empty for the retention time; a group that only stores offsets
+        (no protocol type) loses each offset retention after its commit.
+        Active groups keep theirs.
+        """
+        retention = self.config.offsets_retention_ms
+        for group in list(self.groups.values()):
+            if group.state is not GroupState.EMPTY or self._coordinator_error(group.group_id) is not None:
+                continue
+            if group.protocol_type is not None:
+                # a consumer group: everything goes once it has been empty long enough
+                if group.current_state_timestamp + retention > self._now:
+                    continue
+                expired = list(group.offsets)
+            else:
+                expired = [tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= self._now]
+                if not expired:
+                    continue
+            remove_group = len(expired) == len(group.offsets)
+            records = [(fmt.encode_offset_commit_key(group.group_id, t, p), None) for t, p in expired]
+            if remove_group:
+                records.append((fmt.encode_group_metadata_key(group.group_id), None))
+
+            def done(error: Errors, group: Group = group, expired: list = expired, remove_group: bool = remove_group) -> None:
+                if error is not Errors.NONE:
+                    return
+                for tp in expired:
+                    group.offsets.pop(tp, None)
+                # a member may have joined while the tombstones were written
+                if remove_group and group.state is GroupState.EMPTY and not group.offsets:
+                    self._transition(group, GroupState.DEAD)
+                    if self.groups.get(group.group_id) is group:
+                        del self.groups[group.group_id]
+
+            self._write(group.group_id, records, done)
+
     # --- timers ---------------------------------------------------------------------
 
     def _on_timer(self, ev: TimerExpired) -> None:
@@ -1285,6 +1335,9 @@ class GroupCoordinator:
             self._on_join_timer(ev.key[1])
         elif kind == "sync":
             self._on_sync_timer(ev.key[1])
+        elif kind == "offsets_retention":
+            self._expire_offsets()
+            self._set_timer(_KEY_RETENTION, self._now + self.config.offsets_retention_check_interval_ms)
 
     def expire_due_timers(self, now_ms: int) -> list[Effect]:
         """Step every timer whose deadline has passed, earliest first."""

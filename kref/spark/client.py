@@ -431,6 +431,8 @@ class RowProducer:
         self._known_topics.add(topic)
 
     def produce(self, topic, key, value, partition=None, headers=None) -> None:
+        from confluent_kafka import KafkaException
+
         if topic is None:
             raise KrefConnectorError(
                 "a row has a null topic: set the 'topic' column or the 'topic' option"
@@ -450,6 +452,12 @@ class RowProducer:
             except BufferError:
                 # The local queue is bounded (queue.buffering.max.messages): wait for room.
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                where = topic if partition is None else f"{topic}-{partition}"
+                raise KrefConnectorError(
+                    f"kref sink: cannot produce to {where} on kref broker "
+                    f"{self.bootstrap!r}: {exc.args[0].str() if exc.args else exc}"
+                ) from None
         self.records += 1
         if self.records % 1000 == 0:
             self._producer.poll(0)

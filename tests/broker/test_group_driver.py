@@ -88,3 +88,26 @@ def _records(log):
     for header in iter_headers(data):
         for r in decode_batch(data, header.position).records:
             yield r.offset, r.key, r.value
+
+
+def test_requests_during_load_get_coordinator_load_in_progress(tmp_path):
+    async def main():
+        now = lambda: int(trio.current_time() * 1000)  # noqa: E731
+        driver, log = make_driver(tmp_path, now)
+        await driver.load_partition(0, log)
+        commit = await driver.call(g.OffsetCommit, group_id="grp", generation_id=-1, member_id="",
+                                   partitions=(g.OffsetCommitPartition("t", 0, 5),))
+        assert commit.partitions == (("t", 0, g.Errors.NONE),)
+
+        fresh = GroupCoordinatorDriver(
+            g.GroupCoordinator(g.GroupConfig(offsets_topic_num_partitions=1)), now_ms=now, append=lambda p, b: None
+        )
+        # as the broker does at start: mark the partition loading before listeners open
+        fresh.step(g.BeginLoad(0))
+        answers = [await fresh.call(g.OffsetFetch, group_id="grp", partitions=None)]
+        await fresh.load_partition(0, log)
+        answers.append(await fresh.call(g.OffsetFetch, group_id="grp", partitions=None))
+        assert answers[0].error is g.Errors.COORDINATOR_LOAD_IN_PROGRESS
+        assert answers[1].partitions == (g.FetchedOffset("t", 0, 5, -1, ""),)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

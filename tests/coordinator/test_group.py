@@ -291,3 +291,28 @@ def test_topics_deleted_drops_their_offsets_with_tombstones(make_harness):
     h2.step(g.BeginLoad(0))
     h2.step(g.CompleteLoad(0, tuple((k, v) for _, k, v in h.log)))
     assert set(h2.group("solo").offsets) == {("u", 0)}
+
+
+def test_offsets_expire_after_retention_and_empty_group_is_removed(make_harness):
+    cfg = g.GroupConfig(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=1,
+                        offsets_retention_ms=60_000, offsets_retention_check_interval_ms=10_000)
+    h = make_harness(cfg)
+    (a,), generation, _ = form_group(h, n=1)
+    h.request(g.OffsetCommit, group_id="g", generation_id=generation, member_id=a,
+              partitions=(g.OffsetCommitPartition("t", 0, 5),))
+    h.request(g.OffsetCommit, group_id="solo", generation_id=-1, member_id="",
+              partitions=(g.OffsetCommitPartition("u", 0, 1),))
+    # an active group keeps its offsets however old they are
+    for _ in range(8):
+        h.advance(9_000)
+        h.heartbeat(a, generation)
+    assert "solo" not in h.coordinator.groups  # standalone: expired one retention after its commit
+    assert h.group().offsets
+    h.request(g.LeaveGroup, group_id="g", members=((a, None),))
+    h.advance(50_000)
+    assert h.group().offsets  # empty for less than the retention time
+    h.advance(20_000)
+    assert "g" not in h.coordinator.groups
+    tombstones = {fmt.decode_key(k) for _, k, v in h.log if v is None}
+    assert {fmt.OffsetCommitKey("g", "t", 0), fmt.GroupMetadataKey("g"), fmt.OffsetCommitKey("solo", "u", 0),
+            fmt.GroupMetadataKey("solo")} <= tombstones

@@ -52,7 +52,6 @@ def spark(tmp_path_factory):
 @dataclass
 class Broker:
     bootstrap: str
-    kind: str
 
     def create_topic(self, partitions: int, prefix: str = "t") -> str:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -63,7 +62,7 @@ class Broker:
             future.result(timeout=30)
         return name
 
-    def produce(self, topic: str, records, *, one_per_batch: bool = False):
+    def produce(self, topic: str, records):
         """Produce (key, value, partition, headers) tuples with acks=all; return
         the delivered (partition, offset, key, value, headers) of each, sorted."""
         from confluent_kafka import Producer
@@ -90,8 +89,6 @@ class Broker:
             if headers:
                 kwargs["headers"] = headers
             producer.produce(topic, value=value, key=key, **kwargs)
-            if one_per_batch:
-                producer.flush(30)
         assert producer.flush(30) == 0
         assert not failed, failed
         return sorted(delivered)
@@ -141,7 +138,7 @@ def broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("kref-broker")
     handle = _load_kref_broker_class()(base).start()
     try:
-        yield Broker(handle.bootstrap, "kref")
+        yield Broker(handle.bootstrap)
     finally:
         handle.kill()
         # Shown by pytest only when a test failed.

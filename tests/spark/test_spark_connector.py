@@ -336,3 +336,13 @@ def test_starting_offset_below_log_start_offset_fails_or_skips(spark, broker):
         _reader(spark, broker, topic, startingOffsets=from_zero).collect()
     rows = _reader(spark, broker, topic, startingOffsets=from_zero, failOnDataLoss="false")
     assert sorted(r.offset for r in rows.collect()) == list(range(5, 12))
+
+
+def test_write_to_a_missing_partition_fails_the_task_with_a_clear_message(spark, broker):
+    topic = broker.create_topic(2)
+    df = spark.createDataFrame([("k", "v", 7)], "key string, value string, partition int")
+    with pytest.raises(Exception, match=f"kref sink: cannot produce to {topic}-7"):
+        df.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
+            "topic", topic
+        ).mode("append").save()
+
