@@ -307,6 +307,7 @@ class BrokerConfig:
         plaintext = [lst for lst in values["listeners"] if lst.name not in controller_names]
         if not plaintext:
             raise ConfigError("listeners: at least one client listener is required")
+        _require_plaintext(plaintext, props)
         values["listeners"] = tuple(plaintext)
         if values["advertised_listeners"]:
             values["advertised_listeners"] = tuple(
@@ -351,6 +352,28 @@ def _render(value: object) -> str:
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _require_plaintext(listeners: Iterable[Listener], props: Mapping[str, str]) -> None:
+    """kref speaks PLAINTEXT only: a listener whose security protocol (Kafka's
+    listener.security.protocol.map, by default the listener's own name) is SSL
+    or SASL would accept TLS/SASL clients and answer them in plaintext, which
+    they can only report as a broken connection. Refuse it at start instead."""
+    mapping = {}
+    for item in props.get("listener.security.protocol.map", "").split(","):
+        name, sep, protocol = item.partition(":")
+        if sep:
+            mapping[name.strip().upper()] = protocol.strip().upper()
+    for lst in listeners:
+        protocol = mapping.get(lst.name, lst.name if lst.name in _SECURITY_PROTOCOLS else None)
+        if protocol is None:
+            raise ConfigError(f"listeners: no security protocol for listener {lst.name} "
+                              f"(set listener.security.protocol.map, e.g. {lst.name}:PLAINTEXT)")
+        if protocol != "PLAINTEXT":
+            raise ConfigError(f"listeners: {lst} uses security protocol {protocol}; kref serves PLAINTEXT only")
 
 
 def _controller_listener_names(props: Mapping[str, str]) -> set[str]:

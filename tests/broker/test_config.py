@@ -55,6 +55,9 @@ def test_retention_precedence():
         ("default.replication.factor=3", "single kref broker"),
         ("noequals", "--override expects key=value"),
         ("advertised.listeners=OTHER://h:1", "OTHER is not one of the listeners"),
+        # kref speaks PLAINTEXT only; an SSL/SASL listener would garble TLS clients
+        ("listeners=SSL://127.0.0.1:0", "SSL://127.0.0.1:0 uses security protocol SSL"),
+        ("listeners=EXTERNAL://127.0.0.1:0", "no security protocol for listener EXTERNAL"),
     ],
 )
 def test_invalid_settings_rejected(override, message):
@@ -132,3 +135,11 @@ def test_kafka_kraft_sample_server_properties(tmp_path):
     assert c.advertised == (Listener("PLAINTEXT", "localhost", 9092),)
     assert c.log_dirs == ("/tmp/kraft-combined-logs",)
     assert "process.roles" in ignored[0] and "num.io.threads" in ignored[0]
+
+
+def test_listener_security_protocol_map():
+    c = BrokerConfig.load(None, ["listeners=CLIENT://127.0.0.1:0",
+                                 "listener.security.protocol.map=CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT"])
+    assert c.listeners == (Listener("CLIENT", "127.0.0.1", 0),)
+    with pytest.raises(ConfigError, match="CLIENT://127.0.0.1:0 uses security protocol SASL_SSL"):
+        BrokerConfig.load(None, ["listeners=CLIENT://127.0.0.1:0", "listener.security.protocol.map=CLIENT:SASL_SSL"])
