@@ -36,5 +36,17 @@ fi
 # pyspark_* modules (pyspark_kref.py); an editable install hides top-level
 # modules from that scan, so put the source root on the path as well.
 "$VENV/bin/python" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/kref-source-root.pth", "w").write(sys.argv[1] + "\n")' "$PWD"
+# Clients the tests also drive when they can be installed here: kcat
+# (Debian's, on an old librdkafka) and kafkajs (pure JavaScript). Idempotent,
+# and optional: their tests skip when the tool cannot be installed.
+if ! command -v kcat >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null; } \
+        || echo "setup: kcat not installable here (its tests will skip)"
+fi
+if command -v npm >/dev/null 2>&1 && [[ ! -f "$VENV/node/node_modules/kafkajs/package.json" ]]; then
+    npm install --silent --no-audit --no-fund --prefix "$VENV/node" kafkajs@2.2.4 >/dev/null 2>&1 \
+        || echo "setup: kafkajs not installable here (its tests will skip)"
+fi
 touch "$VENV/.installed"
 echo "setup: ok ($("$VENV/bin/python" --version), $(java -version 2>&1 | head -1))"
