@@ -25,5 +25,9 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 "$VENV/bin/python" -m pip install -q -U pip >/dev/null
 "$VENV/bin/python" -m pip install -q -e '.[all]'
+# Spark discovers Python data sources by scanning sys.path for top-level
+# pyspark_* modules (pyspark_kref.py); an editable install hides top-level
+# modules from that scan, so put the source root on the path as well.
+"$VENV/bin/python" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/kref-source-root.pth", "w").write(sys.argv[1] + "\n")' "$PWD"
 touch "$VENV/.installed"
 echo "setup: ok ($("$VENV/bin/python" --version), $(java -version 2>&1 | head -1))"

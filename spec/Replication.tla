@@ -428,7 +428,11 @@ Crash(r) ==
           [l \in Replicas |-> IF l = r THEN Unknown
                               ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
-    /\ UNCHANGED <<leader_epoch, partition_epoch, isr, produced, acked>>
+    \* The partition metadata a broker applied lives in memory: gone.
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = 0]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = 0]
+    /\ isr' = [isr EXCEPT ![r] = {}]
+    /\ UNCHANGED <<produced, acked>>
     /\ faults' = [faults EXCEPT !.crash = @ + 1]
 
 \* Broker r starts again with what survived on disk; it acts on the

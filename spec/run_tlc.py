@@ -156,7 +156,27 @@ _RE_ERROR = re.compile(
     r"TLC threw an unexpected exception.*)$",
     re.M,
 )
-_RE_PROPERTY_HINT = re.compile(r"^Error: Invariant (\S+) is violated by the initial state", re.M)
+
+
+TEMPORAL = "TemporalProperties"
+_RE_CFG_KEYWORD = re.compile(
+    r"^\s*(SPECIFICATION|INIT|NEXT|INVARIANTS?|PROPERT(?:Y|IES)|CONSTANTS?|"
+    r"CONSTRAINTS?|ACTION_CONSTRAINTS?|SYMMETRY|VIEW|CHECK_DEADLOCK)\b(.*)$")
+
+
+def config_properties(cfg_text: str) -> list[str]:
+    """The names listed under PROPERTY / PROPERTIES in a TLC config."""
+    names: list[str] = []
+    in_properties = False
+    for line in cfg_text.splitlines():
+        line = line.split("\\*", 1)[0]
+        keyword = _RE_CFG_KEYWORD.match(line)
+        if keyword:
+            in_properties = keyword.group(1).startswith("PROPERT")
+            line = keyword.group(2)
+        if in_properties:
+            names += line.split()
+    return names
 
 
 def _int(text: str) -> int:
@@ -167,11 +187,11 @@ def parse_tlc_output(text: str) -> TlcOutcome:
     """Extract the summary of one TLC run from its stdout+stderr."""
     out = TlcOutcome()
     out.completed = bool(_RE_DONE.search(text))
-    m = _RE_VIOLATED.search(text) or _RE_PROPERTY_HINT.search(text)
+    m = _RE_VIOLATED.search(text)  # also "... is violated by the initial state"
     if m:
         out.violation = m.group(1).rstrip(".")
     elif _RE_TEMPORAL.search(text):
-        out.violation = "TemporalProperties"
+        out.violation = TEMPORAL
     elif _RE_DEADLOCK.search(text):
         out.violation = "Deadlock"
     elif _RE_ASSERT.search(text):
@@ -361,6 +381,12 @@ def run_model(
             suffix = ".simulate.log" if simulate else ".log"
             shutil.copyfile(outfile, log_dir / f"{model.name}{suffix}")
     outcome = parse_tlc_output(text)
+    if outcome.violation == TEMPORAL:
+        # TLC names no property when a liveness check fails; with a single
+        # PROPERTY in the config there is no doubt which one it was.
+        names = config_properties((spec_dir / model.config).read_text())
+        if len(names) == 1:
+            outcome.violation = names[0]
     outcome.exit_code = rc
     outcome.timed_out = timed_out
     outcome.seconds = seconds

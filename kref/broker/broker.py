@@ -35,7 +35,7 @@ from typing import Any
 
 import trio
 
-from kref.broker.config import BrokerConfig, ConfigError, Listener
+from kref.broker.config import BrokerConfig, ConfigError, Listener, advertisable
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
 from kref.storage.log_manager import LogManager
@@ -134,6 +134,7 @@ class Broker:
         self._log_dirs = [Path(d) for d in config.log_dirs]
         # Listeners as bound (port 0 resolved), set by the server.
         self.bound_listeners: tuple[Listener, ...] = ()
+        self.open_connections = 0  # bounded by max.connections
         # Called (no arguments) at shutdown before the logs are closed, e.g.
         # to complete purgatory operations or write coordinator state.
         self.on_shutdown: list[Callable[[], None]] = []
@@ -164,6 +165,7 @@ class Broker:
             producer_state_factory=self.producer_state_factory,
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
+        self._delete_stray_logs()
         for topic in self.topics.values():
             for p in range(topic.num_partitions):
                 self._attach_partition(topic, p)
@@ -186,10 +188,7 @@ class Broker:
             )
         if not self.bound_listeners:
             return self.config.advertised
-        return tuple(
-            Listener(lst.name, lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1", lst.port)
-            for lst in self.bound_listeners
-        )
+        return tuple(advertisable(lst) for lst in self.bound_listeners)
 
     def start_soon(self, fn, *args) -> None:
         if self.nursery is None:
@@ -353,6 +352,33 @@ class Broker:
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
         """The topic's overrides over the broker's log.* defaults."""
         return LogConfig.from_properties(topic.configs, self.default_log_config)
+
+    def _delete_stray_logs(self) -> None:
+        """Remove logs the topic image does not know (Kafka's "stray" partitions).
+
+        A crash between writing the image and creating or deleting partition
+        dirs leaves such logs behind; keeping them would hand a re-created
+        topic the old topic's records.
+        """
+        for log_ in list(self.log_manager.all_logs()):
+            topic = self.topics.get(log_.topic)
+            if topic is None or log_.partition >= topic.num_partitions:
+                reason = "no such topic" if topic is None else f"topic has {topic.num_partitions} partition(s)"
+            elif log_.topic_id is not None and log_.topic_id != topic.topic_id:
+                reason = f"topic id {log_.topic_id} is not the topic's {topic.topic_id}"
+            else:
+                continue
+            log.warning("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
+            self.log_manager.delete_log(log_.topic, log_.partition)
+
+    @staticmethod
+    def log_of(driver: Any) -> Any:
+        """The storage Log behind a partition driver (or the Log itself)."""
+        if driver is None:
+            return None
+        return getattr(driver, "log", driver)
+
+    _log_of = log_of  # the name the groups area first used
 
     def _log_config_of_topic(self, name: str) -> LogConfig | None:
         topic = self.topics.get(name)

@@ -30,6 +30,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigError",
     "Listener",
+    "advertisable",
     "IGNORED_PROPERTIES",
     "TOPIC_CONFIG_SYNONYMS",
     "parse_properties",
@@ -128,6 +129,14 @@ _I32 = 2**31 - 1
 _I64 = 2**63 - 1
 
 
+def advertisable(listener: Listener) -> Listener:
+    """A bound listener as clients can reach it: wildcard hosts become 127.0.0.1
+    (kref's default audience is this machine; set advertised.listeners otherwise)."""
+    if listener.host in ("", "0.0.0.0", "::"):
+        return Listener(listener.name, "127.0.0.1", listener.port)
+    return listener
+
+
 def _prop(kafka_name: str, parse: Callable[[str, str], object], default: str | None, doc: str = ""):
     return field(metadata={"name": kafka_name, "parse": parse, "default": default, "doc": doc})
 
@@ -148,6 +157,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = _prop("socket.request.max.bytes", _int(1, _I32), "104857600")
     connections_max_idle_ms: int = _prop("connections.max.idle.ms", _int(-1, _I64), "600000")
     queued_max_requests: int = _prop("queued.max.requests", _int(1, _I32), "500")
+    # Kafka's default is unlimited; kref bounds it (a deviation, documented).
+    max_connections: int = _prop("max.connections", _int(1, _I32), "4096")
     fetch_max_bytes: int = _prop("fetch.max.bytes", _int(1024, _I32), "57671680")
     # topic-level defaults (Kafka's broker synonyms of topic configs)
     log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824")
@@ -225,10 +236,7 @@ class BrokerConfig:
         """advertised.listeners, defaulting to listeners (wildcard hosts -> 127.0.0.1)."""
         if self.advertised_listeners:
             return self.advertised_listeners
-        return tuple(
-            Listener(lst.name, lst.host if lst.host not in ("", "0.0.0.0", "::") else "127.0.0.1", lst.port)
-            for lst in self.listeners
-        )
+        return tuple(advertisable(lst) for lst in self.listeners)
 
     def topic_config_defaults(self) -> dict[str, str]:
         """Broker-level defaults of topic configs, keyed by topic-level names."""
@@ -295,12 +303,15 @@ class BrokerConfig:
         for name, f in by_name.items():
             raw = props.get(name, f.metadata["default"])
             values[f.name] = None if raw is None else f.metadata["parse"](name, raw)
-        listeners = values["listeners"]
-        plaintext = [lst for lst in listeners if lst.name not in _controller_listener_names(props)]
+        controller_names = _controller_listener_names(props)
+        plaintext = [lst for lst in values["listeners"] if lst.name not in controller_names]
         if not plaintext:
             raise ConfigError("listeners: at least one client listener is required")
         values["listeners"] = tuple(plaintext)
         if values["advertised_listeners"]:
+            values["advertised_listeners"] = tuple(
+                lst for lst in values["advertised_listeners"] if lst.name not in controller_names
+            )
             names = {lst.name for lst in plaintext}
             for lst in values["advertised_listeners"]:
                 if lst.name not in names:

@@ -32,13 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # kio's phantom types register hypothesis strategies when hypothesis is
+    # importable (it is, in a test environment), which costs the broker
+    # process seconds of start-up for nothing; block that optional import.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     import trio
 
     from kref.broker.broker import Broker
     from kref.broker.config import BrokerConfig, ConfigError
     from kref.broker.handlers import register_all
     from kref.broker.router import Router
-    from kref.broker.server import run_broker
+    from kref.broker.server import ListenError, run_broker
 
     logging.basicConfig(
         level=args.log_level,
@@ -58,5 +62,11 @@ def run(args: argparse.Namespace) -> int:
     def started(listeners) -> None:
         log.info("kref broker started (cluster.id %s, log.dirs %s)", broker.cluster_id, ",".join(config.log_dirs))
 
-    trio.run(functools.partial(run_broker, broker, router, on_started=started))
-    return 0
+    status = 0
+    try:
+        trio.run(functools.partial(run_broker, broker, router, on_started=started))
+    except* ListenError as group:
+        for exc in group.exceptions:
+            print(f"kref broker: {exc}", file=sys.stderr)
+        status = 1
+    return status

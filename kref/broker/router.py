@@ -15,7 +15,8 @@ so advertise the modern ranges kio has.
 
 Handlers are `async def handler(ctx: RequestContext, request) -> response`
 where `request` and `response` are kio dataclasses of the request's version.
-A handler may return None to send no response at all (Produce with acks=0).
+A handler may return None to send no response at all (Produce with acks=0),
+or a codec.PreEncoded body already in wire form.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kref.protocol.api_versions import api_versions_response, unsupported_version_response
-from kref.protocol.codec import API_VERSIONS_KEY, DecodedRequest, kio_version_range
+from kref.protocol.codec import API_VERSIONS_KEY, DecodedRequest, PreEncoded, encode_body, kio_version_range
 from kref.protocol.errors import ErrorCode
 
 __all__ = ["Router", "RequestContext", "Handler"]
@@ -53,6 +54,9 @@ class Router:
     def __init__(self) -> None:
         self._handlers: dict[int, Handler] = {}
         self._versions: dict[int, tuple[int, int]] = {}
+        # ApiVersions is the first request of every connection and its body
+        # only changes when the table does: encode it once per version.
+        self._api_versions_bodies: dict[int, PreEncoded] = {}
         self.register(API_VERSIONS_KEY, 0, 4, self._handle_api_versions)
 
     def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
@@ -67,6 +71,7 @@ class Router:
             )
         self._handlers[api_key] = handler
         self._versions[api_key] = (min_version, max_version)
+        self._api_versions_bodies.clear()
 
     @property
     def supported_versions(self) -> dict[int, tuple[int, int]]:
@@ -88,4 +93,9 @@ class Router:
         version = getattr(request, "client_software_version", None)
         if name is not None and not (_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(version or "")):
             return api_versions_response(ctx.api_version, {}, error_code=ErrorCode.INVALID_REQUEST)
-        return api_versions_response(ctx.api_version, self._versions)
+        cached = self._api_versions_bodies.get(ctx.api_version)
+        if cached is None:
+            response = api_versions_response(ctx.api_version, self._versions)
+            cached = PreEncoded(type(response), encode_body(response))
+            self._api_versions_bodies[ctx.api_version] = cached
+        return cached

@@ -1,14 +1,15 @@
 """The trio server: listeners, one task pair per connection, shutdown.
 
-Theory of operation: every accepted connection gets a reader task and a
-processor task joined by a bounded channel. The reader feeds socket bytes
-to the sans-IO FrameDecoder and decodes each frame (codec.decode_request);
-the processor takes requests one by one, runs the router's handler and
-writes the response, so responses leave in request order, as Kafka
-guarantees per connection. The channel holds at most
-MAX_IN_FLIGHT_REQUESTS decoded requests; when it is full the reader stops
-reading and TCP pushes back on the client, so memory per connection is
-bounded by (MAX_IN_FLIGHT_REQUESTS + 1) * socket.request.max.bytes.
+Theory of operation: every accepted connection gets three tasks joined by
+bounded channels. The reader feeds socket bytes to the sans-IO
+FrameDecoder and decodes each frame (codec.decode_request); the processor
+takes requests one by one and runs the router's handler; the writer sends
+the encoded responses, coalescing those that are ready together into one
+write. Responses therefore leave in request order, as Kafka guarantees per
+connection. Each channel holds at most MAX_IN_FLIGHT_REQUESTS items; when
+they are full the reader stops reading and TCP pushes back on the client,
+so memory per connection is bounded by about
+(2 * MAX_IN_FLIGHT_REQUESTS + 1) * socket.request.max.bytes.
 
 A framing or decoding error, an unknown API key or an unsupported version
 closes only that connection, with the reason logged (Kafka does the same);
@@ -36,16 +37,21 @@ from kref.protocol.codec import DecodedRequest, decode_request, encode_response
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
 
-__all__ = ["serve", "run_broker", "handle_connection", "MAX_IN_FLIGHT_REQUESTS"]
+__all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
 
 log = logging.getLogger("kref.server")
 
 MAX_IN_FLIGHT_REQUESTS = 8
 RECEIVE_CHUNK_BYTES = 256 * 1024
+WRITE_BATCH_BYTES = 256 * 1024
 
 
 class _CloseConnection(Exception):
     pass
+
+
+class ListenError(OSError):
+    """A listener cannot be bound (port in use, bad address)."""
 
 
 async def handle_connection(stream: trio.SocketStream, broker: Broker, router: Router, listener_name: str) -> None:
@@ -58,6 +64,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
     idle_ms = broker.config.connections_max_idle_ms
     idle_timeout = math.inf if idle_ms < 0 else idle_ms / 1000
     send_requests, receive_requests = trio.open_memory_channel[DecodedRequest](MAX_IN_FLIGHT_REQUESTS)
+    send_frames, receive_frames = trio.open_memory_channel[bytes](MAX_IN_FLIGHT_REQUESTS)
 
     async def read_requests() -> None:
         async with send_requests:
@@ -75,7 +82,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                     await send_requests.send(decode_request(frame, router.supported_versions))
 
     async def process_requests() -> None:
-        async with receive_requests:
+        async with receive_requests, send_frames:
             async for request in receive_requests:
                 ctx = RequestContext(
                     broker=broker,
@@ -100,12 +107,28 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                     )
                     raise _CloseConnection from None
                 if frame is not None:
-                    await stream.send_all(frame)
+                    await send_frames.send(frame)
+
+    async def write_responses() -> None:
+        # Responses that are ready together leave in one write: with
+        # pipelining clients a syscall per response was the largest cost.
+        async with receive_frames:
+            async for frame in receive_frames:
+                batch, size = [frame], len(frame)
+                while size < WRITE_BATCH_BYTES:
+                    try:
+                        more = receive_frames.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batch.append(more)
+                    size += len(more)
+                await stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
 
     try:
         async with stream:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(process_requests)
+                nursery.start_soon(write_responses)
                 try:
                     await read_requests()
                 except (FrameError, ProtocolError) as exc:
@@ -134,7 +157,10 @@ async def serve(
         host = listener.host or None
         if host in ("0.0.0.0", "::"):
             host = None
-        sockets = await trio.open_tcp_listeners(listener.port, host=host)
+        try:
+            sockets = await trio.open_tcp_listeners(listener.port, host=host)
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {listener}: {exc.strerror or exc}") from None
         port = sockets[0].socket.getsockname()[1]
         bound.append((Listener(listener.name, listener.host, port), sockets))
     broker.bound_listeners = tuple(lst for lst, _ in bound)
@@ -152,7 +178,16 @@ async def serve(
 
 def _connection_handler(broker: Broker, router: Router, listener_name: str) -> Callable:
     async def handler(stream: trio.SocketStream) -> None:
-        await handle_connection(stream, broker, router, listener_name)
+        limit = broker.config.max_connections
+        if broker.open_connections >= limit:
+            log.warning("closing a new connection: max.connections=%d reached", limit)
+            await stream.aclose()
+            return
+        broker.open_connections += 1
+        try:
+            await handle_connection(stream, broker, router, listener_name)
+        finally:
+            broker.open_connections -= 1
 
     return handler
 

@@ -23,7 +23,9 @@ Kafka's rules that we keep:
   mis-parses them (kio omits tagged fields that hold their default values).
 
 Decoding errors of any kind surface as RequestDecodeError (typed), never as
-a crash of the connection task with an arbitrary exception.
+a crash of the connection task with an arbitrary exception. Every body is
+length-checked (bounds.py) before kio reads it: kio reserves memory for the
+lengths a message claims, and a huge claim would abort the process.
 """
 
 from __future__ import annotations
@@ -35,14 +37,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.index import api_key_map, schema_name_map
+from kio.static.constants import EntityType
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from kref.protocol.bounds import check_body
 from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
 
 __all__ = [
     "API_VERSIONS_KEY",
     "DecodedRequest",
+    "PreEncoded",
+    "encode_body",
     "decode_request",
     "encode_response",
     "kio_version_range",
@@ -54,10 +61,13 @@ __all__ = [
 
 API_VERSIONS_KEY = 18
 _PREFIX = struct.Struct(">hhi")
+_HEADER = struct.Struct(">ii")  # frame size, correlation id
 
 # Everything kio's Rust reader or the enum/timedelta constructors may raise on
 # malformed input. Anything else is a bug in us and should crash loudly.
-_DECODE_FAILURES = (SerialError, ValueError, OverflowError, UnicodeError, IndexError, TypeError)
+# KeyError: kio 0.6 rejects a tagged field its schema lacks ("Unknown tagged
+# field tag"), where Kafka skips it; found by tests/protocol fuzzing.
+_DECODE_FAILURES = (SerialError, ValueError, OverflowError, UnicodeError, IndexError, TypeError, KeyError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +103,15 @@ def response_class(api_key: int, api_version: int) -> type | None:
 
 @functools.cache
 def kio_version_range(api_key: int) -> tuple[int, int] | None:
-    """The versions kio has generated types for (contiguous in kio 0.6)."""
-    versions = [v for v in range(0, 64) if request_class(api_key, v) is not None]
+    """The versions kio has generated types for (contiguous in kio 0.6).
+
+    Read from kio's index, not by importing each version's module: probing
+    imports made broker start-up take seconds.
+    """
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = sorted(v for v, entities in schema_name_map[name].items() if EntityType.request in entities)
     if not versions:
         return None
     return versions[0], versions[-1]
@@ -142,6 +159,7 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
     header_type = body_type.__header_schema__
     try:
         header, header_size = _reader(header_type)(frame, 0)
+        check_body(body_type, frame, header_size)
         body, _ = _reader(body_type)(frame, header_size)
     except _DECODE_FAILURES as exc:
         raise RequestDecodeError(
@@ -167,9 +185,22 @@ def _client_id_best_effort(frame: bytes) -> str | None:
     return frame[10 : 10 + length].decode("utf-8", "replace")
 
 
+@dataclass(frozen=True, slots=True)
+class PreEncoded:
+    """A response body already in wire form, e.g. a cached ApiVersions body,
+    or a Fetch response assembled around record bytes read from a segment.
+    `response_type` is the kio class it is an encoding of (for the header)."""
+
+    response_type: type
+    body: bytes | bytearray | memoryview
+
+
 def encode_response(request: DecodedRequest, response: object) -> bytes:
     """Encode header + body of `response` to a frame, size prefix included."""
-    response_type = type(response)
+    if isinstance(response, PreEncoded):
+        response_type = response.response_type
+    else:
+        response_type = type(response)
     if request.is_unsupported_api_versions:
         if int(response_type.__version__) != 0 or int(response_type.__api_key__) != API_VERSIONS_KEY:
             raise ValueError("an unsupported ApiVersions request is answered with a v0 body")
@@ -178,14 +209,28 @@ def encode_response(request: DecodedRequest, response: object) -> bytes:
             f"response {response_type.__qualname__} v{response_type.__version__} does not match "
             f"request key {request.api_key} v{request.api_version}"
         )
-    header_type = response_type.__header_schema__
+    # Response header v0 is the correlation id; v1 adds an empty tag buffer
+    # (we never send response-header tagged fields).
+    flexible_header = response_type.__header_schema__.__flexible__
+    if isinstance(response, PreEncoded):
+        body = response.body
+        header = _HEADER.pack(len(body) + (9 if flexible_header else 8) - 4, request.correlation_id)
+        return header + (b"\x00" if flexible_header else b"") + bytes(body)
     buffer = io.BytesIO()
-    buffer.write(b"\x00\x00\x00\x00")
-    _writer(header_type)(buffer, header_type(correlation_id=request.correlation_id))
+    buffer.write(_HEADER.pack(0, request.correlation_id))
+    if flexible_header:
+        buffer.write(b"\x00")
     _writer(response_type)(buffer, response)
     frame = buffer.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     del frame
+    return buffer.getvalue()
+
+
+def encode_body(response: object) -> bytes:
+    """The wire form of a response body alone (for PreEncoded)."""
+    buffer = io.BytesIO()
+    _writer(type(response))(buffer, response)
     return buffer.getvalue()
 
 

@@ -28,7 +28,7 @@ named after the action, carrying the post-state):
 - LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
   min log_end_offset over the isr moved; acks=1 answers now, acks=all either
   answers (high watermark already past the batch) or DelayProduce.
-- FollowerFetch       -> LeaderHandleFetch: fence stale epochs, detect a
+- FetchFromFollower   -> LeaderHandleFetch: fence stale epochs, detect a
   diverging log (KIP-320: the follower's last fetched epoch ends earlier on
   the leader), record the follower's log_end_offset and caught-up time,
   ExpandIsr once it reached the high watermark (and the start of the current
@@ -37,7 +37,9 @@ named after the action, carrying the post-state):
   replica_lag_time_max_ms, then AdvanceHighWatermark (a smaller isr may let
   it move).
 - BecomeFollower, FollowerAppended, FollowerTruncated -> BecomeFollower,
-  FollowerFetch, TruncateToEpochEndOffset on the follower side.
+  FollowerAppend, TruncateToEpochEndOffset on the follower side (the
+  follower's fetcher sending requests, the spec's FollowerFetch, lives in
+  the driver that will run followers).
 
 Invariants kept here (a violation is a bug and raises): the high watermark
 never decreases on a leader and never passes its log_end_offset; the leader
@@ -125,7 +127,7 @@ class LogAppended:
 
 
 @dataclass(frozen=True, slots=True)
-class FollowerFetch:
+class FetchFromFollower:
     """A fetch from follower `replica_id` arrived at this (leader) replica.
 
     `epoch_end_offset` is what the leader's epoch cache answers for
@@ -175,7 +177,7 @@ Event = (
     | BecomeFollower
     | ClientProduce
     | LogAppended
-    | FollowerFetch
+    | FetchFromFollower
     | FollowerAppended
     | FollowerTruncated
     | LogStartOffsetAdvanced
@@ -345,7 +347,7 @@ class PartitionReplica:
                 self._on_client_produce(event, out)
             case LogAppended():
                 self._on_log_appended(event, now_ms, out)
-            case FollowerFetch():
+            case FetchFromFollower():
                 self._on_follower_fetch(event, now_ms, out)
             case Tick():
                 self._on_tick(now_ms, out)
@@ -477,7 +479,7 @@ class PartitionReplica:
         else:
             out.append(ProduceResult(e.request_id, NONE))
 
-    def _on_follower_fetch(self, e: FollowerFetch, now_ms: int, out: list[Effect]) -> None:
+    def _on_follower_fetch(self, e: FetchFromFollower, now_ms: int, out: list[Effect]) -> None:
         def reject(code: int) -> None:
             out.append(RespondFollowerFetch(e.replica_id, code, self.high_watermark, self.log_start_offset))
 
@@ -524,7 +526,7 @@ class PartitionReplica:
         return None
 
     def _emit_handle_fetch(
-        self, e: FollowerFetch, now_ms: int, out: list[Effect], follower_leo: int, d_epoch: int, d_offset: int
+        self, e: FetchFromFollower, now_ms: int, out: list[Effect], follower_leo: int, d_epoch: int, d_offset: int
     ) -> None:
         self._emit(
             out,
@@ -534,7 +536,7 @@ class PartitionReplica:
             follower=e.replica_id,
             fetch_offset=e.fetch_offset,
             last_fetched_epoch=e.last_fetched_epoch,
-            follower_log_end_offset=follower_leo,
+            remote_log_end_offset=follower_leo,
             diverging_epoch=d_epoch,
             diverging_end_offset=d_offset,
             log_end_offset=self.log_end_offset,
@@ -610,7 +612,7 @@ class PartitionReplica:
         self.high_watermark = min(e.leader_high_watermark, self.log_end_offset)
         self._emit(
             out,
-            trace.FollowerFetch,
+            trace.FollowerAppend,
             now_ms,
             leader=self.leader,
             leader_epoch=self.leader_epoch,

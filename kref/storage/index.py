@@ -51,12 +51,12 @@ class _Index:
 
     # -- file life cycle ----------------------------------------------------
 
-    def open(self, *, preallocate: bool, strict: bool = True) -> None:
+    def open(self, *, preallocate: bool, strict: bool = True, load: bool = True) -> None:
         """Open (creating if missing) and load entries; CorruptIndexError if they fail sanity checks."""
         self.existed = os.path.exists(self.path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size
-        if size:
+        if size and load:
             data = os.pread(self._fd, size, 0)
             try:
                 self._load(data)
@@ -83,8 +83,8 @@ class _Index:
             n += 1
             if n > self.max_entries:
                 raise CorruptIndexError(f"{self.path}: more than {self.max_entries} entries")
-        rest = memoryview(data)[n * self.entry_size :]
-        if rest.nbytes and bytes(rest) != bytes(rest.nbytes):
+        valid = n * self.entry_size
+        if data.count(0, valid) != len(data) - valid:
             raise CorruptIndexError(f"{self.path}: entry {n} is out of order")
 
     def _entry_follows(self, key: int, value: int) -> bool:

@@ -31,15 +31,20 @@ memory is bounded by the number of segments and index entries.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import shutil
+import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from kref.records.batch import decode_batch
-from kref.records.errors import CorruptRecordError, TruncatedBatchError
+from kref.records.errors import CorruptRecordError
 from kref.records.header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
     BatchHeader,
     iter_headers,
     read_header,
@@ -60,6 +65,7 @@ from kref.storage.errors import (
     CorruptIndexError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -129,6 +135,44 @@ class FetchDataInfo:
         return len(self.records)
 
 
+_FRAME = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def _frames(view: memoryview, position: int) -> Iterator[tuple[int, int, int, int]]:
+    """(position, base_offset, last_offset, next_position) of each complete v2 batch in `view`.
+
+    The read path's walk over bytes already in the log: they were validated
+    (header and CRC) on append or by recovery, so only the framing fields are
+    read — a full header decode per batch would dominate fetches of many small
+    batches. Stops at the first incomplete or implausible frame.
+    """
+    n = len(view)
+    while position + HEADER_SIZE <= n:
+        base_offset, batch_length = _FRAME.unpack_from(view, position)
+        end = position + LOG_OVERHEAD + batch_length
+        if batch_length < _MIN_BATCH_LENGTH or end > n or view[position + MAGIC_OFFSET] != 2:
+            return
+        yield position, base_offset, base_offset + _LAST_OFFSET_DELTA.unpack_from(view, position + _LAST_OFFSET_DELTA_AT)[0], end
+        position = end
+
+
+def _disk_errors_as_storage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An OSError under a log operation becomes KafkaStorageError (KAFKA_STORAGE_ERROR),
+    so the broker answers the request with that code instead of dying."""
+
+    @functools.wraps(method)
+    def guarded(self: "Log", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            raise KafkaStorageError(f"I/O error on {self.dir}: {e}") from e
+
+    return guarded
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
     topic, sep, partition = name.rpartition("-")
     if not sep or not topic or not partition.isdigit():
@@ -151,6 +195,9 @@ class Log:
         self.last_flush_ms = now_ms
         self._now_ms = now_ms
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # (offset, segment, position) just after the last fast read; a hint only,
+        # checked against the segment object and its size before use.
+        self._read_hint: tuple[int, LogSegment, int] | None = None
         self.leader_epoch_cache = LeaderEpochFileCache(None)
         self.closed = False
 
@@ -414,6 +461,7 @@ class Log:
             headers.append(h)
         return headers
 
+    @_disk_errors_as_storage_errors
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
         """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append."""
         self._ensure_open()
@@ -464,6 +512,7 @@ class Log:
             info.offset_of_max_timestamp = info.first_offset
         return info
 
+    @_disk_errors_as_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """The follower half of FollowerFetch: append the leader's batches unchanged."""
         self._ensure_open()
@@ -527,6 +576,7 @@ class Log:
             return self.roll(now_ms, expected_next_offset=first_offset)
         return seg
 
+    @_disk_errors_as_storage_errors
     def roll(self, now_ms: int | None = None, *, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment for appends and start a new one at the log end.
 
@@ -551,6 +601,7 @@ class Log:
     # read
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, at most `max_bytes`
         (but at least one batch when `min_one_message`), none reaching `max_offset`."""
@@ -573,7 +624,9 @@ class Log:
             seg = self.segments[i]
             i += 1
             budget = max_bytes - total
-            fast = self._read_in_one_go(seg, target, budget, limit)
+            hint = self._read_hint
+            known = hint[2] if hint is not None and hint[0] == target and hint[1] is seg else None
+            fast = self._read_in_one_go(seg, target, budget, limit, known)
             if fast is not None:
                 chunk, chunk_first, chunk_next, whole = fast
             else:
@@ -604,8 +657,9 @@ class Log:
         records = parts[0] if len(parts) == 1 else b"".join(parts)
         return FetchDataInfo(records, start_offset, first_offset, next_offset, self.log_start_offset, leo)
 
-    @staticmethod
-    def _read_in_one_go(seg: LogSegment, target: int, budget: int, limit: int) -> tuple[bytes, int, int, bool] | None:
+    def _read_in_one_go(
+        self, seg: LogSegment, target: int, budget: int, limit: int, known_position: int | None = None
+    ) -> tuple[bytes, int, int, bool] | None:
         """The common case of a read as a single pread from the index position:
         skip the batches before `target`, keep whole batches within `budget`.
 
@@ -613,7 +667,10 @@ class Log:
         batch came out whole; one disk round trip per fetch instead of two
         matters on a cold cache.
         """
-        _, position = seg.offset_index.lookup(target)
+        if known_position is not None and known_position <= seg.size:
+            position = known_position  # a consumer reading on from where its last fetch ended
+        else:
+            _, position = seg.offset_index.lookup(target)
         if budget <= 0 or position >= seg.size:
             return None
         data = seg.read_at(position, min(budget + seg.lookup_chunk_size, seg.size - position))
@@ -622,25 +679,25 @@ class Log:
         start = -1
         first = next_offset = target
         whole = False
-        while True:
-            try:
-                h = read_header(view, p)
-            except CorruptRecordError:
-                break  # incomplete at the end of the buffer, or damage: stop here
+        for position_in_view, base_offset, last_offset, end in _frames(view, 0):
+            if position_in_view == 0 and known_position is not None and base_offset != target:
+                return None  # a stale hint: take the careful path
             if start < 0:
-                if h.last_offset < target:
-                    p = h.next_position
+                if last_offset < target:
+                    p = end
                     continue
-                start, first = p, h.base_offset
-            if h.last_offset >= limit or h.next_position - start > budget:
+                start, first = position_in_view, base_offset
+            if last_offset >= limit or end - start > budget:
                 break
-            p = h.next_position
-            next_offset = h.next_offset
+            p = end
+            next_offset = last_offset + 1
             if position + p >= seg.size:
                 whole = True
                 break
         if start < 0 or p == start:
             return None
+        # Remember where the next batch starts: sequential consumers ask for it next.
+        self._read_hint = (next_offset, seg, position + p)
         return bytes(view[start:p]), first, next_offset, whole
 
     @staticmethod
@@ -652,20 +709,15 @@ class Log:
         view = memoryview(data)
         p = 0
         next_offset = first.base_offset
-        while p < len(view):
-            try:
-                h = read_header(view, p)
-            except TruncatedBatchError:
-                break
-            except CorruptRecordError:
-                break  # never hand damaged bytes to a reader; recovery deals with them
-            if h.last_offset >= limit:
+        for _, _, last_offset, end in _frames(view, 0):
+            if last_offset >= limit:
                 return bytes(view[:p]), next_offset, False
-            p = h.next_position
-            next_offset = h.next_offset
+            p = end
+            next_offset = last_offset + 1
         reached_end = first.position + p >= seg.size
         return (data if p == len(data) else bytes(view[:p])), next_offset, reached_end
 
+    @_disk_errors_as_storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: (timestamp, offset, leader_epoch) or None when nothing matches."""
         self._ensure_open()
@@ -719,6 +771,7 @@ class Log:
     # truncation, log start offset, retention
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch with offsets >= `offset` (TruncateToEpochEndOffset).
 
@@ -730,6 +783,7 @@ class Log:
             raise OffsetOutOfRangeError(f"cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
             return False
+        self._read_hint = None
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
@@ -752,6 +806,7 @@ class Log:
             self.producer_state.truncate_to(leo)
         return True
 
+    @_disk_errors_as_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and continue at `offset` (a follower far behind the leader's start)."""
         self._ensure_open()
@@ -766,6 +821,7 @@ class Log:
                 self.producer_state.truncate_to(offset)
 
     def _truncate_fully(self, offset: int, now_ms: int) -> None:
+        self._read_hint = None
         doomed = self.segments[:]
         self.segments.clear()
         self._base_offsets.clear()
@@ -795,6 +851,7 @@ class Log:
             hook(new_log_start_offset)
         return True
 
+    @_disk_errors_as_storage_errors
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: delete segments past retention.ms, beyond retention.bytes
         or wholly below log_start_offset; returns how many were deleted."""
@@ -874,6 +931,7 @@ class Log:
     # flush, close, delete
     # =====================================================================
 
+    @_disk_errors_as_storage_errors
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the log end; the recovery point follows."""
         self._ensure_open()

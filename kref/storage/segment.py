@@ -115,8 +115,9 @@ class LogSegment:
         seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms)
         seg._fd = os.open(seg.log_path, os.O_RDWR)
         seg.size = os.fstat(seg._fd).st_size
-        seg.offset_index.open(preallocate=False, strict=False)
-        seg.time_index.open(preallocate=False, strict=False)
+        # recover() rebuilds both indexes: their old entries are not even read.
+        seg.offset_index.open(preallocate=False, load=False)
+        seg.time_index.open(preallocate=False, load=False)
         return seg
 
     def _load_tail(self) -> None:
@@ -188,10 +189,13 @@ class LogSegment:
         """
         assert self._fd is not None
         end = self.size
+        # One buffer per scan, refilled in place: no allocation (and page
+        # faults) per chunk.
+        buffer = bytearray(min(chunk_size, max(end - position, 0)))
         while position < end:
             want = min(chunk_size, end - position)
-            data = os.pread(self._fd, want, position)
-            view = memoryview(data)
+            got = os.preadv(self._fd, [memoryview(buffer)[:want]], position)
+            view = memoryview(buffer)[:got]
             p = 0
             while p < len(view):
                 try:

@@ -95,9 +95,10 @@ class LeaderHandleFetch(TraceEvent):
     follower: int
     fetch_offset: int
     last_fetched_epoch: int
-    # The follower's log_end_offset as the leader now records it (-1 when the
+    # The follower's log_end_offset as the leader now records it (the spec's
+    # remote_log_end_offset[leader][follower]; -1 when the
     # fetch was answered with a diverging epoch and so moved nothing).
-    follower_log_end_offset: int
+    remote_log_end_offset: int
     # Set when the follower's log diverges: the epoch and end offset it must
     # truncate to (TruncateToEpochEndOffset on its side); -1 otherwise.
     diverging_epoch: int
@@ -107,7 +108,7 @@ class LeaderHandleFetch(TraceEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FollowerFetch(TraceEvent):
+class FollowerAppend(TraceEvent):
     """A follower appended what its leader returned and learned its high watermark."""
 
     leader: int
@@ -158,7 +159,7 @@ REPLICATION_EVENT_TYPES: dict[str, type[TraceEvent]] = {
         LeaderAppend,
         AdvanceHighWatermark,
         LeaderHandleFetch,
-        FollowerFetch,
+        FollowerAppend,
         TruncateToEpochEndOffset,
         ShrinkIsr,
         ExpandIsr,

@@ -113,3 +113,22 @@ def test_incremental_alter_semantics():
     with pytest.raises(BrokerError) as info:
         apply_incremental_ops({}, [op("retention.ms", OP_SET, "1"), op("retention.ms", OP_DELETE)], defaults)
     assert info.value.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_stray_logs_are_deleted_at_open(tmp_path):
+    """A crash between the image write and a partition dir change leaves
+    logs the image does not know; a re-created topic must not inherit them."""
+    import json
+
+    b = make_broker(tmp_path)
+    b.create_topic("gone", 2)
+    b.create_topic("kept", 1)
+    b.shutdown()
+    image_path = tmp_path / "data" / "kref-topics.json"
+    image = json.loads(image_path.read_text())
+    image["topics"] = [t for t in image["topics"] if t["name"] == "kept"]
+    image_path.write_text(json.dumps(image))
+    again = make_broker(tmp_path)
+    assert sorted(again.partitions) == [("kept", 0)]
+    assert not (tmp_path / "data" / "gone-0").exists() and not (tmp_path / "data" / "gone-1").exists()
+    assert (tmp_path / "data" / "kept-0").exists()

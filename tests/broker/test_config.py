@@ -88,3 +88,47 @@ def test_cli_rejects_bad_config_with_clear_message(tmp_path):
     assert out.returncode == 2
     assert "invalid configuration: unknown broker property log.segmnet.bytes" in out.stderr
     assert not (tmp_path / "d").exists()  # nothing touched the disk
+
+
+KAFKA_KRAFT_SAMPLE = """
+############################# Server Basics #############################
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=localhost:9093
+############################# Socket Server Settings #############################
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+############################# Log Basics #############################
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+#log.flush.interval.messages=10000
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+
+def test_kafka_kraft_sample_server_properties(tmp_path):
+    """Kafka's own combined-mode sample starts kref unchanged (controller parts ignored)."""
+    f = tmp_path / "server.properties"
+    f.write_text(KAFKA_KRAFT_SAMPLE)
+    ignored = []
+    c = BrokerConfig.load(f, log=ignored.append)
+    assert c.listeners == (Listener("PLAINTEXT", "", 9092),)
+    assert c.advertised == (Listener("PLAINTEXT", "localhost", 9092),)
+    assert c.log_dirs == ("/tmp/kraft-combined-logs",)
+    assert "process.roles" in ignored[0] and "num.io.threads" in ignored[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0  # generous: CI machines here run at load 10+
 STOP_TIMEOUT_S = 20.0
 # Test-friendly defaults; a test's overrides win.
 FIXTURE_DEFAULTS = {

@@ -9,6 +9,7 @@ resident memory stays within a fixed bound."""
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -83,3 +84,30 @@ def test_unknown_key_after_valid_requests(kref_broker):
         c.send_raw(encode_request(ApiVersionsRequestV0(), 1) + size_prefix(8) + struct.pack(">hhi", 5000, 0, 2))
         assert struct.unpack_from(">i", c.read_frame(), 0)[0] == 1
         assert c.is_closed_by_peer()
+
+
+def served_connection(broker, attempts: int = 100) -> WireClient:
+    """A connection the broker answers on; retries while slots of just-closed
+    connections (e.g. the fixture's readiness probe) are still counted."""
+    for _ in range(attempts):
+        c = WireClient(broker.host, broker.port)
+        try:
+            if c.request(ApiVersionsRequestV0()).error_code == 0:
+                return c
+        except ConnectionError:
+            pass
+        c.close()
+        time.sleep(0.1)
+    raise AssertionError("the broker never accepted a connection")
+
+
+def test_max_connections(kref_broker_factory):
+    broker = kref_broker_factory({"max.connections": "3"})
+    held = [served_connection(broker) for _ in range(3)]
+    with WireClient(broker.host, broker.port) as extra:
+        assert extra.is_closed_by_peer(timeout=10)
+    held.pop().close()
+    held.append(served_connection(broker))  # the freed slot is usable again
+    for c in held:
+        c.close()
+    assert "max.connections=3 reached" in broker.log_text()

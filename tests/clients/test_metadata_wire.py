@@ -131,3 +131,33 @@ def test_clean_shutdown_marks_log_dirs(kref_broker):
     assert (data / "meta.properties").read_text().count("node.id=1") == 1
     assert (data / "flushed-0" / "partition.metadata").exists()
     assert "stopped cleanly" in kref_broker.log_text()
+
+
+def test_port_in_use_is_a_clear_error(kref_broker, tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "kref.cli", "broker", "--override", f"listeners=PLAINTEXT://127.0.0.1:{kref_broker.port}",
+         "--override", f"log.dirs={tmp_path / 'other'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 1
+    assert f"cannot listen on PLAINTEXT://127.0.0.1:{kref_broker.port}" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_sigint_is_a_clean_shutdown_too(kref_broker):
+    import signal
+
+    kref_broker.proc.send_signal(signal.SIGINT)
+    assert kref_broker.proc.wait(60) == 0
+    assert (kref_broker.log_dirs[0] / ".kafka_cleanshutdown").exists()
+    assert "received SIGINT" in kref_broker.log_text()
+
+
+def test_idle_connections_are_closed(kref_broker_factory):
+    broker = kref_broker_factory({"connections.max.idle.ms": "300"})
+    with WireClient(broker.host, broker.port) as c:
+        assert c.is_closed_by_peer(timeout=30)
+    assert "closing idle connection" in broker.log_text()

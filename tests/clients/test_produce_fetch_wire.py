@@ -4,7 +4,8 @@ Real clients never send a corrupt batch or two batches in one partition, so
 these requests are built here: kio encodes the request, and the record
 batches come from kafka-python's independent DefaultRecordBatchBuilder.
 Checked: per-partition errors (UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE
-for a bad CRC, INVALID_RECORD for two batches) next to a partition that
+for a bad CRC, INVALID_RECORD for two batches, INVALID_TOPIC_EXCEPTION for
+the internal __consumer_offsets) next to a partition that
 succeeds; acks=0 gets no response at all; Fetch answers OFFSET_OUT_OF_RANGE,
 UNKNOWN_TOPIC_ID for an unknown topic id (v13+), returns the batch bytes
 exactly as the segment file holds them, honours partition_max_bytes and the
@@ -127,7 +128,8 @@ def test_produce_errors_are_per_partition(kref_broker):
     wire = Wire(kref_broker.bootstrap)
     try:
         response = wire.call(
-            produce_request({topic: {0: good, 1: bytes(corrupt), 2: good + good}, "no-such-topic": {0: good}}),
+            produce_request({topic: {0: good, 1: bytes(corrupt), 2: good + good}, "no-such-topic": {0: good},
+                             "__consumer_offsets": {0: good}}),
             p9r.ProduceResponse,
         )
     finally:
@@ -137,6 +139,7 @@ def test_produce_errors_are_per_partition(kref_broker):
         (topic, 1): (2, -1),  # CORRUPT_MESSAGE
         (topic, 2): (87, -1),  # INVALID_RECORD: one batch per partition
         ("no-such-topic", 0): (3, -1),  # UNKNOWN_TOPIC_OR_PARTITION
+        ("__consumer_offsets", 0): (17, -1),  # INVALID_TOPIC_EXCEPTION: internal topic
     }
 
 

@@ -175,3 +175,29 @@ def test_fuzz_truncated_valid_requests(topics, cut):
 
 def test_zero_throttle_is_a_timedelta():
     assert ZERO_THROTTLE == datetime.timedelta(0)
+
+
+@pytest.mark.parametrize("api_key, version", [(18, 0), (18, 3), (3, 12), (3, 4)])
+def test_pre_encoded_body_gives_the_same_frame(api_key, version):
+    from kref.protocol.codec import PreEncoded, encode_body
+
+    body_type = request_class(api_key, version)
+    fields = body_type.__dataclass_fields__
+    kwargs = {}
+    if "topics" in fields:
+        kwargs = {k: v for k, v in dict(topics=None, allow_auto_topic_creation=True,
+                                        include_topic_authorized_operations=False).items() if k in fields}
+    if "client_software_name" in fields:
+        kwargs = dict(client_software_name="a", client_software_version="b")
+    request = decode_request(payload(encode_request(body_type(**kwargs), 77)), RANGES)
+    if api_key == 18:
+        response = api_versions_response(version, RANGES)
+    else:
+        response = response_class(3, version)(
+            **{k: v for k, v in dict(throttle_time=ZERO_THROTTLE, brokers=(), cluster_id="c", controller_id=1,
+                                     topics=(), cluster_authorized_operations=-(2**31)).items()
+               if k in response_class(3, version).__dataclass_fields__}
+        )
+    direct = encode_response(request, response)
+    assert encode_response(request, PreEncoded(type(response), encode_body(response))) == direct
+    assert struct.unpack_from(">i", direct, 0)[0] == len(direct) - 4

@@ -101,7 +101,7 @@ class Harness:
                 if "epoch_end" in a:
                     epoch, _, offset = a["epoch_end"].partition(":")
                     end = (int(epoch), int(offset))
-                return r.FollowerFetch(
+                return r.FetchFromFollower(
                     int(a["replica"]), int(a["offset"]), int(a.get("last_epoch", -1)),
                     int(a.get("current_epoch", -1)), end,
                 )

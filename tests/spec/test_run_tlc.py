@@ -42,6 +42,7 @@ COUNTER = textwrap.dedent("""\
     BelowFour == x < 4
     BelowThree == x < 3
     Grows == [][x' > x]_x
+    ReachesFive == <>(x = 5)
     ====
     """)
 
@@ -55,6 +56,7 @@ def counter_dir(tmp_path_factory):
         "Breaks.cfg": "SPECIFICATION Spec\nINVARIANT BelowFour\nINVARIANT BelowThree\n",
         "Shrinks.cfg": "SPECIFICATION Spec\nPROPERTY Grows\n",
         "Typo.cfg": "SPECIFICATION Spec\nINVARIANT NoSuchInvariant\n",
+        "Stalls.cfg": "SPECIFICATION Spec\n\\* liveness\nPROPERTIES\n    ReachesFive\n",
     }
     for name, text in cfgs.items():
         (d / name).write_text(text)
@@ -96,6 +98,18 @@ def test_action_property_violation_is_named(counter_dir, tmp_path):
     outcome, verdict = _run(_model("Shrinks.cfg", "fail", "Grows"), counter_dir, tmp_path)
     assert outcome.violation == "Grows"
     assert verdict.ok
+
+
+def test_liveness_violation_is_named_after_the_only_property(counter_dir, tmp_path):
+    outcome, verdict = _run(_model("Stalls.cfg", "fail", "ReachesFive"), counter_dir, tmp_path)
+    assert outcome.exit_code == 13  # TLC 2.15: liveness violation
+    assert outcome.violation == "ReachesFive"
+    assert verdict.ok
+
+
+def test_config_properties():
+    cfg = "SPECIFICATION Spec\nPROPERTY A \\* first\nPROPERTIES\n  B\n  C\nINVARIANT D\n"
+    assert run_tlc.config_properties(cfg) == ["A", "B", "C"]
 
 
 def test_violation_in_a_passing_model_is_wrong(counter_dir, tmp_path):

@@ -272,3 +272,18 @@ def test_retention_by_size_keeps_active_segment_and_respects_high_watermark(tmp_
     with pytest.raises(OffsetOutOfRangeError):
         log.read(7, 100)
     log.close()
+
+
+def test_disk_errors_become_kafka_storage_error(tmp_path):
+    from kref.storage.errors import KafkaStorageError
+
+    log = open_log(tmp_path)
+    log.append_as_leader(make_batch([b"a"]), 0, 0)
+    os.close(log.active_segment._fd)  # the disk goes away under the log
+    with pytest.raises(KafkaStorageError) as e:
+        log.append_as_leader(make_batch([b"b"]), 0, 1)
+    assert e.value.error_code == 56
+    with pytest.raises(KafkaStorageError):
+        log.read(0, 100)
+    log.active_segment._fd = None
+    log.close_uncleanly()

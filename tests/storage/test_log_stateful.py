@@ -5,8 +5,9 @@ timestamp), log_start_offset, and the leader-epoch entries (KIP-101). Rules:
 leader and follower appends, rolls (segment.bytes is tiny, so appends roll
 too), truncate_to at batch boundaries (TruncateToEpochEndOffset),
 truncate_fully_and_start_at, DeleteRecords (maybe_increment_log_start_offset),
-retention by size and time, clean close/reopen through LogManager, and an
-unclean stop with and without a torn partial batch at the tail.
+retention by size and time, clean close/reopen through LogManager, an
+unclean stop with and without a torn partial batch at the tail, and index
+files deleted, garbled or cut before a (clean or unclean) restart.
 Invariants after every step: reading from log_start_offset returns exactly the
 model's records, log_end_offset and log_start_offset agree, bounded reads are
 prefixes made of whole batches, time lookups find the model's first record
@@ -207,6 +208,27 @@ class LogMachine(RuleBasedStateMachine):
             with open(self.log.active_segment.log_path, "ab") as f:
                 f.write(partial)
         self.log.close_uncleanly()
+        self._reopen()
+
+    @rule(data=st.data(), mode=st.sampled_from(["delete", "garble", "truncate"]), clean=st.booleans())
+    def damage_index_and_restart(self, data, mode, clean):
+        """Deleting or damaging an index is always safe: the restart rebuilds it."""
+        if clean:
+            self.manager.shutdown()
+        else:
+            self.manager.checkpoint()
+            self.log.close_uncleanly()
+        names = sorted(n for n in os.listdir(self.log.dir) if n.endswith((".index", ".timeindex")))
+        if names:
+            path = os.path.join(self.log.dir, data.draw(st.sampled_from(names)))
+            if mode == "delete":
+                os.unlink(path)
+            elif mode == "garble":
+                with open(path, "r+b") as f:
+                    f.write(data.draw(st.binary(min_size=1, max_size=48)))
+            else:
+                with open(path, "r+b") as f:
+                    f.truncate(data.draw(st.integers(0, max(0, os.path.getsize(path) - 1))))
         self._reopen()
 
     # -- invariants --------------------------------------------------------------

@@ -18,7 +18,9 @@ For each partition of the request, in order:
    offsets, stamps the leader epoch and LogAppendTime if the topic says so.
 
 Errors are per partition; one bad partition does not fail the others.
-acks=0 gets no response at all (the router sends nothing for None). acks=all
+acks=0 gets no response at all (the router sends nothing for None); the
+response is written by produce_response.py straight to wire bytes (kio's
+generic writer cost more than the append itself). acks=all
 partitions whose high watermark has not yet passed their batch wait together
 in the produce purgatory (DelayedProduce) for at most the request's timeout;
 those still waiting then answer REQUEST_TIMED_OUT.
@@ -26,13 +28,14 @@ those still waiting then answer REQUEST_TIMED_OUT.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import uuid
 from typing import Any
 
-from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
+from kref.broker.broker import INTERNAL_TOPICS
+from kref.broker.handlers.produce_response import encode_produce_response
 from kref.broker.partition import AppendResult, error_code_for, install
+from kref.protocol.codec import PreEncoded, response_class
 from kref.records.errors import CorruptRecordError, InvalidRecordError
 from kref.records.framing_validation import validate_records_framing
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
@@ -47,6 +50,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
 NOT_LEADER_OR_FOLLOWER = 6
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
@@ -68,12 +72,6 @@ def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> i
 
 class PayloadTooLarge(Exception):
     error_code = MESSAGE_TOO_LARGE
-
-
-def _log_append_time(ms: int) -> datetime.datetime | None:
-    if ms is None or ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
 
 
 def register(router, broker) -> None:
@@ -103,6 +101,11 @@ async def produce(broker, api_version: int, request) -> Any:
             unknown = UNKNOWN_TOPIC_OR_PARTITION
         per_partition = results.setdefault((getattr(topic_data, "name", None), topic_id), {})
         for pd in topic_data.partition_data:
+            if name in INTERNAL_TOPICS:
+                # Only the coordinators write there, through the driver directly.
+                per_partition[pd.index] = AppendResult(INVALID_TOPIC_EXCEPTION,
+                                                       error_message=f"cannot produce to internal topic {name}")
+                continue
             part = broker.partitions.get((name, pd.index)) if name is not None else None
             if part is None or not hasattr(part, "append_records_as_leader"):
                 per_partition[pd.index] = AppendResult(unknown)
@@ -135,27 +138,19 @@ async def produce(broker, api_version: int, request) -> Any:
         for key, status in op.partitions.items():
             waiting_results[key].error_code = status.error_code
 
-    types = response_types(PRODUCE, api_version)
-    topics = []
-    for (name, topic_id), per_partition in results.items():
-        partitions = tuple(
-            build(
-                types.PartitionProduceResponse,
-                index=index,
-                error_code=error(r.error_code),
-                base_offset=r.base_offset,
-                log_append_time=_log_append_time(r.log_append_time),
-                log_start_offset=r.log_start_offset,
-                record_errors=(),
-                error_message=r.error_message if r.error_code else None,
+    body = encode_produce_response(
+        api_version,
+        (
+            (
+                name,
+                topic_id,
+                [
+                    (index, r.error_code, r.base_offset, r.log_append_time if r.log_append_time is not None else -1,
+                     r.log_start_offset, r.error_message if r.error_code else None)
+                    for index, r in per_partition.items()
+                ],
             )
-            for index, r in per_partition.items()
-        )
-        topics.append(
-            build(
-                types.TopicProduceResponse,
-                **topic_key_fields(types.TopicProduceResponse, name, topic_id),
-                partition_responses=partitions,
-            )
-        )
-    return build(types.ProduceResponse, responses=tuple(topics))
+            for (name, topic_id), per_partition in results.items()
+        ),
+    )
+    return PreEncoded(response_class(PRODUCE, api_version), body)

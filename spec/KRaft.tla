@@ -1,0 +1,601 @@
+-------------------------------- MODULE KRaft --------------------------------
+(***************************************************************************)
+(* Theory of operation                                                     *)
+(*                                                                         *)
+(* The KRaft controller quorum (KIP-595, KIP-631) and the broker           *)
+(* membership it maintains, as a pull-based Raft:                          *)
+(*                                                                         *)
+(*  - a voter whose election timer fires bumps the epoch and asks for      *)
+(*    votes (RequestVote); voters grant at most one vote per epoch and     *)
+(*    only to a candidate whose log is at least as up to date as theirs    *)
+(*    (last epoch first, then end offset) (GrantVote);                     *)
+(*  - a candidate with a majority becomes the active controller, writes a  *)
+(*    LeaderChange control record in its epoch (BecomeActiveController)   *)
+(*    and tells the other voters (BeginQuorumEpoch);                       *)
+(*  - followers pull: they Fetch from the leader with their log end offset *)
+(*    and the epoch of their last entry; the leader either returns records *)
+(*    and its high watermark (FetchFromLeader) or a diverging epoch and end *)
+(*    offset, after which the follower truncates (TruncateToEpochEndOffset);*)
+(*  - the leader moves the high watermark to the largest offset held by a  *)
+(*    majority once that offset lies in its own epoch (AdvanceHighWatermark);*)
+(*  - the active controller appends RegisterBroker, FenceBroker and        *)
+(*    UnfenceBroker records to the metadata log; brokers read the log only *)
+(*    up to the high watermark (BrokerFetchMetadata).                      *)
+(*                                                                         *)
+(* Every RPC is one atomic step between two live, unpaused nodes: the      *)
+(* request carries the sender's epoch and log position as they are in the  *)
+(* pre-state, the response is applied in the same step.  Delayed or lost   *)
+(* RPCs are modelled by the step simply not happening (yet); a node that   *)
+(* sees a higher epoch in any RPC moves to it (BecomeUnattached).  A paused *)
+(* node (Pause, like a long GC pause or SIGSTOP) takes part in no step;    *)
+(* when it resumes it still believes what it believed before: a deposed    *)
+(* leader that resumes is the "zombie" controller whose writes the epoch   *)
+(* must fence (NoZombieWrite).                                             *)
+(*                                                                         *)
+(* Each action names its post-state completely (no UNCHANGED vars), so     *)
+(* that trace validation can match one trace event of the same name onto  *)
+(* one action.  Offsets are 0-based as in Kafka: the entry at offset o is  *)
+(* log[v][o + 1], the log end offset is Len(log[v]) and the high watermark *)
+(* is the exclusive end of the committed prefix.                           *)
+(*                                                                         *)
+(* The bounds that make the state space finite (epochs, log length,       *)
+(* crashes, pauses) are not here but in MCKRaft.tla: this module has the   *)
+(* protocol only.  The constant CheckLogUpToDate exists for the must-fail  *)
+(* variant: with FALSE, votes ignore the log and LeaderCompleteness breaks.*)
+(***************************************************************************)
+EXTENDS Naturals, Sequences, FiniteSets
+
+CONSTANTS
+    Voters,            \* node ids of the controller quorum (controller.quorum.voters)
+    Brokers,           \* node ids of the brokers that register with the quorum
+    Nil,               \* "no node": no vote cast, no known leader
+    CheckLogUpToDate   \* TRUE in Kafka; FALSE only in the must-fail variant
+
+ASSUME CheckLogUpToDate \in BOOLEAN
+ASSUME Nil \notin Voters
+
+Unattached == "Unattached"
+Candidate  == "Candidate"
+Leader     == "Leader"
+Follower   == "Follower"
+Resigned   == "Resigned"
+States     == {Unattached, Candidate, Leader, Follower, Resigned}
+
+\* Record types in the metadata log.  LeaderChange is the control record a
+\* new leader writes at the start of its epoch (KIP-595); the others are the
+\* broker-membership records of KIP-631.
+RecordTypes == {"LeaderChange", "RegisterBroker", "FenceBroker", "UnfenceBroker"}
+
+Entry == [epoch : Nat \ {0}, type : RecordTypes, broker : Brokers \cup {Nil}]
+
+VARIABLES
+    \* --- persistent per voter (the quorum-state file and the log survive a crash)
+    leader_epoch,       \* [Voters -> Nat]   current epoch (the controller epoch)
+    voted_for,          \* [Voters -> Voters \cup {Nil}]  vote cast in leader_epoch
+    leader_id,          \* [Voters -> Voters \cup {Nil}]  known leader of leader_epoch
+    log,                \* [Voters -> Seq(Entry)]   the __cluster_metadata log
+    \* --- volatile per voter (lost on Crash)
+    state,              \* [Voters -> States]
+    high_watermark,     \* [Voters -> Nat]
+    end_offsets,        \* [Voters -> [Voters -> Nat]] leader's view of followers' fetch offsets
+    votes_granted,      \* [Voters -> SUBSET Voters]   candidate's votes in its epoch
+    broker_sessions,    \* [Voters -> SUBSET Brokers]  brokers whose heartbeat session is live at this controller
+    \* --- environment
+    up,                 \* SUBSET Voters: voters whose process is running
+    paused,             \* SUBSET Voters: running but stopped (GC pause, SIGSTOP)
+    broker_metadata_offset, \* [Brokers -> Nat] how far each broker has applied the metadata log
+    \* --- history (ghost) variables, read only by the properties
+    elections,          \* SUBSET [epoch : Nat, leader : Voters]: every BecomeActiveController
+    committed,          \* Seq([entry : Entry, commit_epoch : Nat]): the longest committed prefix ever
+    deposed_writes,     \* SUBSET [epoch : Nat, offset : Nat]: entries a leader appended after a
+                        \* leader of a higher epoch had already been elected (zombie writes)
+    crash_count,        \* crashes so far, and
+    pause_count         \* pauses so far: read only by the model's bounds (MCKRaft)
+
+raft_vars    == <<leader_epoch, voted_for, leader_id, log, state, high_watermark,
+                  end_offsets, votes_granted>>
+env_vars     == <<broker_sessions, up, paused, broker_metadata_offset>>
+history_vars == <<elections, committed, deposed_writes, crash_count, pause_count>>
+vars         == <<raft_vars, env_vars, history_vars>>
+
+-----------------------------------------------------------------------------
+(* Helpers *)
+
+Quorums == {Q \in SUBSET Voters : 2 * Cardinality(Q) > Cardinality(Voters)}
+
+Max(a, b) == IF a >= b THEN a ELSE b
+Min(a, b) == IF a <= b THEN a ELSE b
+
+LogEndOffset(v) == Len(log[v])
+LastEpoch(v)    == IF log[v] = << >> THEN 0 ELSE log[v][Len(log[v])].epoch
+
+\* A node that can take part in a step: running and not paused.
+Live(v) == v \in up /\ v \notin paused
+
+\* KIP-595 vote rule: the candidate's log is at least as up to date as the
+\* voter's, comparing the last epoch first and the end offset second.
+LogUpToDate(c, v) ==
+    \/ LastEpoch(c) > LastEpoch(v)
+    \/ /\ LastEpoch(c) = LastEpoch(v)
+       /\ LogEndOffset(c) >= LogEndOffset(v)
+
+\* The leader's answer to OffsetForLeaderEpoch(epoch) on its own log: the
+\* largest epoch it has that is <= epoch, and the end offset of that epoch
+\* (the number of entries with an epoch <= the asked one, since epochs only
+\* grow along a log).
+EndOffsetForEpoch(v, epoch) ==
+    Cardinality({i \in 1..Len(log[v]) : log[v][i].epoch <= epoch})
+EpochAtEndOffset(v, offset) == IF offset = 0 THEN 0 ELSE log[v][offset].epoch
+
+\* Fetch validation on the leader (KIP-595, like KIP-320 for partitions):
+\* the follower's (last fetched epoch, fetch offset) must lie on the
+\* leader's log, otherwise the leader answers with a diverging epoch.
+Diverging(f, l) ==
+    LET O == EndOffsetForEpoch(l, LastEpoch(f))
+    IN  \/ EpochAtEndOffset(l, O) # LastEpoch(f)
+        \/ O < LogEndOffset(f)
+
+\* The offset a majority has reached, counting the leader's own log end
+\* offset and, for the others, the fetch offset of their last Fetch.
+ReplicatedOffset(l, v) == IF v = l THEN LogEndOffset(l) ELSE end_offsets[l][v]
+MajorityOffset(l) ==
+    CHOOSE n \in 0..LogEndOffset(l) :
+        /\ {v \in Voters : ReplicatedOffset(l, v) >= n} \in Quorums
+        /\ \A m \in (n + 1)..LogEndOffset(l) :
+              {v \in Voters : ReplicatedOffset(l, v) >= m} \notin Quorums
+
+\* Broker membership as the metadata log at node v records it.
+BrokerRecords(v, b) == {i \in 1..Len(log[v]) : log[v][i].broker = b}
+LastBrokerRecord(v, b) ==
+    CHOOSE i \in BrokerRecords(v, b) : \A j \in BrokerRecords(v, b) : j <= i
+IsRegistered(v, b) == BrokerRecords(v, b) # {}
+IsFenced(v, b) ==
+    IsRegistered(v, b) /\ log[v][LastBrokerRecord(v, b)].type # "UnfenceBroker"
+RegistrationOffset(v, b) ==    \* 0-based offset of the broker's RegisterBroker record
+    (CHOOSE i \in BrokerRecords(v, b) : log[v][i].type = "RegisterBroker") - 1
+
+\* The leader's append, shared by the controller writes.  A leader that
+\* appends after a leader of a higher epoch has been elected is a zombie;
+\* its write is remembered so that NoZombieWrite can follow it.
+Deposed(l) == \E e \in elections : e.epoch > leader_epoch[l]
+AppendAsLeader(l, entry) ==
+    /\ log' = [log EXCEPT ![l] = Append(@, entry)]
+    /\ deposed_writes' =
+          IF Deposed(l)
+          THEN deposed_writes \cup {[epoch |-> leader_epoch[l], offset |-> LogEndOffset(l)]}
+          ELSE deposed_writes
+
+-----------------------------------------------------------------------------
+(* Initial state: every voter Unattached in epoch 0 with an empty log. *)
+
+Init ==
+    /\ leader_epoch = [v \in Voters |-> 0]
+    /\ voted_for = [v \in Voters |-> Nil]
+    /\ leader_id = [v \in Voters |-> Nil]
+    /\ log = [v \in Voters |-> << >>]
+    /\ state = [v \in Voters |-> Unattached]
+    /\ high_watermark = [v \in Voters |-> 0]
+    /\ end_offsets = [v \in Voters |-> [x \in Voters |-> 0]]
+    /\ votes_granted = [v \in Voters |-> {}]
+    /\ broker_sessions = [v \in Voters |-> {}]
+    /\ up = Voters
+    /\ paused = {}
+    /\ broker_metadata_offset = [b \in Brokers |-> 0]
+    /\ elections = {}
+    /\ committed = << >>
+    /\ deposed_writes = {}
+    /\ crash_count = 0
+    /\ pause_count = 0
+
+-----------------------------------------------------------------------------
+(* Leader election (KIP-595) *)
+
+\* The election timer of c fires (no fetch response from a leader, or a
+\* failed election): c becomes a candidate in the next epoch, votes for
+\* itself and sends Vote requests.  A disruptive action: MCKRaft bounds it.
+RequestVote(c) ==
+    /\ Live(c)
+    /\ state[c] # Leader
+    /\ leader_epoch' = [leader_epoch EXCEPT ![c] = @ + 1]
+    /\ voted_for' = [voted_for EXCEPT ![c] = c]
+    /\ leader_id' = [leader_id EXCEPT ![c] = Nil]
+    /\ state' = [state EXCEPT ![c] = Candidate]
+    /\ votes_granted' = [votes_granted EXCEPT ![c] = {c}]
+    /\ log' = log
+    /\ high_watermark' = high_watermark
+    /\ end_offsets' = end_offsets
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* Voter v handles c's Vote request and grants it.  A request with a higher
+\* epoch first moves v to that epoch (Unattached, no vote yet).  v grants at
+\* most one vote per epoch, never while it follows a leader or leads, and
+\* only if c's log is at least as up to date as its own.
+VoteGrantable(v, c) ==
+    /\ v # c
+    /\ Live(v) /\ Live(c)
+    /\ state[c] = Candidate
+    /\ leader_epoch[c] >= leader_epoch[v]
+    /\ \/ leader_epoch[c] > leader_epoch[v]
+       \/ /\ state[v] = Unattached
+          /\ voted_for[v] \in {Nil, c}
+    /\ CheckLogUpToDate => LogUpToDate(c, v)
+    /\ v \notin votes_granted[c]
+
+GrantVote(v, c) ==
+    /\ VoteGrantable(v, c)
+    /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[c]]
+    /\ voted_for' = [voted_for EXCEPT ![v] = c]
+    /\ leader_id' = [leader_id EXCEPT ![v] = Nil]
+    /\ state' = [state EXCEPT ![v] = Unattached]
+    /\ votes_granted' = [votes_granted EXCEPT ![c] = @ \cup {v}, ![v] = {}]
+    /\ high_watermark' = high_watermark
+    /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
+    /\ log' = log
+    /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+\* A node v learns a higher epoch from any RPC of w (a rejected vote, a
+\* fetch, a BeginQuorumEpoch it cannot act on yet) and moves to it,
+\* Unattached and without a vote.  This is how a candidate gives up and how
+\* a zombie leader finally steps down.
+BecomeUnattached(v, w) ==
+    /\ v # w
+    /\ Live(v) /\ Live(w)
+    /\ leader_epoch[w] > leader_epoch[v]
+    /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[w]]
+    /\ voted_for' = [voted_for EXCEPT ![v] = Nil]
+    /\ leader_id' = [leader_id EXCEPT ![v] = Nil]
+    /\ state' = [state EXCEPT ![v] = Unattached]
+    /\ votes_granted' = [votes_granted EXCEPT ![v] = {}]
+    /\ high_watermark' = high_watermark
+    /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
+    /\ log' = log
+    /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+\* A candidate with votes from a majority becomes the leader (the active
+\* controller) and appends the LeaderChange control record of its epoch:
+\* until that record is committed, it may not advance the high watermark.
+\* Every broker gets a fresh heartbeat session (the new controller's
+\* heartbeat manager starts with a grace period).
+BecomeActiveController(c) ==
+    /\ Live(c)
+    /\ state[c] = Candidate
+    /\ votes_granted[c] \in Quorums
+    /\ state' = [state EXCEPT ![c] = Leader]
+    /\ leader_id' = [leader_id EXCEPT ![c] = c]
+    /\ end_offsets' = [end_offsets EXCEPT ![c] = [x \in Voters |-> 0]]
+    /\ votes_granted' = [votes_granted EXCEPT ![c] = {}]
+    /\ AppendAsLeader(c, [epoch |-> leader_epoch[c], type |-> "LeaderChange", broker |-> Nil])
+    /\ elections' = elections \cup {[epoch |-> leader_epoch[c], leader |-> c]}
+    /\ broker_sessions' = [broker_sessions EXCEPT ![c] = Brokers]
+    /\ UNCHANGED <<leader_epoch, voted_for, high_watermark>>
+    /\ UNCHANGED <<up, paused, broker_metadata_offset, committed, crash_count, pause_count>>
+
+\* The leader l tells voter v about its epoch (BeginQuorumEpoch RPC); v
+\* becomes its follower.  A voter in the same epoch that is still a
+\* candidate or unattached (possibly having voted for someone else) learns
+\* who won.
+BeginQuorumEpoch(l, v) ==
+    /\ v # l
+    /\ Live(l) /\ Live(v)
+    /\ state[l] = Leader
+    /\ \/ leader_epoch[l] > leader_epoch[v]
+       \/ /\ leader_epoch[l] = leader_epoch[v]
+          /\ state[v] \in {Unattached, Candidate}
+    /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[l]]
+    /\ voted_for' = [voted_for EXCEPT ![v] = IF leader_epoch[l] > leader_epoch[v] THEN Nil ELSE @]
+    /\ leader_id' = [leader_id EXCEPT ![v] = l]
+    /\ state' = [state EXCEPT ![v] = Follower]
+    /\ votes_granted' = [votes_granted EXCEPT ![v] = {}]
+    /\ high_watermark' = high_watermark
+    /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
+    /\ log' = log
+    /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+-----------------------------------------------------------------------------
+(* Replication by Fetch (KIP-595) *)
+
+\* Follower f fetches from its leader l with fetch offset = its log end
+\* offset and last fetched epoch = the epoch of its last entry, and the
+\* leader finds no divergence: f receives every entry it lacks and the
+\* leader's high watermark; l records f's fetch offset (what f had
+\* *before* this response: l learns about the new entries on f's next fetch).
+FetchFromLeader(f, l) ==
+    /\ f # l
+    /\ Live(f) /\ Live(l)
+    /\ state[f] = Follower /\ leader_id[f] = l
+    /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ ~Diverging(f, l)
+    /\ log' = [log EXCEPT ![f] = log[l]]
+    /\ high_watermark' = [high_watermark EXCEPT ![f] = Max(@, high_watermark[l])]
+    /\ end_offsets' = [end_offsets EXCEPT ![l][f] = LogEndOffset(f)]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted>>
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* The same Fetch, but the leader answers with a diverging epoch E and its
+\* end offset O: f truncates to min(O, its own end offset for epoch E)
+\* and fetches again from there (possibly diverging again, one epoch
+\* further back each time).
+TruncateToEpochEndOffset(f, l) ==
+    /\ f # l
+    /\ Live(f) /\ Live(l)
+    /\ state[f] = Follower /\ leader_id[f] = l
+    /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ Diverging(f, l)
+    /\ LET O == EndOffsetForEpoch(l, LastEpoch(f))
+           E == EpochAtEndOffset(l, O)
+       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted,
+                   high_watermark, end_offsets>>
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* The leader moves its high watermark to the offset held by a majority,
+\* but only once that offset lies in its own epoch (the LeaderChange
+\* record is replicated): entries of older epochs are committed only
+\* indirectly, as in Raft.
+AdvanceHighWatermark(l) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ LET n == MajorityOffset(l)
+       IN  /\ n > high_watermark[l]
+           /\ log[l][n].epoch = leader_epoch[l]
+           /\ high_watermark' = [high_watermark EXCEPT ![l] = n]
+           /\ committed' =
+                 IF n > Len(committed)
+                 THEN committed \o
+                        [i \in 1..(n - Len(committed)) |->
+                           [entry |-> log[l][Len(committed) + i],
+                            commit_epoch |-> leader_epoch[l]]]
+                 ELSE committed
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, state, end_offsets, votes_granted>>
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED <<elections, deposed_writes, crash_count, pause_count>>
+
+-----------------------------------------------------------------------------
+(* Broker membership (KIP-631) *)
+
+\* BrokerRegistration: broker b registers with the active controller l,
+\* which appends a RegisterBroker record; a new broker starts fenced.
+RegisterBroker(l, b) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ ~IsRegistered(l, b)
+    /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "RegisterBroker", broker |-> b])
+    /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \cup {b}]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
+                   end_offsets, votes_granted>>
+    /\ UNCHANGED <<up, paused, broker_metadata_offset, elections, committed,
+                   crash_count, pause_count>>
+
+\* BrokerHeartbeat from b reaches l, which believes it is the active
+\* controller: b's session at l is live again.  (The heartbeat also carries
+\* b's metadata offset, which UnfenceBroker reads.)
+BrokerHeartbeat(b, l) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ IsRegistered(l, b)
+    /\ b \notin broker_sessions[l]
+    /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \cup {b}]
+    /\ UNCHANGED raft_vars
+    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+\* b's heartbeat session at l has expired: l appends a FenceBroker record.
+FenceBroker(l, b) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ IsRegistered(l, b) /\ ~IsFenced(l, b)
+    /\ b \notin broker_sessions[l]
+    /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "FenceBroker", broker |-> b])
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
+                   end_offsets, votes_granted>>
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
+                   crash_count, pause_count>>
+
+\* b heartbeats and has caught up with the metadata log past its own
+\* registration: l appends an UnfenceBroker record.
+UnfenceBroker(l, b) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ IsFenced(l, b)
+    /\ b \in broker_sessions[l]
+    /\ broker_metadata_offset[b] > RegistrationOffset(l, b)
+    /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "UnfenceBroker", broker |-> b])
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
+                   end_offsets, votes_granted>>
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
+                   crash_count, pause_count>>
+
+\* Broker b fetches the metadata log from l (a node that believes it is the
+\* leader) and applies it up to l's high watermark, never beyond.
+BrokerFetchMetadata(b, l) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ high_watermark[l] > broker_metadata_offset[b]
+    /\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = high_watermark[l]]
+    /\ UNCHANGED raft_vars
+    /\ UNCHANGED <<broker_sessions, up, paused>>
+    /\ UNCHANGED history_vars
+
+-----------------------------------------------------------------------------
+(* Faults *)
+
+\* The process stops.  Log, epoch, vote and known leader are on disk
+\* (KRaft fsyncs the log before acknowledging and keeps them in the
+\* quorum-state file); everything else is lost.  The restarted node comes
+\* back as QuorumState.initialize reads quorum-state: Resigned if it was
+\* the leader (it may not resume leadership of that epoch), Follower if it
+\* knew a leader, Candidate (votes to collect again) if it had voted for
+\* itself, else Unattached.  We set that state at once, since a node that
+\* is down takes no step anyway.
+RestartState(v) ==
+    IF leader_id[v] = v THEN Resigned
+    ELSE IF leader_id[v] # Nil THEN Follower
+    ELSE IF voted_for[v] = v THEN Candidate
+    ELSE Unattached
+
+Crash(v) ==
+    /\ v \in up
+    /\ up' = up \ {v}
+    /\ paused' = paused \ {v}
+    /\ state' = [state EXCEPT ![v] = RestartState(v)]
+    /\ high_watermark' = [high_watermark EXCEPT ![v] = 0]
+    /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
+    /\ votes_granted' = [votes_granted EXCEPT ![v] =
+                            IF RestartState(v) = Candidate THEN {v} ELSE {}]
+    /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, broker_metadata_offset>>
+    /\ crash_count' = crash_count + 1
+    /\ UNCHANGED <<elections, committed, deposed_writes, pause_count>>
+
+Restart(v) ==
+    /\ v \notin up
+    /\ up' = up \cup {v}
+    /\ UNCHANGED raft_vars
+    /\ UNCHANGED <<broker_sessions, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+\* The process of the active controller is stopped without dying (a long
+\* GC pause, SIGSTOP, a frozen VM): it answers nothing, and its
+\* clock-driven state (heartbeat sessions) will look expired on Resume.
+\* Only a leader is paused: any other node that pauses behaves exactly like
+\* a node that is slow to take its next step, which the interleaving of
+\* steps covers already.
+Pause(v) ==
+    /\ Live(v)
+    /\ state[v] = Leader
+    /\ paused' = paused \cup {v}
+    /\ UNCHANGED raft_vars
+    /\ UNCHANGED <<broker_sessions, up, broker_metadata_offset>>
+    /\ pause_count' = pause_count + 1
+    /\ UNCHANGED <<elections, committed, deposed_writes, crash_count>>
+
+\* The process continues where it stopped, unaware of the time that passed:
+\* every broker's heartbeat session at v has timed out.
+Resume(v) ==
+    /\ v \in paused
+    /\ paused' = paused \ {v}
+    /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED raft_vars
+    /\ UNCHANGED <<up, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+-----------------------------------------------------------------------------
+(* Next state.  Disruptive actions (RequestVote, controller writes, Crash,
+   Pause) are listed apart; MCKRaft bounds them with a state constraint.
+   Protocol and recovery actions are never bounded. *)
+
+ControllerWrite(l) ==
+    \E b \in Brokers : RegisterBroker(l, b) \/ FenceBroker(l, b) \/ UnfenceBroker(l, b)
+
+ProtocolNext ==
+    \/ \E v, c \in Voters : GrantVote(v, c) \/ BecomeUnattached(v, c)
+    \/ \E c \in Voters : BecomeActiveController(c)
+    \/ \E l, v \in Voters : BeginQuorumEpoch(l, v)
+    \/ \E f, l \in Voters : FetchFromLeader(f, l) \/ TruncateToEpochEndOffset(f, l)
+    \/ \E l \in Voters : AdvanceHighWatermark(l)
+    \/ \E b \in Brokers, l \in Voters : BrokerHeartbeat(b, l) \/ BrokerFetchMetadata(b, l)
+
+RecoveryNext ==
+    \E v \in Voters : Restart(v) \/ Resume(v)
+
+Next ==
+    \/ \E v \in Voters : RequestVote(v) \/ Crash(v) \/ Pause(v) \/ ControllerWrite(v)
+    \/ ProtocolNext
+    \/ RecoveryNext
+
+\* Weak fairness on every protocol and recovery step: a step that stays
+\* possible eventually happens.  No fairness on disruptive steps.
+Fairness ==
+    /\ \A v, c \in Voters : WF_vars(GrantVote(v, c)) /\ WF_vars(BecomeUnattached(v, c))
+    /\ \A c \in Voters : WF_vars(BecomeActiveController(c))
+    /\ \A l, v \in Voters : WF_vars(BeginQuorumEpoch(l, v))
+    /\ \A f, l \in Voters : WF_vars(FetchFromLeader(f, l)) /\ WF_vars(TruncateToEpochEndOffset(f, l))
+    /\ \A l \in Voters : WF_vars(AdvanceHighWatermark(l))
+    /\ \A v \in Voters : WF_vars(Restart(v)) /\ WF_vars(Resume(v))
+
+Spec == Init /\ [][Next]_vars
+
+-----------------------------------------------------------------------------
+(* Properties *)
+
+\* Every variable keeps its shape: guards against a typo in an action that
+\* would make every other property vacuous or meaningless.
+TypeOK ==
+    /\ leader_epoch \in [Voters -> Nat]
+    /\ voted_for \in [Voters -> Voters \cup {Nil}]
+    /\ leader_id \in [Voters -> Voters \cup {Nil}]
+    /\ \A v \in Voters : log[v] \in Seq(Entry)
+    /\ state \in [Voters -> States]
+    /\ high_watermark \in [Voters -> Nat]
+    /\ \A v \in Voters : end_offsets[v] \in [Voters -> Nat]
+    /\ votes_granted \in [Voters -> SUBSET Voters]
+    /\ broker_sessions \in [Voters -> SUBSET Brokers]
+    /\ up \subseteq Voters /\ paused \subseteq up
+    /\ crash_count \in Nat /\ pause_count \in Nat
+    /\ broker_metadata_offset \in [Brokers -> Nat]
+    /\ \A v \in Voters : high_watermark[v] <= LogEndOffset(v)
+
+\* At most one leader per epoch, over the whole history.  Everything that
+\* fences by epoch (fetch validation, the controller epoch on metadata
+\* writes) assumes an epoch names one leader.
+ElectionSafety ==
+    \A x, y \in elections : x.epoch = y.epoch => x.leader = y.leader
+
+\* Two logs that hold an entry of the same epoch at the same offset agree on
+\* every entry up to it.  This is what lets a single (epoch, offset) pair in
+\* a Fetch stand for a whole log prefix.
+LogMatching ==
+    \A v, w \in Voters :
+        \A i \in 1..Min(LogEndOffset(v), LogEndOffset(w)) :
+            log[v][i].epoch = log[w][i].epoch =>
+                SubSeq(log[v], 1, i) = SubSeq(log[w], 1, i)
+
+\* Every leader holds every entry committed in an epoch before its own.
+\* Without it a new active controller would replay a metadata log missing
+\* records that brokers already applied.
+LeaderCompleteness ==
+    \A v \in Voters :
+        state[v] = Leader =>
+            \A i \in 1..Len(committed) :
+                committed[i].commit_epoch < leader_epoch[v] =>
+                    /\ i <= LogEndOffset(v)
+                    /\ log[v][i] = committed[i].entry
+
+\* A committed entry stays on a majority of voters for ever (logs are
+\* fsynced, so a crash loses none), and what any voter exposes below its
+\* high watermark, or any broker has applied, is exactly the committed log.
+CommittedEntriesNeverLost ==
+    /\ \A i \in 1..Len(committed) :
+          \E Q \in Quorums : \A v \in Q :
+              i <= LogEndOffset(v) /\ log[v][i] = committed[i].entry
+    /\ \A v \in Voters :
+          /\ high_watermark[v] <= Len(committed)
+          /\ \A i \in 1..high_watermark[v] :
+                i <= LogEndOffset(v) /\ log[v][i] = committed[i].entry
+    /\ \A b \in Brokers : broker_metadata_offset[b] <= Len(committed)
+
+\* A deposed controller that resumes (a zombie) may still append records in
+\* its old epoch, e.g. FenceBroker for every broker whose heartbeats it
+\* missed while paused.  The epoch must fence them: no node in that old
+\* epoch ever counts such a record as committed, so it is never
+\* acknowledged or handed to brokers as the zombie's decision.  (A later
+\* leader of a higher epoch may still adopt the entry into its own log and
+\* commit it indirectly, as Raft allows; it is then that leader's log, and
+\* consistent with the prefix it follows.)
+NoZombieWrite ==
+    \A w \in deposed_writes, v \in Voters :
+        /\ leader_epoch[v] = w.epoch
+        /\ w.offset < LogEndOffset(v)
+        /\ log[v][w.offset + 1].epoch = w.epoch
+        => high_watermark[v] <= w.offset
+
+=============================================================================

@@ -1,0 +1,109 @@
+------------------------------- MODULE MCKRaft -------------------------------
+(***************************************************************************)
+(* Model-checking wrapper for KRaft.tla: the bounds that make the state    *)
+(* space finite.  Only disruptive actions are bounded (elections by        *)
+(* MaxEpoch, controller writes by MaxBrokerRecords, crashes and pauses by  *)
+(* a count); protocol and recovery actions (votes, fetches, truncation,    *)
+(* high watermark, restart, resume) are never bounded, so a bound can hide *)
+(* a fault scenario but never make a recovery look impossible.             *)
+(*                                                                         *)
+(* The safety configurations (MCKRaft*.cfg) check KRaft's own Spec under   *)
+(* CONSTRAINT MCBounds, so TLC names each step of a counterexample by its  *)
+(* action.  LiveSpec is for MCKRaftLiveness.cfg: see the comment there.    *)
+(***************************************************************************)
+EXTENDS KRaft, TLC
+
+CONSTANTS
+    MaxEpoch,          \* no election timer fires in epoch MaxEpoch
+    MaxBrokerRecords,  \* broker records (Register/Fence/Unfence) per log
+    MaxCrashes,        \* crashes of voters over a whole behaviour
+    MaxPauses          \* pauses of voters over a whole behaviour
+
+\* The bounds, as a state constraint (CONSTRAINT MCBounds in every .cfg):
+\* a state beyond them is not explored.  Each bound can only be crossed by
+\* a disruptive action: an election timeout (RequestVote raises the epoch;
+\* other actions only copy an existing epoch), a controller write, a crash
+\* or a pause.  LeaderChange records are bounded by MaxEpoch, not here.
+BrokerRecordCount(v) ==
+    Cardinality({i \in 1..Len(log[v]) : log[v][i].type # "LeaderChange"})
+
+MCBounds ==
+    /\ \A v \in Voters : leader_epoch[v] <= MaxEpoch
+    /\ \A v \in Voters : BrokerRecordCount(v) <= MaxBrokerRecords
+    /\ crash_count <= MaxCrashes
+    /\ pause_count <= MaxPauses
+
+-----------------------------------------------------------------------------
+(* Liveness.  Raft elects a leader only under a timing assumption: with     *)
+(* randomized election timeouts, eventually one voter whose log can win     *)
+(* times out alone and collects its votes before anyone else times out.     *)
+(* Without it, split votes may go on for ever (FLP).  ElectionTimeout       *)
+(* states that assumption as a guard: it fires only while no live leader    *)
+(* exists, only for a voter whose log is at least as up to date as every    *)
+(* live voter's, and never while a live candidate (itself included) can     *)
+(* still win (the round lasts long enough for the votes to arrive).  It is *)
+(* the only way an election starts in LiveSpec (no spurious timeouts, no    *)
+(* pauses), crashes stay bounded, and every protocol and recovery action is *)
+(* weakly fair.                                                             *)
+
+\* A candidate has lost its election: no majority, and no live voter
+\* would still grant it a vote.
+ElectionLost(c) ==
+    /\ votes_granted[c] \notin Quorums
+    /\ \A w \in Voters : ~VoteGrantable(w, c)
+
+ElectionTimeout(v) ==
+    /\ leader_epoch[v] < MaxEpoch
+    /\ ~\E w \in Voters : Live(w) /\ state[w] = Leader
+    /\ \A w \in Voters : Live(w) /\ state[w] = Candidate => ElectionLost(w)
+    /\ \A w \in up : LogUpToDate(v, w)
+    /\ RequestVote(v)
+
+\* The bounds are guards here, not a CONSTRAINT: a state constraint would
+\* cut the step while ENABLED still saw it possible, and weak fairness
+\* would then wrongly discard the stuck behaviour instead of reporting it.
+LiveNext ==
+    \/ \E v \in Voters : ElectionTimeout(v)
+    \/ crash_count < MaxCrashes /\ \E v \in Voters : Crash(v)
+    \/ ProtocolNext
+    \/ RecoveryNext
+
+LiveSpec ==
+    /\ Init
+    /\ [][LiveNext]_vars
+    /\ Fairness
+    /\ \A v \in Voters : WF_vars(ElectionTimeout(v))
+
+\* The same behaviours without any fairness: the liveness properties must
+\* fail here (a behaviour may stop at any point), which shows that they are
+\* not vacuous and that LiveSpec passes because of its fairness.
+LiveSpecWithoutFairness == Init /\ [][LiveNext]_vars
+
+\* Once crashes stop, the quorum ends up with a live leader, for good.
+EventuallyLeader ==
+    <>[](\E v \in Voters : v \in up /\ state[v] = Leader)
+
+\* ... and that leader's whole log, its LeaderChange record included, is
+\* eventually committed: the new controller can serve metadata.
+EventuallyCommitted ==
+    <>[](\E v \in Voters : /\ v \in up /\ state[v] = Leader
+                           /\ high_watermark[v] = LogEndOffset(v))
+
+-----------------------------------------------------------------------------
+(* Non-vacuity witness (a configuration that MUST FAIL): a zombie        *)
+(* controller does write a FenceBroker record after a new leader was      *)
+(* elected.  TLC finding this shows that the model reaches the situation  *)
+(* NoZombieWrite is about, so that NoZombieWrite passing means something.  *)
+ZombieNeverFencesBroker ==
+    \A w \in deposed_writes, v \in Voters :
+        ~ /\ w.offset < LogEndOffset(v)
+          /\ log[v][w.offset + 1].epoch = w.epoch
+          /\ log[v][w.offset + 1].type = "FenceBroker"
+
+-----------------------------------------------------------------------------
+(* Symmetry: voters are interchangeable (Init treats them alike, no action *)
+(* or property names one), and so are brokers.  Used by the safety         *)
+(* configurations only: TLC's liveness checking is unsound with SYMMETRY.  *)
+Symmetry == Permutations(Voters) \cup Permutations(Brokers)
+
+=============================================================================
