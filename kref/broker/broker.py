@@ -38,7 +38,7 @@ import trio
 from kref.broker.config import BrokerConfig, ConfigError, Listener, advertisable
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
-from kref.storage.log_manager import LogManager
+from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
 from kref.protocol.errors import ErrorCode
 
 __all__ = [
@@ -132,6 +132,7 @@ class Broker:
         self.producer_state_factory: Callable[[str, int, str], Any] | None = None
         self.default_log_config = LogConfig.from_properties(config.topic_config_defaults())
         self._log_dirs = [Path(d) for d in config.log_dirs]
+        self._log_dir_locks: list[int] = []
         # Listeners as bound (port 0 resolved), set by the server.
         self.bound_listeners: tuple[Listener, ...] = ()
         self.open_connections = 0  # bounded by max.connections
@@ -153,7 +154,16 @@ class Broker:
     def open(self) -> None:
         """Create log dirs, read meta.properties and the topic image, recover logs."""
         for d in self._log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            # An unusable or already-used log dir is a start-up error with one
+            # clear line (like Kafka's "Failed to acquire lock on file .lock"),
+            # not a traceback; the lock keeps a second broker off our segments.
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                self._log_dir_locks.append(lock_log_dir(str(d)))
+            except LogDirInUseError as exc:
+                raise ConfigError(f"log.dirs: {exc}") from None
+            except OSError as exc:
+                raise ConfigError(f"log.dirs: cannot use {d}: {exc.strerror or exc}") from None
         self.cluster_id = self._load_or_write_meta_properties()
         self._load_topic_image()
         self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
@@ -177,6 +187,9 @@ class Broker:
         if self.log_manager is not None:
             self.log_manager.shutdown()
             self.log_manager = None
+        for fd in self._log_dir_locks:
+            os.close(fd)  # releases the .lock flock
+        self._log_dir_locks.clear()
 
     def advertised_listeners(self) -> tuple[Listener, ...]:
         """What Metadata tells clients: advertised.listeners, else the bound listeners."""

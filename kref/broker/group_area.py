@@ -14,7 +14,9 @@ modules, idempotent) gives the broker:
 - an `on_serving` hook that, once the broker's nursery runs, marks every
   existing `__consumer_offsets` partition as loading, loads them in the
   background (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS) and
-  starts the coordinator's timer task.
+  starts the coordinator's timer task;
+- an `on_topic_deleted` hook: the coordinator forgets (and tombstones) the
+  committed offsets of a deleted topic, as Kafka does.
 
 `__consumer_offsets` is created on the first FindCoordinator for a group,
 like Kafka does, as a compacted topic with offsets.topic.num.partitions
@@ -35,6 +37,7 @@ from kref.broker.group_coordinator import GroupCoordinatorDriver
 from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
 from kref.coordinator.producer_id import ProducerIdManager
+from kref.protocol.errors import ErrorCode
 from kref.storage.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,16 @@ OFFSETS_TOPIC = "__consumer_offsets"
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 600_000
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+
+# kref has no transaction coordinator. A retriable answer such as
+# COORDINATOR_NOT_AVAILABLE makes every client retry until its own timeout
+# (init_transactions() blocks for transaction.timeout, aiokafka's start()
+# forever); TRANSACTIONAL_ID_AUTHORIZATION_FAILED is the one error all of
+# them (librdkafka, kafka-python, aiokafka, kafkajs) treat as fatal at once,
+# so a transactional producer fails fast with our message. Both
+# FindCoordinator(key_type=1) and InitProducerId(transactional_id) say so.
+TRANSACTIONS_REFUSED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+NO_TRANSACTIONS_MESSAGE = "kref does not support transactions (no transaction coordinator)"
 
 
 class CoordinatorWriteError(Exception):
@@ -89,6 +102,13 @@ def install(broker) -> None:
     )
     broker.producer_id_manager = None
     broker.on_serving.append(lambda: _start(broker))
+    broker.on_topic_deleted.append(_forget_offsets)
+
+
+def _forget_offsets(broker, topic: str) -> None:
+    """DeleteTopics: the group coordinator drops the topic's committed offsets."""
+    if topic != OFFSETS_TOPIC:
+        broker.group_coordinator.step(g.TopicsDeleted((topic,)))
 
 
 def _record_count(batch: bytes) -> int:
@@ -161,7 +181,7 @@ def ensure_offsets_topic(broker) -> None:
 async def coordinator_for(broker, key: str, key_type: int, listener_name: str = "PLAINTEXT"):
     """(error_code, message, node_id, host, port) answering FindCoordinator for one key."""
     if key_type == TRANSACTION_KEY_TYPE:
-        return g.Errors.COORDINATOR_NOT_AVAILABLE, "kref has no transaction coordinator", -1, "", -1
+        return TRANSACTIONS_REFUSED, NO_TRANSACTIONS_MESSAGE, -1, "", -1
     if key_type != GROUP_KEY_TYPE:
         return 42, f"unknown coordinator key type {key_type}", -1, "", -1  # INVALID_REQUEST
     try:

@@ -197,6 +197,13 @@ class BeginLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicsDeleted:
+    """Topics were deleted from the cluster; their committed offsets must go too."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CompleteLoad:
     """All records of a partition, in log order: (key, value or None)."""
 
@@ -1193,6 +1200,24 @@ class GroupCoordinator:
             self._write(group_id, records, deleted)
         finish()
 
+    def _on_topics_deleted(self, ev: TopicsDeleted) -> None:
+        # Kafka's coordinator drops the offsets of deleted partitions
+        # (onPartitionsDeleted). Without this a topic re-created under the same
+        # name inherits them, and its consumers start at offsets of the old
+        # topic: OFFSET_OUT_OF_RANGE at best, skipped records at worst. As in
+        # Kafka the cache forgets them at once and the tombstones are best
+        # effort: the offsets are wrong whatever the write's outcome.
+        deleted = set(ev.topics)
+        for group in self.groups.values():
+            gone = [tp for tp in group.offsets if tp[0] in deleted]
+            if not gone:
+                continue
+            for tp in gone:
+                del group.offsets[tp]
+            if self._coordinator_error(group.group_id) is None:
+                tombstones = [(fmt.encode_offset_commit_key(group.group_id, t, p), None) for t, p in gone]
+                self._write(group.group_id, tombstones, lambda error: None)
+
     # --- loading __consumer_offsets ------------------------------------------------
 
     def _on_begin_load(self, ev: BeginLoad) -> None:
@@ -1334,6 +1359,7 @@ class GroupCoordinator:
         DescribeGroups: _on_describe,
         ListGroups: _on_list,
         DeleteGroups: _on_delete,
+        TopicsDeleted: _on_topics_deleted,
         TimerExpired: _on_timer,
         WriteCompleted: _on_write_completed,
         BeginLoad: _on_begin_load,

@@ -15,6 +15,11 @@ Deleting a partition renames its directory to `<topic>-<partition>.<uuid>-delete
 first (atomic, readers of already-returned bytes are unaffected) and then
 removes it; leftovers of that kind are removed on the next start.
 
+`lock_log_dir(dir)` takes Kafka's `.lock` file lock (an exclusive flock the
+kernel drops when the process dies, so a SIGKILL never leaves it behind):
+two processes appending to the same segments would corrupt them, so a second
+broker on a log dir in use must refuse to start.
+
 `cleanup(now_ms)` is the periodic housekeeping the broker schedules:
 retention, flush.ms, and removal of segments renamed to `.deleted` once
 file.delete.delay.ms has passed.
@@ -22,6 +27,7 @@ file.delete.delay.ms has passed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -39,9 +45,28 @@ from kref.storage.log import (
     parse_partition_dir_name,
 )
 
+LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
+
+class LogDirInUseError(OSError):
+    """Another process holds the log dir's `.lock`."""
+
+
+def lock_log_dir(log_dir: str) -> int:
+    """Hold `<log_dir>/.lock` exclusively; returns the fd (close it to release)."""
+    fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogDirInUseError(f"{log_dir} is in use by another process (its {LOCK_FILE} is locked)") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
 
 ConfigSource = Callable[[str], LogConfig | None] | Mapping[str, LogConfig] | None
 

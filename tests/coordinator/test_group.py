@@ -278,6 +278,21 @@ def test_describe_and_list(make_harness):
     assert h.response(h.request(g.ListGroups, states_filter=("empty",))).groups == ()
 
 
+def test_topics_deleted_drops_their_offsets_with_tombstones(make_harness):
+    # Kafka's onPartitionsDeleted: a re-created topic must not inherit offsets
+    h = make_harness()
+    h.request(g.OffsetCommit, group_id="solo", generation_id=-1, member_id="",
+              partitions=(g.OffsetCommitPartition("t", 0, 7), g.OffsetCommitPartition("u", 0, 3)))
+    h.step(g.TopicsDeleted(("t",)))
+    fetched = h.response(h.request(g.OffsetFetch, group_id="solo", partitions=None))
+    assert [(p.topic, p.offset) for p in fetched.partitions] == [("u", 3)]
+    assert [fmt.decode_key(k) for _, k, v in h.log if v is None] == [fmt.OffsetCommitKey("solo", "t", 0)]
+    h2 = make_harness(load=False)
+    h2.step(g.BeginLoad(0))
+    h2.step(g.CompleteLoad(0, tuple((k, v) for _, k, v in h.log)))
+    assert set(h2.group("solo").offsets) == {("u", 0)}
+
+
 def test_offsets_expire_after_retention_and_empty_group_is_removed(make_harness):
     cfg = g.GroupConfig(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=1,
                         offsets_retention_ms=60_000, offsets_retention_check_interval_ms=10_000)

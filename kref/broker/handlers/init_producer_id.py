@@ -11,8 +11,8 @@ reserved blocks so no id is ever handed out twice, even after a crash.
 Like Kafka for a producer without transactional.id, every call gets a new id
 with epoch 0, also when the request names its previous id and epoch
 (KIP-360): the fresh id resets all sequence state. kref has no transaction
-coordinator yet, so a transactional.id is answered with
-COORDINATOR_NOT_AVAILABLE.
+coordinator yet, so a transactional.id is refused with a fatal error
+(group_area.TRANSACTIONS_REFUSED says why that one).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import datetime
 import logging
 from typing import Any
 
-from kref.broker.group_area import install, producer_id_manager
+from kref.broker.group_area import TRANSACTIONS_REFUSED, install, producer_id_manager
 from kref.broker.handlers._responses import build, error, response_types
 from kref.coordinator import group as g
 
@@ -35,7 +35,7 @@ async def init_producer_id(ctx, request) -> Any:
     types = response_types(INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
         return build(types.InitProducerIdResponse, throttle_time=_ZERO,
-                     error_code=error(g.Errors.COORDINATOR_NOT_AVAILABLE), producer_id=-1, producer_epoch=-1)
+                     error_code=error(TRANSACTIONS_REFUSED), producer_id=-1, producer_epoch=-1)
     try:
         producer_id = producer_id_manager(ctx.broker).generate_producer_id()
     except Exception:

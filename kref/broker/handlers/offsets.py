@@ -12,6 +12,8 @@ group that only stores offsets: generation -1) are the coordinator's.
 OffsetFetch v8+ asks for several groups at once (KIP-709); before v2 a null
 topic list was not allowed, from v2 it means "every committed partition".
 Partitions without a committed offset answer offset -1, as Kafka does.
+A commit for a partition that does not exist is refused per partition with
+UNKNOWN_TOPIC_OR_PARTITION, as Kafka does.
 """
 
 from __future__ import annotations
@@ -40,16 +42,23 @@ async def offset_commit(ctx, request) -> Any:
         for topic in request.topics
         for p in topic.partitions
     )
-    result: g.OffsetCommitResult = await ctx.broker.group_coordinator.call(
-        g.OffsetCommit,
-        group_id=request.group_id,
-        generation_id=int(request.generation_id_or_member_epoch),
-        member_id=request.member_id,
-        partitions=partitions,
-        group_instance_id=getattr(request, "group_instance_id", None),
-    )
+    # As Kafka (KafkaApis' nonExistingTopicErrors): a partition that does not
+    # exist gets UNKNOWN_TOPIC_OR_PARTITION and is not stored. Stored, such an
+    # offset would be picked up by a topic created later under that name.
+    known = tuple(p for p in partitions if _exists(ctx.broker, p.topic, p.partition))
+    codes = {(p.topic, p.partition): g.Errors.UNKNOWN_TOPIC_OR_PARTITION for p in partitions}
+    if known:
+        result: g.OffsetCommitResult = await ctx.broker.group_coordinator.call(
+            g.OffsetCommit,
+            group_id=request.group_id,
+            generation_id=int(request.generation_id_or_member_epoch),
+            member_id=request.member_id,
+            partitions=known,
+            group_instance_id=getattr(request, "group_instance_id", None),
+        )
+        codes.update(((topic, partition), code) for topic, partition, code in result.partitions)
     by_topic: dict[str, list] = {}
-    for topic, partition, code in result.partitions:
+    for topic, partition, code in ((p.topic, p.partition, codes[(p.topic, p.partition)]) for p in partitions):
         by_topic.setdefault(topic, []).append(
             build(types.OffsetCommitResponsePartition, partition_index=partition, error_code=error(code))
         )
@@ -57,6 +66,11 @@ async def offset_commit(ctx, request) -> Any:
         build(types.OffsetCommitResponseTopic, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
     )
     return build(types.OffsetCommitResponse, throttle_time=_ZERO, topics=topics)
+
+
+def _exists(broker, topic: str, partition: int) -> bool:
+    metadata = broker.get_topic(topic)
+    return metadata is not None and 0 <= partition < metadata.num_partitions
 
 
 async def _fetch_group(ctx, group_id: str, topics) -> g.OffsetFetchResult:
