@@ -32,6 +32,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import trio
+
 from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
@@ -396,6 +398,19 @@ def install(broker) -> None:
     shutdown_hooks = getattr(broker, "on_shutdown", None)
     if shutdown_hooks is not None:
         shutdown_hooks.append(broker.trace_sink.close)
+    serving_hooks = getattr(broker, "on_serving", None)
+    if serving_hooks is not None and broker.trace_sink.enabled:
+        serving_hooks.append(lambda: broker.start_soon(_flush_trace_periodically, broker.trace_sink))
+
+
+TRACE_FLUSH_INTERVAL_S = 1.0
+
+
+async def _flush_trace_periodically(sink: TraceSink) -> None:
+    """Keep a running broker's trace file readable; a SIGKILL loses at most a second."""
+    while True:
+        await trio.sleep(TRACE_FLUSH_INTERVAL_S)
+        sink.flush()
 
 
 def make_partition(broker, topic: str, partition: int, log_) -> Partition | None:

@@ -21,7 +21,7 @@ from kref.storage.log import Log
 def make_driver(tmp_path, clock_ms):
     log = Log.open(str(tmp_path / "__consumer_offsets-0"), LogConfig(cleanup_policy="compact"), 0)
     core = g.GroupCoordinator(
-        g.GroupConfig(group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=1), member_id_nonce="t"
+        g.GroupConfig(group_initial_rebalance_delay_ms=3000, offsets_topic_num_partitions=1), member_id_nonce="t"
     )
     driver = GroupCoordinatorDriver(core, now_ms=clock_ms, append=lambda p, batch: log.append_as_leader(batch, 0, clock_ms()))
     return driver, log

@@ -329,3 +329,14 @@ def test_raw_duplicate_sequence_acknowledged_and_gap_rejected(kref_broker):
     )
     client.close()
     assert again.producer_id != pid
+
+
+def test_kafka_python_idempotent_producer(kref_broker):
+    from kafka import KafkaProducer
+
+    create_topic(kref_broker.bootstrap, "idem-kp", 1)
+    p = KafkaProducer(bootstrap_servers=kref_broker.bootstrap, enable_idempotence=True, acks="all")
+    futures = [p.send("idem-kp", value=b"%d" % i, partition=0) for i in range(200)]
+    offsets = [f.get(timeout=20).offset for f in futures]
+    p.close()
+    assert offsets == list(range(200))

@@ -4,11 +4,13 @@ A real broker process, a real producer: after a clean stop the file holds
 one JSON object per line, numbered in order, naming the TLA+ actions the
 partition took (BecomeLeader at start, then LeaderAppend and
 AdvanceHighWatermark per produce) with the spec's variable names, and the
-high watermark in the trace never decreases (MonotonicHW).
+high watermark in the trace never decreases (MonotonicHW). The running
+broker flushes the file every second, so it is readable before the stop.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from confluent_kafka import Producer
@@ -29,6 +31,11 @@ def test_trace_file_records_spec_actions(kref_broker_factory, tmp_path):
         producer.produce(topic, b"%d" % i, partition=0, on_delivery=lambda err, _m: errors.append(err))
         assert producer.flush(30) == 0
     assert errors == [None] * 5
+    # The running broker flushes the trace every second: readable before the stop.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "LeaderAppend" not in trace_path.read_text():
+        time.sleep(0.2)
+    assert "LeaderAppend" in trace_path.read_text()
     broker.stop()
 
     events = [e for e in read_ndjson_trace(trace_path) if e["topic"] == topic]
