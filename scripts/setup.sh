@@ -13,13 +13,11 @@ have_java17() {
     v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
     [[ -n "$v" && "$v" -ge 17 ]]
 }
-# Debian packages: Java 17 for TLC and Spark; kcat, a second librdkafka-based
-# client (Debian's old librdkafka 2.0.2) that the client tests also run.
+# Java 17 for TLC and Spark (required; kcat below is optional).
 apt_wanted=()
 if ! have_java17 && [[ ! -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ]]; then
     apt_wanted+=(openjdk-17-jre-headless)
 fi
-command -v kcat >/dev/null 2>&1 || apt_wanted+=(kcat)
 if ((${#apt_wanted[@]})); then
     echo "setup: installing ${apt_wanted[*]} with apt-get"
     SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
