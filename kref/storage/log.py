@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import os
 import shutil
 import struct
@@ -75,6 +76,8 @@ from kref.storage.errors import (
 from kref.storage.index import NO_TIMESTAMP
 from kref.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochFileCache
 from kref.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Log", "LogConfig", "AppendInfo", "FetchDataInfo", "parse_partition_dir_name"]
 
@@ -306,6 +309,15 @@ class Log:
                 seg = LogSegment.open_for_recovery(*args)
                 truncated = seg.recover(self._max_recovery_batch_size(), self._on_recovered_batch)
                 recovered.append(seg)
+                if truncated:
+                    # Dropping bytes is what recovery is for, but an operator
+                    # must be able to see where and how much (Kafka warns too).
+                    dropped = base_offsets[i + 1 :]
+                    logger.warning(
+                        "%s: recovery truncated segment %020d at byte %d (offset %d): %d invalid byte(s) dropped%s",
+                        self.dir, base, seg.size, seg.next_offset, truncated,
+                        f", and {len(dropped)} later segment(s) deleted" if dropped else "",
+                    )
                 if truncated and i + 1 < len(base_offsets):
                     # Bytes after a torn batch cannot be trusted, nor can
                     # anything in later segments: drop them.

@@ -184,3 +184,23 @@ def test_recovery_point_limits_revalidation(pristine, tmp_path):
     log = reopen(work, recovery_point=0)
     assert log.log_end_offset == 0
     log.close()
+
+
+def test_recovery_that_drops_bytes_says_so(pristine, tmp_path, caplog):
+    """Truncation on recovery loses data by design; it must never be silent."""
+    path = copy_log(pristine[0], tmp_path)
+    first_log = segment_files(path, ".log")[0]
+    with open(first_log, "r+b") as f:
+        f.truncate(os.path.getsize(first_log) // 2)
+    with caplog.at_level("WARNING", logger="kref.storage.log"):
+        log = reopen(path)
+    log.close_uncleanly()
+    messages = [r.getMessage() for r in caplog.records if r.name == "kref.storage.log"]
+    assert any("recovery truncated segment" in m and "later segment(s) deleted" in m for m in messages), messages
+
+
+def test_clean_recovery_logs_no_warning(pristine, tmp_path, caplog):
+    path = copy_log(pristine[0], tmp_path)
+    with caplog.at_level("WARNING", logger="kref.storage.log"):
+        reopen(path).close_uncleanly()
+    assert not [r for r in caplog.records if r.name == "kref.storage.log"]
