@@ -40,3 +40,45 @@ def test_admin_round_trip(kref_broker):
             await admin.close()
 
     run(scenario())
+
+
+def _topic_overrides(describe_responses) -> dict[str, str]:
+    # DescribeConfigs entries: (name, value, read_only, config_source, ...); source 1 = topic override
+    return {
+        entry[0]: entry[1]
+        for response in describe_responses
+        for resource in response.resources
+        for entry in resource[4]
+        if entry[3] == 1
+    }
+
+
+def test_alter_configs_replaces_the_whole_override_set(kref_broker):
+    """AlterConfigs (key 33, what aiokafka and kafkajs send) has replace
+    semantics: overrides not listed go back to the broker default."""
+
+    async def scenario():
+        admin = AIOKafkaAdminClient(bootstrap_servers=kref_broker.bootstrap, request_timeout_ms=15000)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic("aio-alter", 1, 1, topic_configs={"retention.ms": "60000"})])
+            resource = ConfigResource(ConfigResourceType.TOPIC, "aio-alter")
+            before = _topic_overrides(await admin.describe_configs([resource]))
+            assert before == {"retention.ms": "60000"}
+
+            response = await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, "aio-alter", configs={"segment.ms": "120000"})]
+            )
+            assert [r[0] for resp in response for r in resp.resources] == [0]
+            after = _topic_overrides(await admin.describe_configs([resource]))
+            assert after == {"segment.ms": "120000"}
+
+            bad = await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, "aio-alter", configs={"no.such.config": "1"})]
+            )
+            assert [r[0] for resp in bad for r in resp.resources] == [40]  # INVALID_CONFIG
+            assert _topic_overrides(await admin.describe_configs([resource])) == {"segment.ms": "120000"}
+        finally:
+            await admin.close()
+
+    run(scenario())

@@ -1,4 +1,4 @@
-"""DescribeConfigs (32, v1-v4) and IncrementalAlterConfigs (44, v0-v1).
+"""DescribeConfigs (32, v1-v4), AlterConfigs (33, v0-v2) and IncrementalAlterConfigs (44, v0-v1).
 
 Theory of operation: a topic's effective config is its overrides
 (DYNAMIC_TOPIC_CONFIG) over the broker's defaults, which come from
@@ -6,7 +6,10 @@ server.properties (STATIC_BROKER_CONFIG when set there, DEFAULT_CONFIG when
 embedded). `synonyms` (KIP-226) list that chain, most specific first.
 IncrementalAlterConfigs (KIP-339) applies SET / DELETE / APPEND / SUBTRACT
 to the topic overrides, validates the result as a whole and only then
-stores it, so a rejected request changes nothing. Broker resources are
+stores it, so a rejected request changes nothing. The older AlterConfigs
+(still what kafkajs' alterConfigs and aiokafka's alter_configs send) has
+replace semantics: the configs listed become the topic's whole override set,
+and every override not listed goes back to the broker default. Broker resources are
 described but read-only: kref has no dynamic broker configs, so altering
 one answers INVALID_REQUEST, as Kafka does for a static-only setting.
 """
@@ -23,6 +26,7 @@ from kref.protocol.errors import ErrorCode
 from kref.protocol.messages import build, nested
 
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
 
 # ConfigResource.Type
@@ -39,6 +43,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 def register(router, broker) -> None:
     router.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
+    router.register(ALTER_CONFIGS, 0, 2, handle_alter_configs)
     router.register(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs)
 
 
@@ -191,9 +196,41 @@ def apply_incremental_ops(current: dict[str, str], ops, defaults: dict[str, str]
     return result
 
 
+def replace_configs(configs) -> dict[str, str]:
+    """AlterConfigs semantics: the listed configs are the new override set."""
+    names = Counter(c.name for c in configs)
+    duplicates = sorted(n for n, c in names.items() if c > 1)
+    if duplicates:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
+    result = {}
+    for c in configs:
+        if not is_topic_config(c.name):
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
+        if c.value is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {c.name}")
+        result[c.name] = c.value
+    return result
+
+
+async def handle_alter_configs(ctx, request):
+    return _alter_resources(ctx, request, ALTER_CONFIGS, lambda topic, resource: replace_configs(resource.configs))
+
+
 async def handle_incremental_alter_configs(ctx, request):
+    defaults = ctx.broker.default_log_config.to_properties()
+    return _alter_resources(
+        ctx,
+        request,
+        INCREMENTAL_ALTER_CONFIGS,
+        lambda topic, resource: apply_incremental_ops(topic.configs, resource.configs, defaults),
+    )
+
+
+def _alter_resources(ctx, request, api_key: int, new_topic_configs):
+    """The shared body of both alter APIs; `new_topic_configs(topic, resource)`
+    computes the topic's new override set or raises BrokerError."""
     broker = ctx.broker
-    response_type = response_class(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
+    response_type = response_class(api_key, ctx.api_version)
     result_type = nested(response_type, "AlterConfigsResourceResponse")
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
     results = []
@@ -207,13 +244,11 @@ async def handle_incremental_alter_configs(ctx, request):
                     raise BrokerError(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
                     )
-                new = apply_incremental_ops(
-                    topic.configs, resource.configs, broker.default_log_config.to_properties()
-                )
+                new = new_topic_configs(topic, resource)
                 broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_resource(broker, resource.resource_name)
-                names = ", ".join(sorted(op.name for op in resource.configs))
+                names = ", ".join(sorted(c.name for c in resource.configs))
                 raise BrokerError(
                     ErrorCode.INVALID_REQUEST,
                     f"Cannot update these configs dynamically: {names} (kref broker configs are static)",
