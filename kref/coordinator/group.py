@@ -60,6 +60,7 @@ class Errors(IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 
 class GroupState(enum.Enum):
@@ -197,6 +198,15 @@ class BeginLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetDelete:
+    """KIP-496: an admin removes committed offsets of partitions the group no longer consumes."""
+
+    request_id: object
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicsDeleted:
     """Topics were deleted from the cluster; their committed offsets must go too."""
 
@@ -329,6 +339,12 @@ class ListResult:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetDeleteResult:
+    error: Errors
+    partitions: tuple[tuple[str, int, Errors], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteResult:
     groups: tuple[tuple[str, Errors], ...]
 
@@ -454,6 +470,36 @@ class Group:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return member
+
+
+def _subscribed_topics(group: Group) -> set[str] | None:
+    """Topics the members of a live "consumer" group subscribe to, or None if unknown.
+
+    Reads each member's ConsumerProtocolSubscription for the chosen protocol:
+    int16 version, then an int32 count of int16-length topic names (the same
+    prefix in every version). Other protocol types carry no subscriptions.
+    """
+    if group.protocol_type != "consumer" or group.protocol_name is None:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        data = member.metadata_for(group.protocol_name)
+        try:
+            count = int.from_bytes(data[2:6], "big", signed=True)
+            if count < 0 or count > len(data):
+                return None
+            pos = 6
+            for _ in range(count):
+                length = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+                if length < 0 or pos + 2 + length > len(data):
+                    return None
+                topics.add(data[pos + 2 : pos + 2 + length].decode("utf-8"))
+                pos += 2 + length
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if len(data) < 6:
+            return None
+    return topics
 
 
 def _key_heartbeat(group_id: str, member_id: str) -> tuple:
@@ -1200,6 +1246,39 @@ class GroupCoordinator:
             self._write(group_id, records, deleted)
         finish()
 
+    def _on_offset_delete(self, ev: OffsetDelete) -> None:
+        # Kafka's handleDeleteOffsets: an Empty group may lose any offset; a
+        # live consumer group only those of topics no member subscribes to
+        # (GROUP_SUBSCRIBED_TO_TOPIC for the others), because a consumer of a
+        # subscribed topic would otherwise restart from auto.offset.reset.
+        # A live group whose subscriptions cannot be read is NON_EMPTY_GROUP.
+        if (error := self._coordinator_error(ev.group_id)) is not None:
+            return self._respond(ev.request_id, OffsetDeleteResult(error))
+        group = self.groups.get(ev.group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return self._respond(ev.request_id, OffsetDeleteResult(Errors.GROUP_ID_NOT_FOUND))
+        subscribed: set[str] = set()
+        if group.state is not GroupState.EMPTY:
+            topics = _subscribed_topics(group)
+            if topics is None:
+                return self._respond(ev.request_id, OffsetDeleteResult(Errors.NON_EMPTY_GROUP))
+            subscribed = topics
+        results = []
+        gone = []
+        for topic, partition in ev.partitions:
+            if topic in subscribed:
+                results.append((topic, partition, Errors.GROUP_SUBSCRIBED_TO_TOPIC))
+                continue
+            results.append((topic, partition, Errors.NONE))
+            if group.offsets.pop((topic, partition), None) is not None:
+                gone.append((topic, partition))
+        if gone:
+            # As in Kafka the cache forgets at once; the tombstones let
+            # compaction and the next load forget too.
+            tombstones = [(fmt.encode_offset_commit_key(group.group_id, t, p), None) for t, p in gone]
+            self._write(group.group_id, tombstones, lambda error: None)
+        self._respond(ev.request_id, OffsetDeleteResult(Errors.NONE, tuple(results)))
+
     def _on_topics_deleted(self, ev: TopicsDeleted) -> None:
         # Kafka's coordinator drops the offsets of deleted partitions
         # (onPartitionsDeleted). Without this a topic re-created under the same
@@ -1359,6 +1438,7 @@ class GroupCoordinator:
         DescribeGroups: _on_describe,
         ListGroups: _on_list,
         DeleteGroups: _on_delete,
+        OffsetDelete: _on_offset_delete,
         TopicsDeleted: _on_topics_deleted,
         TimerExpired: _on_timer,
         WriteCompleted: _on_write_completed,

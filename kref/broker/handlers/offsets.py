@@ -1,4 +1,4 @@
-"""OffsetCommit (API key 8, v2-v9) and OffsetFetch (API key 9, v1-v9).
+"""OffsetCommit (API key 8, v2-v9), OffsetFetch (API key 9, v1-v9) and OffsetDelete (47, v0).
 
 Theory of operation
 -------------------
@@ -13,7 +13,9 @@ OffsetFetch v8+ asks for several groups at once (KIP-709); before v2 a null
 topic list was not allowed, from v2 it means "every committed partition".
 Partitions without a committed offset answer offset -1, as Kafka does.
 A commit for a partition that does not exist is refused per partition with
-UNKNOWN_TOPIC_OR_PARTITION, as Kafka does.
+UNKNOWN_TOPIC_OR_PARTITION, as Kafka does. OffsetDelete (KIP-496) removes
+offsets of partitions a group no longer consumes; the coordinator decides
+which ones it may (GROUP_SUBSCRIBED_TO_TOPIC for the others).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kref.broker.group_area import install
 from kref.broker.handlers._responses import build, error, response_types
 from kref.coordinator import group as g
 
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
 _ZERO = datetime.timedelta(0)
 
 
@@ -130,7 +132,25 @@ async def offset_fetch(ctx, request) -> Any:
     )
 
 
+async def offset_delete(ctx, request) -> Any:
+    types = response_types(OFFSET_DELETE, ctx.api_version)
+    wanted = tuple((t.name, int(p.partition_index)) for t in request.topics for p in t.partitions)
+    result: g.OffsetDeleteResult = await ctx.broker.group_coordinator.call(
+        g.OffsetDelete, group_id=request.group_id, partitions=wanted
+    )
+    by_topic: dict[str, list] = {}
+    for topic, partition, code in result.partitions:
+        by_topic.setdefault(topic, []).append(
+            build(types.OffsetDeleteResponsePartition, partition_index=partition, error_code=error(code))
+        )
+    topics = tuple(
+        build(types.OffsetDeleteResponseTopic, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+    )
+    return build(types.OffsetDeleteResponse, error_code=error(result.error), throttle_time=_ZERO, topics=topics)
+
+
 def register(router, broker) -> None:
     install(broker)
+    router.register(OFFSET_DELETE, 0, 0, offset_delete)
     router.register(OFFSET_COMMIT, 2, 9, offset_commit)
     router.register(OFFSET_FETCH, 1, 9, offset_fetch)
