@@ -23,13 +23,12 @@ import struct
 import uuid
 from collections.abc import Sequence
 
-from kref.broker.handlers.produce_response import _count, _string, _uvarint
+from kref.broker.handlers.produce_response import _count, _uvarint, topic_key
 
 _I32 = struct.Struct(">i")
 _TOP_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable_offset
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
-_ZERO_UUID = uuid.UUID(int=0)
 
 # (index, error_code, high_watermark, last_stable_offset, log_start_offset, records)
 PartitionData = tuple[int, int, int, int, int, bytes | None]
@@ -48,10 +47,7 @@ def encode_fetch_response(
     out: list[bytes] = [_TOP_V7.pack(0, error_code, session_id) if api_version >= 7 else _I32.pack(0)]
     out.append(_count(len(topics), flexible))
     for name, topic_id, partitions in topics:
-        if api_version >= 13:
-            out.append((topic_id or _ZERO_UUID).bytes)
-        else:
-            out.append(_string(name or "", flexible))
+        out.append(topic_key(name, topic_id, api_version >= 13, flexible))
         out.append(_count(len(partitions), flexible))
         for index, code, high_watermark, last_stable_offset, log_start_offset, records in partitions:
             if api_version >= 5:
