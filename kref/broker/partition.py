@@ -220,9 +220,13 @@ class Partition:
     # ------------------------------------------------------------ produce
 
     def append_records_as_leader(
-        self, records: bytes | bytearray, acks: int, records_count: int, now_ms: int
+        self, records: bytes | bytearray, acks: int, records_count: int, now_ms: int, *, crc_verified: bool = False
     ) -> AppendResult:
-        """Append one validated produce payload; see the module docstring for the steps."""
+        """Append one validated produce payload; see the module docstring for the steps.
+
+        `crc_verified`: the caller already checked the batch CRC (produce's
+        framing validation), so the Log does not check it a second time.
+        """
         self._request_ids += 1
         request_id = self._request_ids
         self.core.min_insync_replicas = self._min_insync_replicas()
@@ -233,7 +237,7 @@ class Partition:
                 return AppendResult(answer.error_code, log_start_offset=self.log.log_start_offset)
             if isinstance(answer, core.AppendToLog):
                 try:
-                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms)
+                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms, crc_verified=crc_verified)
                 except Exception as exc:  # typed storage / record errors become error codes
                     code = error_code_for(exc)
                     if code == UNKNOWN_SERVER_ERROR:

@@ -457,13 +457,18 @@ class Log:
     # append
     # =====================================================================
 
-    def _validate(self, buf: bytearray) -> list[BatchHeader]:
-        """Header, CRC and size checks on every batch of a produce or replica payload."""
+    def _validate(self, buf: bytearray, *, crc_verified: bool = False) -> list[BatchHeader]:
+        """Header, CRC and size checks on every batch of a produce or replica payload.
+
+        `crc_verified`: the caller has already checked every batch's CRC-32C
+        over these very bytes (the produce handler's framing validation);
+        checking it again cost a second pass over the payload per produce.
+        """
         cfg = self.config
         if len(buf) > cfg.segment_bytes:
             raise RecordBatchTooLargeError(f"append of {len(buf)} bytes exceeds segment.bytes={cfg.segment_bytes}")
         headers = []
-        for h in iter_headers(buf, verify=True, max_batch_size=MAX_APPEND_BYTES):
+        for h in iter_headers(buf, verify=not crc_verified, max_batch_size=MAX_APPEND_BYTES):
             if h.size_in_bytes > cfg.max_message_bytes:
                 raise RecordTooLargeError(
                     f"batch of {h.size_in_bytes} bytes exceeds max.message.bytes={cfg.max_message_bytes}"
@@ -474,12 +479,18 @@ class Log:
         return headers
 
     @_disk_errors_as_storage_errors
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append."""
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, crc_verified: bool = False
+    ) -> AppendInfo:
+        """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append.
+
+        `crc_verified=True` only when the caller checked the CRC of exactly
+        these bytes; every other check still runs here.
+        """
         self._ensure_open()
         self._now_ms = now_ms
         buf = bytearray(records)
-        headers = self._validate(buf)
+        headers = self._validate(buf, crc_verified=crc_verified)
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
         cfg = self.config

@@ -30,15 +30,13 @@ NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from kio.static.primitive import i32Timedelta
-
-from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
+from kref.broker.handlers.fetch_response import encode_fetch_response
 from kref.broker.partition import NONE, NOT_LEADER_OR_FOLLOWER, ReadResult, install
+from kref.protocol.codec import PreEncoded, response_class
 from kref.replication.purgatory import DelayedFetch, wait_for
 
 FETCH = 1
@@ -49,8 +47,6 @@ MAX_WAIT_MS = 30_000
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
-
-_ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 @dataclass(slots=True)
@@ -150,32 +146,14 @@ async def fetch(broker, api_version: int, request) -> Any:
 
 
 def _response(api_version: int, request, wanted: list[_Wanted], results: list[ReadResult]) -> Any:
-    types = response_types(FETCH, api_version)
     per_topic: dict[int, list] = {}
     for w, r in zip(wanted, results):
         per_topic.setdefault(w.topic_index, []).append(
-            build(
-                types.PartitionData,
-                partition_index=w.partition,
-                error_code=error(r.error_code),
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.last_stable_offset,
-                log_start_offset=r.log_start_offset,
-                aborted_transactions=None,
-                preferred_read_replica=-1,
-                records=r.records,
-            )
+            (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records)
         )
-    topics = []
-    for i, topic in enumerate(request.topics):
-        name = getattr(topic, "topic", None)
-        topic_id = getattr(topic, "topic_id", None)
-        topics.append(
-            build(
-                types.FetchableTopicResponse,
-                **topic_key_fields(types.FetchableTopicResponse, name, topic_id),
-                partitions=tuple(per_topic.get(i, ())),
-            )
-        )
-    return build(types.FetchResponse, throttle_time=_ZERO, error_code=error(NONE), session_id=0,
-                 responses=tuple(topics))
+    topics = [
+        (getattr(topic, "topic", None), getattr(topic, "topic_id", None), per_topic.get(i, ()))
+        for i, topic in enumerate(request.topics)
+    ]
+    body = encode_fetch_response(api_version, NONE, 0, topics)
+    return PreEncoded(response_class(FETCH, api_version), body)

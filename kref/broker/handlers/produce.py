@@ -116,7 +116,8 @@ async def produce(broker, api_version: int, request) -> Any:
             except (CorruptRecordError, PayloadTooLarge) as exc:
                 per_partition[pd.index] = AppendResult(error_code_for(exc), error_message=str(exc))
                 continue
-            result = part.append_records_as_leader(pd.records, acks, count, now_ms)
+            # validate_produce_payload checked the CRC: the Log need not again.
+            result = part.append_records_as_leader(pd.records, acks, count, now_ms, crc_verified=True)
             per_partition[pd.index] = result
             if result.required_offset is not None:
                 waiting[part.key] = ProducePartitionStatus(result.required_offset)

@@ -47,6 +47,11 @@ def _count(n: int, flexible: bool) -> bytes:
     return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
+def topic_key(name: str | None, topic_id: uuid.UUID | None, by_id: bool, flexible: bool) -> bytes:
+    """A response's topic entry key: the topic id (KIP-516 versions) or the name."""
+    return (topic_id or _ZERO_UUID).bytes if by_id else _string(name or "", flexible)
+
+
 # (index, error_code, base_offset, log_append_time, log_start_offset, error_message)
 PartitionResult = tuple[int, int, int, int, int, str | None]
 
@@ -61,10 +66,7 @@ def encode_produce_response(
     topics = list(topics)
     out = [_count(len(topics), flexible)]
     for name, topic_id, partitions in topics:
-        if api_version >= 13:
-            out.append((topic_id or _ZERO_UUID).bytes)
-        else:
-            out.append(_string(name or "", flexible))
+        out.append(topic_key(name, topic_id, api_version >= 13, flexible))
         out.append(_count(len(partitions), flexible))
         for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
             if api_version >= 5:
