@@ -1,1 +1,2 @@
-"""kref.controller"""
+"""kref.controller: the KRaft quorum core and the active controller
+(spec/KRaft.tla). Not built yet; see docs/architecture.md."""

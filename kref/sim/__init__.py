@@ -1,1 +1,3 @@
-"""kref.sim"""
+"""kref.sim: the deterministic simulator (virtual clock, seeded scheduler,
+faulty network and disk) that will drive the same cores as the broker.
+Not built yet; see docs/architecture.md."""
