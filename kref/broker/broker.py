@@ -36,8 +36,11 @@ from typing import Any
 import trio
 
 from kref.broker.config import BrokerConfig, ConfigError, Listener, advertisable
+from kref.broker.resources import resource_warning
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
+from kref.storage.errors import StorageError
+from kref.storage.segment import open_segment_files
 from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
 from kref.protocol.errors import ErrorCode
 
@@ -164,6 +167,7 @@ class Broker:
                 raise ConfigError(f"log.dirs: {exc}") from None
             except OSError as exc:
                 raise ConfigError(f"log.dirs: cannot use {d}: {exc.strerror or exc}") from None
+        open_segment_files.hold_spares()
         self.cluster_id = self._load_or_write_meta_properties()
         self._load_topic_image()
         self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
@@ -190,6 +194,7 @@ class Broker:
         for fd in self._log_dir_locks:
             os.close(fd)  # releases the .lock flock
         self._log_dir_locks.clear()
+        open_segment_files.release_spares()
 
     def advertised_listeners(self) -> tuple[Listener, ...]:
         """What Metadata tells clients: advertised.listeners, else the bound listeners."""
@@ -283,10 +288,9 @@ class Broker:
         topic = TopicMetadata(name, uuid.uuid4(), num_partitions, topic_configs)
         if validate_only:
             return topic
+        self._attach_partitions(topic, 0, num_partitions)
         self.topics[name] = topic
-        self._save_topic_image()
-        for p in range(num_partitions):
-            self._attach_partition(topic, p)
+        self._save_topic_image_or_undo(name, 0, num_partitions, lambda: self.topics.pop(name))
         log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, num_partitions)
         return topic
 
@@ -328,10 +332,13 @@ class Broker:
         if validate_only:
             return topic
         old = topic.num_partitions
+        self._attach_partitions(topic, old, count)
         topic.num_partitions = count
-        self._save_topic_image()
-        for p in range(old, count):
-            self._attach_partition(topic, p)
+
+        def undo() -> None:
+            topic.num_partitions = old
+
+        self._save_topic_image_or_undo(name, old, count, undo)
         return topic
 
     # --- topic configs ---------------------------------------------------------
@@ -396,6 +403,44 @@ class Broker:
     def _log_config_of_topic(self, name: str) -> LogConfig | None:
         topic = self.topics.get(name)
         return self.log_config_for(topic) if topic is not None else None
+
+    def _attach_partitions(self, topic: TopicMetadata, start: int, end: int) -> None:
+        """Create partitions [start, end) of `topic`, all or none.
+
+        Logs are created before the topic image names them: a crash in
+        between leaves stray logs, which the next start deletes; a failure
+        (out of descriptors, disk full) removes those already created and
+        answers KAFKA_STORAGE_ERROR, so the image and the directories agree.
+        """
+        try:
+            for p in range(start, end):
+                self._attach_partition(topic, p)
+        except (OSError, StorageError) as exc:
+            self._detach_partitions(topic.name, start, end)
+            resource_warning(log, "cannot create partitions of topic %s: %s", topic.name, exc)
+            raise BrokerError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"Cannot create partitions of topic {topic.name}: {getattr(exc, 'strerror', None) or exc}",
+            ) from None
+
+    def _detach_partitions(self, name: str, start: int, end: int) -> None:
+        with open_segment_files.spares():  # removing a directory takes descriptors
+            for p in range(start, end):
+                self.partitions.pop((name, p), None)
+                try:
+                    self.log_manager.delete_log(name, p)
+                except OSError as exc:
+                    log.warning("cannot remove partition %s-%d: %s", name, p, exc)
+
+    def _save_topic_image_or_undo(self, name: str, start: int, end: int, undo: Callable[[], None]) -> None:
+        try:
+            self._save_topic_image()
+        except OSError as exc:
+            undo()
+            self._detach_partitions(name, start, end)
+            raise BrokerError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write the topic image: {exc.strerror or exc}"
+            ) from None
 
     def _attach_partition(self, topic: TopicMetadata, partition: int) -> None:
         log_ = self.log_manager.get_or_create_log(

@@ -36,10 +36,12 @@ import trio
 
 from kref.broker.broker import Broker
 from kref.broker.config import Listener
+from kref.broker.resources import is_out_of_resources, resource_warning
 from kref.broker.router import RequestContext, Router
 from kref.protocol.codec import DecodedRequest, decode_request, encode_response
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
+from kref.storage.segment import open_segment_files
 
 __all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
 
@@ -48,6 +50,7 @@ log = logging.getLogger("kref.server")
 MAX_IN_FLIGHT_REQUESTS = 8
 RECEIVE_CHUNK_BYTES = 256 * 1024
 WRITE_BATCH_BYTES = 256 * 1024
+ACCEPT_RETRY_S = 0.1  # out of descriptors: how soon to try accept() again
 
 
 class _CloseConnection(Exception):
@@ -225,9 +228,33 @@ async def serve(
             hook()
         for listener, sockets in bound:
             handler = _connection_handler(broker, router, listener.name)
-            await nursery.start(trio.serve_listeners, handler, sockets)
+            for sock in sockets:
+                nursery.start_soon(_accept_connections, sock, handler, nursery, str(listener))
             log.info("kref broker %d listening on %s", broker.node_id, listener)
         task_status.started(broker.bound_listeners)
+
+
+async def _accept_connections(sock: trio.SocketListener, handler: Callable, nursery: trio.Nursery, where: str) -> None:
+    """Accept forever; out of descriptors, free segment ones or wait, with one log line.
+
+    trio.serve_listeners logs a traceback for every failed accept (ten a
+    second); a shortage is a state, so it gets one rate-limited line, and
+    the connections already open keep being served meanwhile.
+    """
+    while True:
+        try:
+            stream = await sock.accept()
+        except OSError as exc:
+            if not is_out_of_resources(exc):
+                raise
+            if open_segment_files.shed():
+                continue  # old segments reopen lazily; a client cannot wait
+            resource_warning(
+                log, "cannot accept connections on %s: %s; serving open connections, retrying", where, exc.strerror or exc
+            )
+            await trio.sleep(ACCEPT_RETRY_S)
+            continue
+        nursery.start_soon(handler, stream)
 
 
 def _connection_handler(broker: Broker, router: Router, listener_name: str) -> Callable:
