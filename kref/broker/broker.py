@@ -164,7 +164,7 @@ class Broker:
             # clear line (like Kafka's "Failed to acquire lock on file .lock"),
             # not a traceback; the lock keeps a second broker off our segments.
             if d.exists() and not d.is_dir():
-                raise ConfigError(f"log.dirs: {d} is a file, not a directory")
+                raise ConfigError(f"log.dirs: cannot use {d}: it is a file, not a directory")
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 self._log_dir_locks.append(lock_log_dir(str(d)))
