@@ -55,13 +55,19 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = BrokerConfig.load(args.config, args.override, log=log.info)
-        # Kafka logs its effective configuration at start ("KafkaConfig
-        # values"), secrets masked: what the broker runs with, in one place.
-        log.info("effective configuration:\n%s", "\n".join(effective_config_lines(config)))
+        if config.process_roles is not None:
+            # A KRaft node (kref/controller/node.py): runs the roles it names.
+            from kref.controller.node import run as run_node
+
+            return run_node(args, config)
         broker = Broker(config, trace_file=args.trace_file)
         router = Router()
         register_all(router, broker)
         broker.open()
+        # Kafka logs its effective configuration at start ("KafkaConfig
+        # values"), secrets masked: what the broker runs with (dynamic
+        # configs included), once it can run, so a refusal stays one line.
+        log.info("effective configuration:\n%s", "\n".join(effective_config_lines(broker.config)))
     except ConfigError as exc:
         print(f"kref broker: invalid configuration: {exc}", file=sys.stderr)
         return 2
