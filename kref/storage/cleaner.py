@@ -367,6 +367,8 @@ class _CleanedWriter:
     """Appends batches to `<base>.log.cleaned` and keeps its index entries in memory,
     added by the same rule as LogSegment.append (one per index.interval.bytes)."""
 
+    buffer_limit = 1 << 20  # bytes gathered before one write
+
     def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, max_index_size: int, account: Callable[[int], None]) -> None:
         self.base_offset = base_offset
         self.path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
@@ -384,7 +386,6 @@ class _CleanedWriter:
         self.offset_of_max_timestamp = base_offset
         self.offset_entries: list[tuple[int, int]] = []
         self.time_entries: list[tuple[int, int]] = []
-        self.buffer_limit = 1 << 20
 
     def append(self, batch: bytes | memoryview, last_offset: int, max_timestamp: int) -> None:
         if max_timestamp > self.max_timestamp:
