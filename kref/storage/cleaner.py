@@ -61,10 +61,9 @@ from kref.storage.cleaner_planner import (
     OffsetMap,
     SegmentSummary,
     group_segments_by_size,
-    map_key,
     plan_batch,
     retain_deletes,
-    retain_record,
+    retain_records,
 )
 from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 
@@ -275,6 +274,7 @@ def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | N
     bytes passed CRC checks on append, so a failure here is a real fault.
     """
     out = []
+    append = out.append
     pos, end = 0, len(section)
     try:
         while pos < end:
@@ -282,6 +282,9 @@ def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | N
             b = section[pos]
             if b < 0x80:
                 length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif section[pos + 1] < 0x80:  # records of 64 B to 8 KiB
+                v = (b & 0x7F) | (section[pos + 1] << 7)
+                length, pos = (v >> 1) ^ -(v & 1), pos + 2
             else:
                 length, pos = read_varint(section, pos, end)
             record_end = pos + length
@@ -311,7 +314,7 @@ def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | N
                 key = None
             b = section[pos]
             has_value = b != 1  # zigzag(-1): a null value, a tombstone
-            out.append((base_offset + offset_delta, key, has_value, start, record_end, ts_delta))
+            append((base_offset + offset_delta, key, has_value, start, record_end, ts_delta))
             pos = record_end
     except IndexError:
         raise CorruptRecordError("record runs past the records section") from None
@@ -512,16 +515,14 @@ class Cleaner:
                         break
                     if not header.is_control_batch:
                         records = _scan_records(_records_of(batch, header), header.base_offset)
-                        keys = [map_key(bytes(r[1])) for r in records if r[1] is not None]
-                        if len(keys) > om.room():
+                        if not om.put_records(records):
                             if end_offset == first_dirty_offset:
                                 raise CleaningAbortedError(
                                     f"log.cleaner.dedupe.buffer.size holds {om.capacity} keys, "
-                                    f"too few for one batch of {len(keys)} at offset {header.base_offset}"
+                                    f"too few for one batch of {len(records)} at offset {header.base_offset}"
                                 )
                             self.stats.map_entries = len(om)
                             return end_offset
-                        om.put_all(keys, [r[0] for r in records if r[1] is not None])
                     om.advance(header.last_offset)
                     end_offset = header.next_offset
             finally:
@@ -565,7 +566,6 @@ class Cleaner:
         Returns the group and the earliest delete horizon it carries (-1: none).
         """
         om = self.offset_map
-        latest = om.latest_offset
         writer = _CleanedWriter(picture.dir, group[0].base_offset, picture.index_interval_bytes, picture.max_index_size, self._account_write)
         earliest_horizon = -1
         stats = self.stats
@@ -581,11 +581,7 @@ class Cleaner:
                         section = _records_of(batch, header)
                         records = _scan_records(section, header.base_offset)
                         stats.records_read += len(records)
-                        deletes = retain_deletes(header, now_ms)
-                        kept = [
-                            r for r in records
-                            if retain_record(r[0], r[1], r[2], om.get(map_key(bytes(r[1]))) if r[1] is not None and r[0] <= latest else -1, latest, deletes)
-                        ]  # fmt: skip
+                        kept = retain_records(records, om, retain_deletes(header, now_ms))
                         stats.records_kept += len(kept)
                         tombstones = sum(1 for r in kept if not r[2])
                         plan = plan_batch(

@@ -20,7 +20,7 @@ the dirty part begins (first_dirty_offset). A cleaning run:
    waits for the next run;
 3. rewrites every segment below end_offset, in groups whose total size and
    index sizes fit one segment (`group_segments_by_size`), keeping each
-   batch's offsets and header; a record survives (`retain_record`) if it
+   batch's offsets and header; a record survives (`retain_records`) if it
    holds the last offset of its key, and a tombstone only until its batch's
    delete horizon (stamped, on the first cleaning that keeps it, as
    now + delete.retention.ms in the batch's baseTimestamp with the
@@ -241,13 +241,18 @@ class OffsetMap:
     def room(self) -> int:
         return self.capacity - len(self._map)
 
-    def put_all(self, keys: list[bytes], offsets: list[int]) -> None:
-        """Map a batch's keyed records (already map_key'ed) and advance latest_offset."""
+    def put_records(self, records: list) -> bool:
+        """Map a batch's keyed records ((offset, key, ...) tuples); False, mapping
+        nothing, when they might not fit in the room left (the map is full)."""
+        if len(records) > self.capacity - len(self._map):
+            return False
         m = self._map
-        for k, o in zip(keys, offsets):
-            m[k] = o
-        if len(m) > self.capacity:
-            raise OverflowError("offset map over capacity (the caller checks room() per batch)")
+        md5 = hashlib.md5
+        for r in records:
+            key = r[1]
+            if key is not None:
+                m[key if len(key) < _RAW_KEY_LIMIT else md5(key).digest()] = r[0]
+        return True
 
     def advance(self, offset: int) -> None:
         if offset > self.latest_offset:
@@ -271,20 +276,29 @@ def retain_deletes(header: BatchHeader, now_ms: int) -> bool:
     return not header.has_delete_horizon_ms or now_ms < header.base_timestamp
 
 
-def retain_record(offset: int, key: bytes | None, has_value: bool, mapped_offset: int, latest_mapped: int, deletes_retained: bool) -> bool:
-    """Kafka's shouldRetainRecord for one record of a data batch.
+def retain_records(records: list, offset_map: "OffsetMap", deletes_retained: bool) -> list:
+    """Kafka's shouldRetainRecord over one data batch's records.
 
-    `mapped_offset` is the map's offset for the record's key (-1 if absent).
-    Records past the mapped range were not considered and stay; a record
-    without a key cannot be compacted and goes (producers may not write
-    one to a compacted topic); otherwise only the key's last record stays,
-    and a tombstone only while its batch still retains deletes.
+    `records` are (offset, key, has_value, ...) tuples in offset order.
+    Records past the mapped range (offset_map.latest_offset) were not
+    considered and stay; a record without a key cannot be compacted and
+    goes (producers may not write one to a compacted topic); otherwise only
+    the key's last record stays, and a tombstone only while its batch still
+    retains deletes. (One loop per batch, the map lookup inlined: this runs
+    for every record the cleaner reads.)
     """
-    if offset > latest_mapped:
-        return True
-    if key is None:
-        return False
-    return offset >= mapped_offset and (has_value or deletes_retained)
+    latest = offset_map.latest_offset
+    mapped = offset_map._map.get
+    md5 = hashlib.md5
+    kept = []
+    for r in records:
+        offset, key = r[0], r[1]
+        if offset > latest:
+            kept.append(r)
+        elif key is not None and (r[2] or deletes_retained):
+            if offset >= mapped(key if len(key) < _RAW_KEY_LIMIT else md5(key).digest(), -1):
+                kept.append(r)
+    return kept
 
 
 class BatchAction(Enum):
