@@ -93,36 +93,34 @@ def throughput(root: str, args: argparse.Namespace) -> None:
     print(f"log: {size / MIB:.0f} MiB, {i:,} records of {args.value_bytes} B in batches of {args.batch_records}, "
           f"{n_keys:,} distinct keys ({args.distinct_percent}%), written in {build_s:.1f}s")  # fmt: skip
     to_clean = cleanable_offsets(summarize(log), None, 20_000)
-    # Cold: both sides start with the files dropped from the page cache (the
-    # cleaner's second pass then reads from the cache, as Kafka's would).
-    cold = all(drop_cache(p) for p in paths)
-    read_bytes, read_s = raw_read(paths)
-    cold_raw = read_bytes / MIB / read_s
-    # The cleaner's work is repeatable on a copy only; clean a dry run first
-    # (building the offset map reads every dirty byte once) to time the cold map pass.
-    cold = all(drop_cache(p) for p in paths) and cold
+    # Cached: the software's own cost. The map pass (read every dirty byte,
+    # parse every record, map its key) leaves the log unchanged, so it can
+    # be timed beside a cached raw read; the whole cleaning happens once, below.
+    raw_read(paths)
+    cached_bytes, cached_s = raw_read(paths)
+    cached_raw = cached_bytes / MIB / cached_s
     cleaner = new_cleaner()
     start = time.perf_counter()
     cleaner.build_offset_map(capture(log), to_clean.first_dirty_offset, to_clean.first_uncleanable_offset)
-    cold_map = size / MIB / (time.perf_counter() - start)
-    # Cached: the raw read right before the whole cleaning (map, rewrite, swap).
-    raw_read(paths)
+    cached_map = size / MIB / (time.perf_counter() - start)
+    # Cold: each side starts with the files dropped from the page cache.
+    cold = all(drop_cache(p) for p in paths)
     read_bytes, read_s = raw_read(paths)
+    cold_raw = read_bytes / MIB / read_s
+    cold = all(drop_cache(p) for p in paths) and cold
     cleaner = new_cleaner()
     start = time.perf_counter()
     end, _ = clean_log_now(log, cleaner, to_clean, 20_000)
     clean_s = time.perf_counter() - start
-    raw_mbs = read_bytes / MIB / read_s
     clean_mbs = size / MIB / clean_s
     s = cleaner.stats
     print(f"page cache dropped for the cold rows (posix_fadvise DONTNEED): {'yes' if cold else 'no'}")
+    print(f"raw sequential read, cached:  {cached_raw:8.1f} MiB/s")
+    print(f"cleaner's map pass, cached:   {cached_map:8.1f} MiB/s   ratio {cached_map / cached_raw:.3f}x")
     print(f"raw sequential read, cold:    {cold_raw:8.1f} MiB/s")
-    print(f"cleaner's map pass, cold:     {cold_map:8.1f} MiB/s   ratio {cold_map / cold_raw:.3f}x")
-    print(f"raw sequential read, cached:  {raw_mbs:8.1f} MiB/s")
-    print(f"whole cleaning, cached:       {clean_mbs:8.1f} MiB/s   ratio {clean_mbs / raw_mbs:.3f}x  "
-          f"({size / MIB:.0f} MiB in {clean_s:.2f}s; read {s.bytes_read / MIB:.0f} MiB, wrote {s.bytes_written / MIB:.1f} MiB, "
-          f"kept {s.records_kept:,} of {s.records_read:,} records, cleaned to offset {end:,})")  # fmt: skip
-    print(f"whole cleaning vs cold raw read: {clean_mbs / cold_raw:.3f}x  (goal >= 0.3x)")
+    print(f"whole cleaning, cold:         {clean_mbs:8.1f} MiB/s   ratio {clean_mbs / cold_raw:.3f}x  (goal >= 0.3x)")
+    print(f"  {size / MIB:.0f} MiB cleaned in {clean_s:.2f}s: map pass + rewrite read {s.bytes_read / MIB:.0f} MiB, "
+          f"wrote {s.bytes_written / MIB:.1f} MiB, kept {s.records_kept:,} of {s.records_read:,} records, cleaned to offset {end:,}")  # fmt: skip
     log.close()
 
 
