@@ -460,33 +460,18 @@ class Broker:
             self.partitions[(topic.name, partition)] = log_
 
     def _load_or_write_meta_properties(self) -> str:
-        """Kafka's meta.properties in every log dir: version, cluster.id, node.id."""
-        cluster_id = None
-        for d in self._log_dirs:
-            path = d / "meta.properties"
-            if path.exists():
-                from kref.broker.config import parse_properties
+        """Kafka's meta.properties in every log dir (kref/controller/meta_properties.py):
+        a node configured with process.roles needs `kref storage format` first;
+        the single-node broker formats its own dirs."""
+        from kref.controller import meta_properties
+        from kref.controller.settings import all_log_dirs
 
-                props = parse_properties(path.read_text(encoding="utf-8"))
-                if "node.id" in props and int(props["node.id"]) != self.node_id:
-                    raise ConfigError(
-                        f"log dir {d} belongs to node.id {props['node.id']}, but this broker is node.id {self.node_id}"
-                    )
-                found = props.get("cluster.id")
-                if cluster_id is not None and found != cluster_id:
-                    raise ConfigError(f"log dir {d} has cluster.id {found}, others have {cluster_id}")
-                cluster_id = found
-        if cluster_id is None:
-            cluster_id = self.config.cluster_id or _new_cluster_id()
-        for d in self._log_dirs:
-            path = d / "meta.properties"
-            if not path.exists():
-                _atomic_write(
-                    path,
-                    f"#\n#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
-                    f"cluster.id={cluster_id}\nnode.id={self.node_id}\nversion=1\n",
-                )
-        return cluster_id
+        return meta_properties.ensure_formatted(
+            all_log_dirs(self.config),
+            self.node_id,
+            require_formatted=self.config.process_roles is not None,
+            cluster_id=self.config.cluster_id,
+        )
 
     def _load_topic_image(self) -> None:
         path = self._log_dirs[0] / METADATA_FILE
@@ -498,12 +483,6 @@ class Broker:
     def _save_topic_image(self) -> None:
         data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
         _atomic_write(self._log_dirs[0] / METADATA_FILE, json.dumps(data, indent=1, sort_keys=True))
-
-
-def _new_cluster_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 __all__ = [
     "BrokerConfig",
+    "Voter",
     "ConfigError",
     "Listener",
     "advertisable",
@@ -142,6 +143,49 @@ _I32 = 2**31 - 1
 _I64 = 2**63 - 1
 
 
+@dataclass(frozen=True, slots=True)
+class Voter:
+    """One entry of controller.quorum.voters: `id@host:port`."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.host}:{self.port}"
+
+
+def _voter_list(name: str, raw: str) -> tuple[Voter, ...]:
+    voters = []
+    for item in (x.strip() for x in raw.split(",")):
+        if not item:
+            continue
+        m = re.fullmatch(r"(\d+)@(\[[^\]]*\]|[^:@]*):(\d+)", item)
+        if not m or not 0 < int(m.group(3)) < 65536:
+            raise ConfigError(f"{name}: {item!r} is not id@host:port")
+        voters.append(Voter(int(m.group(1)), m.group(2).strip("[]"), int(m.group(3))))
+    ids = [v.node_id for v in voters]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{name}: node id {max(ids, key=ids.count)} appears more than once")
+    return tuple(voters)
+
+
+def _roles(name: str, raw: str) -> tuple[str, ...]:
+    roles = [r.strip() for r in raw.split(",") if r.strip()]
+    if not roles:
+        raise ConfigError(f"{name}: must name broker, controller or both")
+    for r in roles:
+        if r not in ("broker", "controller"):
+            raise ConfigError(f"{name}: unknown role {r!r} (broker, controller)")
+    if len(set(roles)) != len(roles):
+        raise ConfigError(f"{name}: {raw.strip()!r} names a role twice")
+    return tuple(sorted(roles))
+
+
+def _name_list(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(n.strip().upper() for n in raw.split(",") if n.strip())
+
+
 def advertisable(listener: Listener) -> Listener:
     """A bound listener as clients can reach it: wildcard hosts become 127.0.0.1
     (kref's default audience is this machine; set advertised.listeners otherwise)."""
@@ -238,6 +282,27 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = _prop("transaction.max.timeout.ms", _int(1, _I32), "900000")
     # cluster identity (Kafka keeps it in meta.properties; this overrides a new log dir's)
     cluster_id: str | None = _prop("cluster.id", _string, None)
+    # KRaft (kref/controller/settings.py checks them together). Without
+    # process.roles the node is the single-node broker: a one-voter combined
+    # cluster that formats its own log dirs.
+    process_roles: tuple[str, ...] | None = _prop("process.roles", _roles, None, "broker, controller or both")
+    controller_quorum_voters: tuple[Voter, ...] = _prop("controller.quorum.voters", _voter_list, "")
+    controller_quorum_bootstrap_servers: tuple[str, ...] = _prop(
+        "controller.quorum.bootstrap.servers", lambda n, raw: tuple(x.strip() for x in raw.split(",") if x.strip()), ""
+    )
+    controller_listener_names: tuple[str, ...] = _prop("controller.listener.names", _name_list, "")
+    inter_broker_listener_name: str | None = _prop("inter.broker.listener.name", _string, None)
+    broker_rack: str | None = _prop("broker.rack", _string, None)
+    metadata_log_dir: str | None = _prop("metadata.log.dir", _string, None, "default: the first of log.dirs")
+    broker_session_timeout_ms: int = _prop("broker.session.timeout.ms", _int(1, _I32), "9000")
+    broker_heartbeat_interval_ms: int = _prop("broker.heartbeat.interval.ms", _int(1, _I32), "2000")
+    controller_quorum_election_timeout_ms: int = _prop(
+        "controller.quorum.election.timeout.ms", _int(1, _I32), "1000"
+    )
+    controller_quorum_fetch_timeout_ms: int = _prop("controller.quorum.fetch.timeout.ms", _int(1, _I32), "2000")
+    controller_quorum_retry_backoff_ms: int = _prop("controller.quorum.retry.backoff.ms", _int(1, _I32), "20")
+    # The CONTROLLER listeners of `listeners` (not served to clients).
+    controller_listeners: tuple[Listener, ...] = ()
 
     # --- derived views ---------------------------------------------------------
 
@@ -334,9 +399,13 @@ class BrokerConfig:
         for name, f in by_name.items():
             raw = props.get(name, f.metadata["default"])
             values[f.name] = None if raw is None else f.metadata["parse"](name, raw)
-        controller_names = _controller_listener_names(props)
+        controller_names = set(values["controller_listener_names"])
+        from kref.controller.settings import check_kraft
+
+        check_kraft(values)
+        values["controller_listeners"] = tuple(lst for lst in values["listeners"] if lst.name in controller_names)
         plaintext = [lst for lst in values["listeners"] if lst.name not in controller_names]
-        if not plaintext:
+        if not plaintext and values["process_roles"] != ("controller",):
             raise ConfigError("listeners: at least one client listener is required")
         _require_plaintext(plaintext, props)
         values["listeners"] = tuple(plaintext)
@@ -407,22 +476,12 @@ def _require_plaintext(listeners: Iterable[Listener], props: Mapping[str, str]) 
             raise ConfigError(f"listeners: {lst} uses security protocol {protocol}; kref serves PLAINTEXT only")
 
 
-def _controller_listener_names(props: Mapping[str, str]) -> set[str]:
-    raw = props.get("controller.listener.names", "")
-    return {n.strip().upper() for n in raw.split(",") if n.strip()}
-
-
 _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 
 # Kafka settings for machinery kref does not have: accepted so Kafka's sample
 # server.properties works, and otherwise ignored.
 IGNORED_PROPERTIES = frozenset(
     {
-        "process.roles",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
-        "controller.listener.names",
-        "inter.broker.listener.name",
         "listener.security.protocol.map",
         "num.network.threads",
         "num.io.threads",
@@ -437,7 +496,6 @@ IGNORED_PROPERTIES = frozenset(
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
         "group.coordinator.rebalance.protocols",
-        "metadata.log.dir",
         "background.threads",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
