@@ -35,7 +35,8 @@ from typing import Any
 
 import trio
 
-from kref.broker.config import BrokerConfig, ConfigError, Listener, advertisable
+from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError, advertisable
+from kref.broker.dynamic_config import DYNAMIC_CONFIG_FILE, DynamicBrokerConfigs, DynamicConfigError
 from kref.broker.resources import resource_warning
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
@@ -115,7 +116,9 @@ def validate_topic_name(name: str | None) -> None:
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, trace_file: str | None = None) -> None:
-        self.config = config
+        self.config = config  # the effective config: static + dynamic broker configs
+        self.static_config = config
+        self.dynamic_configs = DynamicBrokerConfigs(config)
         self.node_id = config.node_id
         self.trace_file = trace_file
         self.topics: dict[str, TopicMetadata] = {}
@@ -162,6 +165,8 @@ class Broker:
             # An unusable or already-used log dir is a start-up error with one
             # clear line (like Kafka's "Failed to acquire lock on file .lock"),
             # not a traceback; the lock keeps a second broker off our segments.
+            if d.exists() and not d.is_dir():
+                raise ConfigError(f"log.dirs: cannot use {d}: it is a file, not a directory")
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 self._log_dir_locks.append(lock_log_dir(str(d)))
@@ -172,6 +177,8 @@ class Broker:
         open_segment_files.hold_spares()
         self.cluster_id = self._load_or_write_meta_properties()
         self._load_topic_image()
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.static_config, self._log_dirs[0] / DYNAMIC_CONFIG_FILE)
+        self.config = self.dynamic_configs.effective()
         self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
         now = self.now_ms()
         self.log_manager = LogManager(
@@ -220,7 +227,7 @@ class Broker:
         task_status.started()
         if self.log_manager is None:
             return
-        self.log_cleaner = LogCleaner(self.log_manager, cleaner_config_of(self.config), self.now_ms)
+        self.log_cleaner = LogCleaner(self.log_manager, lambda: cleaner_config_of(self.config), self.now_ms)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.log_cleaner.run)
             await self._run_periodic()
@@ -290,7 +297,7 @@ class Broker:
             raise BrokerError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Unable to replicate the partition {replication_factor} time(s): "
-                "The target replication factor of 1 cannot be reached because only 1 broker(s) are registered.",
+                f"The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
             )
         topic_configs = self.validate_topic_configs(dict(configs or {}))
         topic = TopicMetadata(name, uuid.uuid4(), num_partitions, topic_configs)
@@ -314,6 +321,9 @@ class Broker:
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if topic.is_internal:
+            # Kafka refuses too: __consumer_offsets holds every group's state.
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}.")
         del self.topics[name]
         self._save_topic_image()
         for p in range(topic.num_partitions):
@@ -374,6 +384,34 @@ class Broker:
                 log_.config = config
         for hook in self.on_topic_config_changed:
             hook(self, name)
+
+    # --- dynamic broker configs -------------------------------------------------
+
+    def alter_broker_configs(self, resource_name: str, new: dict[str, str], *, validate_only: bool = False) -> None:
+        """Replace the dynamic overrides of one broker resource ("" = cluster default); applied at once."""
+        try:
+            altered = self.dynamic_configs.altered(resource_name, new)
+        except DynamicConfigError as exc:
+            raise BrokerError(exc.error_code, str(exc)) from None
+        if validate_only:
+            return
+        try:
+            _atomic_write(self._log_dirs[0] / DYNAMIC_CONFIG_FILE, altered.to_json())
+        except OSError as exc:
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot store broker configs: {exc.strerror or exc}") from None
+        self.dynamic_configs = altered
+        self.config = altered.effective()
+        # The log.* defaults under every topic's overrides, without a restart.
+        self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
+        for topic in self.topics.values():
+            config = self.log_config_for(topic)
+            for p in range(topic.num_partitions):
+                log_ = self.log_manager.get_log(topic.name, p) if self.log_manager is not None else None
+                if log_ is not None:
+                    log_.config = config
+            for hook in self.on_topic_config_changed:
+                hook(self, topic.name)
+        log.info("dynamic broker configs of %s now %s", repr(resource_name) if resource_name else "the cluster default", new)
 
     # --- internals -------------------------------------------------------------
 
@@ -477,8 +515,15 @@ class Broker:
         path = self._log_dirs[0] / METADATA_FILE
         if not path.exists():
             return
-        data = json.loads(path.read_text(encoding="utf-8"))
-        self.topics = {t["name"]: TopicMetadata.from_json(t) for t in data["topics"]}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self.topics = {t["name"]: TopicMetadata.from_json(t) for t in data["topics"]}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Starting without it would delete every partition as "stray".
+            raise StartupError(
+                f"the topic metadata file {path} is corrupt ({type(exc).__name__}: {exc}); "
+                "restore it from a backup or remove it together with the partition directories"
+            ) from None
 
     def _save_topic_image(self) -> None:
         data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}

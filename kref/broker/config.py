@@ -30,6 +30,7 @@ __all__ = [
     "BrokerConfig",
     "Voter",
     "ConfigError",
+    "StartupError",
     "Listener",
     "advertisable",
     "IGNORED_PROPERTIES",
@@ -40,6 +41,10 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A broker property is unknown or its value is invalid."""
+
+
+class StartupError(Exception):
+    """The broker cannot start on what it found (a corrupt file, an unusable path): one line, exit 2."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,15 @@ class Listener:
 # --- value parsers -------------------------------------------------------------
 
 
+# DescribeConfigs v3+ config_type ids (Kafka's ConfigDef.Type).
+CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
+
+
+def _typed(kafka_type: str, parse: Callable[[str, str], object]) -> Callable[[str, str], object]:
+    parse.kafka_type = kafka_type  # type: ignore[attr-defined]
+    return parse
+
+
 def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:
     def parse(name: str, raw: str) -> int:
         try:
@@ -67,7 +81,8 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], i
             raise ConfigError(f"{name}: {value} is above the maximum {hi}")
         return value
 
-    return parse
+    # Kafka's LONG settings are the ones whose range needs 64 bits.
+    return _typed("LONG" if hi is not None and hi > 2**31 - 1 else "INT", parse)  # type: ignore[return-value]
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -87,7 +102,7 @@ def _double(lo: float | None = None, hi: float | None = None) -> Callable[[str, 
             raise ConfigError(f"{name}: {raw.strip()} is outside [{lo}, {hi}]")
         return value
 
-    return parse
+    return _typed("DOUBLE", parse)  # type: ignore[return-value]
 
 
 def _choice(*choices: str) -> Callable[[str, str], str]:
@@ -97,7 +112,7 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
             raise ConfigError(f"{name}: {raw!r} is not one of {', '.join(choices)}")
         return value
 
-    return parse
+    return _typed("STRING", parse)  # type: ignore[return-value]
 
 
 def _cleanup_policy(name: str, raw: str) -> str:
@@ -117,6 +132,11 @@ def _dir_list(name: str, raw: str) -> tuple[str, ...]:
         raise ConfigError(f"{name}: at least one directory is required")
     return dirs
 
+
+_typed("BOOLEAN", _bool)
+_typed("LIST", _cleanup_policy)
+_typed("STRING", _string)
+_typed("STRING", _dir_list)  # Kafka's log.dirs is a comma-separated STRING
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
@@ -139,6 +159,7 @@ def _listener_list(name: str, raw: str) -> tuple[Listener, ...]:
     return tuple(out)
 
 
+_typed("STRING", _listener_list)  # Kafka's listeners are a comma-separated STRING
 _I32 = 2**31 - 1
 _I64 = 2**63 - 1
 
@@ -194,8 +215,27 @@ def advertisable(listener: Listener) -> Listener:
     return listener
 
 
-def _prop(kafka_name: str, parse: Callable[[str, str], object], default: str | None, doc: str = ""):
-    return field(metadata={"name": kafka_name, "parse": parse, "default": default, "doc": doc})
+def _prop(
+    kafka_name: str,
+    parse: Callable[[str, str], object],
+    default: str | None,
+    doc: str = "",
+    *,
+    kafka_type: str | None = None,
+    dynamic: bool = False,
+):
+    """One broker property. `dynamic`: Kafka lets IncrementalAlterConfigs change it
+    on a running broker (per broker or as the cluster default); kref does too."""
+    return field(
+        metadata={
+            "name": kafka_name,
+            "parse": parse,
+            "default": default,
+            "doc": doc,
+            "type": kafka_type or getattr(parse, "kafka_type", "STRING"),
+            "dynamic": dynamic,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -210,60 +250,70 @@ class BrokerConfig:
     default_replication_factor: int = _prop("default.replication.factor", _int(1, 32767), "1")
     auto_create_topics_enable: bool = _prop("auto.create.topics.enable", _bool, "true")
     delete_topic_enable: bool = _prop("delete.topic.enable", _bool, "true")
-    message_max_bytes: int = _prop("message.max.bytes", _int(0, _I32), "1048588")
+    message_max_bytes: int = _prop("message.max.bytes", _int(0, _I32), "1048588", dynamic=True)
     socket_request_max_bytes: int = _prop("socket.request.max.bytes", _int(1, _I32), "104857600")
     connections_max_idle_ms: int = _prop("connections.max.idle.ms", _int(-1, _I64), "600000")
     queued_max_requests: int = _prop("queued.max.requests", _int(1, _I32), "500")
     # Kafka's default is unlimited; kref bounds it (a deviation, documented).
-    max_connections: int = _prop("max.connections", _int(1, _I32), "4096")
+    max_connections: int = _prop("max.connections", _int(1, _I32), "4096", dynamic=True)
     fetch_max_bytes: int = _prop("fetch.max.bytes", _int(1024, _I32), "57671680")
     # topic-level defaults (Kafka's broker synonyms of topic configs)
-    log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824")
-    log_roll_ms: int | None = _prop("log.roll.ms", _int(1, _I64), None)
-    log_roll_hours: int = _prop("log.roll.hours", _int(1, _I32), "168")
-    log_retention_ms: int | None = _prop("log.retention.ms", _int(-1, _I64), None)
-    log_retention_minutes: int | None = _prop("log.retention.minutes", _int(-1, _I32), None)
-    log_retention_hours: int = _prop("log.retention.hours", _int(-1, _I32), "168")
-    log_retention_bytes: int = _prop("log.retention.bytes", _int(-1, _I64), "-1")
+    log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824", dynamic=True)
+    log_roll_ms: int | None = _prop("log.roll.ms", _int(1, _I64), None, dynamic=True)
+    log_roll_hours: int = _prop("log.roll.hours", _int(1, _I32), "168", dynamic=True)
+    log_retention_ms: int | None = _prop("log.retention.ms", _int(-1, _I64), None, dynamic=True)
+    log_retention_minutes: int | None = _prop("log.retention.minutes", _int(-1, _I32), None, dynamic=True)
+    log_retention_hours: int = _prop("log.retention.hours", _int(-1, _I32), "168", dynamic=True)
+    log_retention_bytes: int = _prop("log.retention.bytes", _int(-1, _I64), "-1", dynamic=True)
     log_retention_check_interval_ms: int = _prop("log.retention.check.interval.ms", _int(1, _I64), "300000")
-    log_index_size_max_bytes: int = _prop("log.index.size.max.bytes", _int(4, _I32), "10485760")
-    log_index_interval_bytes: int = _prop("log.index.interval.bytes", _int(0, _I32), "4096")
-    log_flush_interval_messages: int = _prop("log.flush.interval.messages", _int(1, _I64), str(_I64))
-    log_flush_interval_ms: int | None = _prop("log.flush.interval.ms", _int(0, _I64), None)
+    log_index_size_max_bytes: int = _prop("log.index.size.max.bytes", _int(4, _I32), "10485760", dynamic=True)
+    log_index_interval_bytes: int = _prop("log.index.interval.bytes", _int(0, _I32), "4096", dynamic=True)
+    log_flush_interval_messages: int = _prop("log.flush.interval.messages", _int(1, _I64), str(_I64), dynamic=True)
+    log_flush_interval_ms: int | None = _prop("log.flush.interval.ms", _int(0, _I64), None, dynamic=True)
     log_flush_scheduler_interval_ms: int = _prop("log.flush.scheduler.interval.ms", _int(0, _I64), str(_I64))
     log_flush_offset_checkpoint_interval_ms: int = _prop(
         "log.flush.offset.checkpoint.interval.ms", _int(0, _I32), "60000"
     )
-    log_cleanup_policy: str = _prop("log.cleanup.policy", _cleanup_policy, "delete")
+    log_cleanup_policy: str = _prop("log.cleanup.policy", _cleanup_policy, "delete", dynamic=True)
     log_message_timestamp_type: str = _prop(
-        "log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"
+        "log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", dynamic=True
     )
-    log_segment_delete_delay_ms: int = _prop("log.segment.delete.delay.ms", _int(0, _I64), "60000")
-    min_insync_replicas: int = _prop("min.insync.replicas", _int(1, _I32), "1")
+    log_segment_delete_delay_ms: int = _prop("log.segment.delete.delay.ms", _int(0, _I64), "60000", dynamic=True)
+    min_insync_replicas: int = _prop("min.insync.replicas", _int(1, _I32), "1", dynamic=True)
     compression_type: str = _prop(
-        "compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer"
+        "compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer", dynamic=True
     )
     # the log cleaner (compaction, docs/compaction.md); the last four are the
     # broker defaults of topic configs (see TOPIC_CONFIG_SYNONYMS)
     log_cleaner_enable: bool = _prop("log.cleaner.enable", _bool, "true")
-    log_cleaner_threads: int = _prop("log.cleaner.threads", _int(0, 64), "1")
-    log_cleaner_dedupe_buffer_size: int = _prop("log.cleaner.dedupe.buffer.size", _int(0, _I64), "134217728")
-    log_cleaner_io_buffer_size: int = _prop("log.cleaner.io.buffer.size", _int(0, _I32), "524288")
-    log_cleaner_io_buffer_load_factor: float = _prop("log.cleaner.io.buffer.load.factor", _double(0.0, 1.0), "0.9")
+    log_cleaner_threads: int = _prop("log.cleaner.threads", _int(0, 64), "1", dynamic=True)
+    log_cleaner_dedupe_buffer_size: int = _prop("log.cleaner.dedupe.buffer.size", _int(0, _I64), "134217728", dynamic=True)
+    log_cleaner_io_buffer_size: int = _prop("log.cleaner.io.buffer.size", _int(0, _I32), "524288", dynamic=True)
+    log_cleaner_io_buffer_load_factor: float = _prop("log.cleaner.io.buffer.load.factor", _double(0.0, 1.0), "0.9", dynamic=True)
     log_cleaner_io_max_bytes_per_second: float = _prop(
-        "log.cleaner.io.max.bytes.per.second", _double(0.0, None), "1.7976931348623157E308"
+        "log.cleaner.io.max.bytes.per.second", _double(0.0, None), "1.7976931348623157E308", dynamic=True
     )
-    log_cleaner_backoff_ms: int = _prop("log.cleaner.backoff.ms", _int(0, _I64), "15000")
-    log_cleaner_min_cleanable_ratio: float = _prop("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5")
-    log_cleaner_min_compaction_lag_ms: int = _prop("log.cleaner.min.compaction.lag.ms", _int(0, _I64), "0")
-    log_cleaner_max_compaction_lag_ms: int = _prop("log.cleaner.max.compaction.lag.ms", _int(1, _I64), str(_I64))
-    log_cleaner_delete_retention_ms: int = _prop("log.cleaner.delete.retention.ms", _int(0, _I64), "86400000")
+    log_cleaner_backoff_ms: int = _prop("log.cleaner.backoff.ms", _int(0, _I64), "15000", dynamic=True)
+    log_cleaner_min_cleanable_ratio: float = _prop("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5", dynamic=True)
+    log_cleaner_min_compaction_lag_ms: int = _prop("log.cleaner.min.compaction.lag.ms", _int(0, _I64), "0", dynamic=True)
+    log_cleaner_max_compaction_lag_ms: int = _prop("log.cleaner.max.compaction.lag.ms", _int(1, _I64), str(_I64), dynamic=True)
+    log_cleaner_delete_retention_ms: int = _prop("log.cleaner.delete.retention.ms", _int(0, _I64), "86400000", dynamic=True)
+    # Thread pools Kafka sizes at run time; kref has none of them (one trio
+    # thread), so they are accepted, described and dynamically settable, and
+    # change nothing. (log.cleaner.threads, above, does.)
+    num_replica_fetchers: int = _prop("num.replica.fetchers", _int(1, _I32), "1", dynamic=True)
+    num_io_threads: int = _prop("num.io.threads", _int(1, _I32), "8", dynamic=True)
+    num_network_threads: int = _prop("num.network.threads", _int(1, _I32), "3", dynamic=True)
+    background_threads: int = _prop("background.threads", _int(1, _I32), "10", dynamic=True)
+    num_recovery_threads_per_data_dir: int = _prop(
+        "num.recovery.threads.per.data.dir", _int(1, _I32), "2", dynamic=True
+    )
     # replication (one broker today; the replica core is written for more)
     replica_lag_time_max_ms: int = _prop("replica.lag.time.max.ms", _int(0, _I64), "30000")
-    unclean_leader_election_enable: bool = _prop("unclean.leader.election.enable", _bool, "false")
+    unclean_leader_election_enable: bool = _prop("unclean.leader.election.enable", _bool, "false", dynamic=True)
     # group coordinator and __consumer_offsets
     offsets_topic_num_partitions: int = _prop("offsets.topic.num.partitions", _int(1, _I32), "50")
-    offsets_topic_replication_factor: int = _prop("offsets.topic.replication.factor", _int(1, 32767), "1")
+    offsets_topic_replication_factor: int = _prop("offsets.topic.replication.factor", _int(1, 32767), "1", kafka_type="SHORT")
     offsets_topic_segment_bytes: int = _prop("offsets.topic.segment.bytes", _int(1, _I32), "104857600")
     offsets_load_buffer_size: int = _prop("offsets.load.buffer.size", _int(1, _I32), "5242880")
     offsets_retention_minutes: int = _prop("offsets.retention.minutes", _int(1, _I32), "10080")
@@ -367,8 +417,25 @@ class BrokerConfig:
     def is_default(self, name: str) -> bool:
         return name not in self.explicit
 
+    def with_overrides(self, overrides: Mapping[str, str]) -> BrokerConfig:
+        """This config with some properties set to new raw values (dynamic configs).
+
+        Raises ConfigError for an unknown name or a bad value; `explicit`
+        stays what the static configuration set.
+        """
+        by_name = _fields_by_name()
+        values = {}
+        for name, raw in overrides.items():
+            f = by_name.get(name)
+            if f is None:
+                raise ConfigError(f"unknown broker property {name}")
+            values[f.name] = f.metadata["parse"](name, raw)
+        return dataclasses.replace(self, **values)
+
     # names set explicitly by file or override (for DescribeConfigs config_source)
     explicit: frozenset[str] = field(default=frozenset(), compare=False)
+    # Kafka settings given but ignored (IGNORED_PROPERTIES), for the start-up log
+    ignored: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     # --- construction ----------------------------------------------------------
 
@@ -421,7 +488,11 @@ class BrokerConfig:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
         if values["default_replication_factor"] > 1:
             raise ConfigError("default.replication.factor: a single kref broker can only host 1 replica")
-        return cls(**values, explicit=frozenset(n for n in props if n in by_name))
+        return cls(
+            **values,
+            explicit=frozenset(n for n in props if n in by_name),
+            ignored={n: props[n] for n in ignored},
+        )
 
     @classmethod
     def load(
@@ -444,6 +515,48 @@ class BrokerConfig:
                 raise ConfigError(f"--override expects key=value, got {item!r}")
             props[key.strip()] = value
         return cls.from_properties(props, log=log)
+
+
+def _fields_by_name() -> dict[str, dataclasses.Field]:
+    return {f.metadata["name"]: f for f in dataclasses.fields(BrokerConfig) if "name" in f.metadata}
+
+
+def is_broker_property(name: str) -> bool:
+    return name in _fields_by_name()
+
+
+def is_dynamic_broker_property(name: str) -> bool:
+    f = _fields_by_name().get(name)
+    return f is not None and f.metadata["dynamic"]
+
+
+def dynamic_broker_properties() -> list[str]:
+    return sorted(n for n, f in _fields_by_name().items() if f.metadata["dynamic"])
+
+
+def broker_config_type_id(name: str) -> int:
+    """DescribeConfigs config_type of a broker property (0 = UNKNOWN)."""
+    f = _fields_by_name().get(name)
+    if f is None:
+        return 0
+    return CONFIG_TYPE_IDS["PASSWORD"] if is_secret(name) else CONFIG_TYPE_IDS[f.metadata["type"]]
+
+
+# Kafka's PASSWORD-typed settings are logged as [hidden]; these patterns
+# cover them (ssl.*.password, sasl.jaas.config, *.secret*, ...).
+_SECRET_MARKERS = ("password", "secret", "jaas.config", "credential")
+
+
+def is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def effective_config_lines(config: "BrokerConfig") -> list[str]:
+    """`name = value` for every setting the broker runs with (and the ignored ones given), secrets masked."""
+    values = dict(config.to_properties())
+    values.update(config.ignored)
+    return [f"\t{name} = {'[hidden]' if is_secret(name) else value}" for name, value in sorted(values.items())]
 
 
 def _render(value: object) -> str:
@@ -483,10 +596,6 @@ _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 IGNORED_PROPERTIES = frozenset(
     {
         "listener.security.protocol.map",
-        "num.network.threads",
-        "num.io.threads",
-        "num.recovery.threads.per.data.dir",
-        "num.replica.fetchers",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
         "socket.listen.backlog.size",
@@ -496,10 +605,17 @@ IGNORED_PROPERTIES = frozenset(
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
         "group.coordinator.rebalance.protocols",
-        "background.threads",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "confluent.support.metrics.enable",
+        # TLS/SASL material of a non-PLAINTEXT listener kref does not serve
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "sasl.jaas.config",
+        "sasl.enabled.mechanisms",
     }
 )
 

@@ -57,17 +57,29 @@ from kref.storage.cleaner_planner import (
 logger = logging.getLogger(__name__)
 
 STOP_WAIT_S = 5.0  # at shutdown, how long a worker may take to notice it must stop
+RECONFIGURE_CHECK_S = 1.0  # how often the thread count and map size are compared with the config
+
+
+def _shape(config: CleanerConfig) -> tuple:
+    """The settings that need new cleaner tasks when they change."""
+    return (config.enable, config.threads, config.dedupe_buffer_size, config.io_buffer_load_factor, config.io_buffer_size)
 
 
 class LogCleaner:
-    def __init__(self, log_manager, config: CleanerConfig, now_ms: Callable[[], int]) -> None:
+    def __init__(self, log_manager, config: CleanerConfig | Callable[[], CleanerConfig], now_ms: Callable[[], int]) -> None:
         self.log_manager = log_manager
-        self.config = config
+        # A callable is read again on every pass, so dynamic broker configs apply at once
+        # (the rate and backoff) or by restarting the cleaner tasks (threads, map, buffers).
+        self.config_source = config if callable(config) else (lambda: config)
         self.now_ms = now_ms
         self.core = CleanerManagerCore(checkpoints=read_cleaner_checkpoints(log_manager.log_dirs))
-        self.limiter = trio.CapacityLimiter(max(1, config.threads))
         self.wakeup = trio.Event()
+        self.limiter: trio.CapacityLimiter | None = None  # at most log.cleaner.threads workers at once
         self.cleanings = 0  # completed cleanings, for tests and the bench
+
+    @property
+    def config(self) -> CleanerConfig:
+        return self.config_source()
 
     def wake(self) -> None:
         """Look for work now instead of after the backoff (tests, config changes)."""
@@ -75,27 +87,39 @@ class LogCleaner:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        if not self.config.enable or self.config.threads <= 0:
-            return
-        capacity = offset_map_capacity(self.config.dedupe_buffer_size, self.config.threads, self.config.io_buffer_load_factor)
+        while True:
+            config = self.config
+            shape = _shape(config)
+            async with trio.open_nursery() as nursery:
+                if config.enable and config.threads > 0:
+                    self._start_threads(nursery, config)
+                while _shape(self.config) == shape:
+                    await trio.sleep(RECONFIGURE_CHECK_S)
+                nursery.cancel_scope.cancel()  # Kafka restarts its cleaner threads on such a change too
+            logger.info("log cleaner restarting with %s", self.config)
+
+    def _start_threads(self, nursery: trio.Nursery, config: CleanerConfig) -> None:
+        capacity = offset_map_capacity(config.dedupe_buffer_size, config.threads, config.io_buffer_load_factor)
         if capacity < 1:
-            logger.error("log cleaner disabled: log.cleaner.dedupe.buffer.size is too small for one offset map entry")
+            logger.error("log cleaner not started: log.cleaner.dedupe.buffer.size is too small for one offset map entry")
             return
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.config.threads):
-                cleaner = Cleaner(
-                    OffsetMap(capacity),
-                    Throttler(self.config.io_max_bytes_per_second),
-                    io_buffer_size=max(self.config.io_buffer_size, 4096),
-                )
-                nursery.start_soon(self._thread, cleaner)
+        self.limiter = trio.CapacityLimiter(config.threads)
+        for _ in range(config.threads):
+            cleaner = Cleaner(
+                OffsetMap(capacity),
+                Throttler(config.io_max_bytes_per_second),
+                io_buffer_size=max(config.io_buffer_size, 4096),
+            )
+            nursery.start_soon(self._thread, cleaner)
 
     async def _thread(self, cleaner: Cleaner) -> None:
         while True:
+            config = self.config
+            cleaner.throttler.max_bytes_per_second = config.io_max_bytes_per_second
             effects = self._step(PlanCleaning(self._summaries()))
             started = [e for e in effects if isinstance(e, StartCleaning)]
             if not started:
-                with trio.move_on_after(self.config.backoff_ms / 1000):
+                with trio.move_on_after(config.backoff_ms / 1000):
                     await self.wakeup.wait()
                 if self.wakeup.is_set():
                     self.wakeup = trio.Event()
