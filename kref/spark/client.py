@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 
 from .options import EARLIEST, LATEST, PartitionOffsets, Subscription, TopicPartition
 
@@ -294,7 +295,8 @@ class _ArrowBatchBuilder:
     def build(self):
         np, pa, schema = self._np, self._pa, self._schema
         n = len(self._offsets)
-        stamps = np.array(self._stamps, dtype=np.int64).reshape(n, 2)
+        # (type, ms) pairs flattened in C: ~2.5x faster than np.array(list of tuples).
+        stamps = np.fromiter(chain.from_iterable(self._stamps), np.int64, 2 * n).reshape(n, 2)
         kinds = stamps[:, 0]
         columns = {
             "key": self._binary(self._keys),
