@@ -30,24 +30,29 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import time
 from collections.abc import Callable
 
 import trio
 
 from kref.broker.broker import Broker
 from kref.broker.config import Listener
+from kref.broker.resources import is_out_of_resources, resource_warning
 from kref.broker.router import RequestContext, Router
 from kref.protocol.codec import DecodedRequest, decode_request, encode_response
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
+from kref.storage.segment import open_segment_files
 
 __all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
 
 log = logging.getLogger("kref.server")
+request_log = logging.getLogger("kref.request")
 
 MAX_IN_FLIGHT_REQUESTS = 8
 RECEIVE_CHUNK_BYTES = 256 * 1024
 WRITE_BATCH_BYTES = 256 * 1024
+ACCEPT_RETRY_S = 0.1  # out of descriptors: how soon to try accept() again
 
 
 class _CloseConnection(Exception):
@@ -90,6 +95,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
             client_port=port,
             listener_name=listener_name,
         )
+        started = time.perf_counter() if request_log.isEnabledFor(logging.DEBUG) else None
         try:
             response = await router.dispatch(ctx, request)
             frame = None if response is None else encode_response(request, response)
@@ -102,6 +108,13 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                 peer,
             )
             raise _CloseConnection from None
+        if started is not None:
+            # Kafka's kafka.request.logger at DEBUG: one line per request.
+            request_log.debug(
+                "completed request api_key=%d v%d correlation_id=%d client_id=%s from %s on %s: %d response bytes in %.2f ms",
+                request.api_key, request.api_version, request.correlation_id, request.client_id, peer,
+                listener_name, 0 if frame is None else len(frame), (time.perf_counter() - started) * 1000,
+            )
         if frame is None:
             return
         if unsent == 0 and not more_waiting:
@@ -225,9 +238,33 @@ async def serve(
             hook()
         for listener, sockets in bound:
             handler = _connection_handler(broker, router, listener.name)
-            await nursery.start(trio.serve_listeners, handler, sockets)
+            for sock in sockets:
+                nursery.start_soon(_accept_connections, sock, handler, nursery, str(listener))
             log.info("kref broker %d listening on %s", broker.node_id, listener)
         task_status.started(broker.bound_listeners)
+
+
+async def _accept_connections(sock: trio.SocketListener, handler: Callable, nursery: trio.Nursery, where: str) -> None:
+    """Accept forever; out of descriptors, free segment ones or wait, with one log line.
+
+    trio.serve_listeners logs a traceback for every failed accept (ten a
+    second); a shortage is a state, so it gets one rate-limited line, and
+    the connections already open keep being served meanwhile.
+    """
+    while True:
+        try:
+            stream = await sock.accept()
+        except OSError as exc:
+            if not is_out_of_resources(exc):
+                raise
+            if open_segment_files.shed():
+                continue  # old segments reopen lazily; a client cannot wait
+            resource_warning(
+                log, "cannot accept connections on %s: %s; serving open connections, retrying", where, exc.strerror or exc
+            )
+            await trio.sleep(ACCEPT_RETRY_S)
+            continue
+        nursery.start_soon(handler, stream)
 
 
 def _connection_handler(broker: Broker, router: Router, listener_name: str) -> Callable:
@@ -262,6 +299,11 @@ async def run_broker(broker: Broker, router: Router, *, on_started: Callable | N
                         return
 
                 nursery.start_soon(wait_for_signal)
-    finally:
+    except BaseException:
+        # The logs are still flushed and checkpointed, but a broker that
+        # failed (e.g. could not listen) did not stop cleanly: the caller
+        # reports the error, and only that.
         broker.shutdown()
-        log.info("kref broker %d stopped cleanly", broker.node_id)
+        raise
+    broker.shutdown()
+    log.info("kref broker %d stopped cleanly", broker.node_id)

@@ -19,8 +19,16 @@ the log, and whatever follows the last entry must be preallocation zeros.
 Anything else raises CorruptIndexError and the segment rebuilds the index by
 scanning its batches — deleting an index file is always safe.
 
-The entries are kept in memory as two Python lists (bisect lookups) and each
-append is one positional write; the file is never read again after load.
+The entries are kept in memory as two Python lists (bisect lookups); the
+file is read once at load and holds no descriptor afterwards. Kafka
+memory-maps its indexes so that a segment costs one descriptor (its log);
+here appended entries stay pending in memory and are written, with a
+descriptor opened only for that, when the segment flushes, rolls (trim),
+truncates or closes. An entry that never reached the file is harmless for
+the same reason deleting an index is: the log holds the facts. A clean stop
+writes every entry; after an unclean stop the segments past the recovery
+point are rebuilt anyway, and the flushed ones had their entries written by
+the flush that moved the recovery point past them.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from typing import Callable
 
 from kref.storage.errors import CorruptIndexError
 
@@ -39,34 +48,49 @@ _TIME_ENTRY = struct.Struct(">qi")
 class _Index:
     entry: struct.Struct
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int) -> None:
+    def __init__(self, path: str, base_offset: int, max_index_size: int, opener: Callable[[str, int], int] | None = None) -> None:
+        # `opener` is os.open or the segment files' open, which can free
+        # descriptors of old segments when the process runs out.
+        self._open_file = opener or (lambda path, flags: os.open(path, flags, 0o644))
         self.path = path
         self.base_offset = base_offset
         self.entry_size = self.entry.size
         self.max_entries = max(1, max_index_size // self.entry_size)
         self._keys: list[int] = []  # relative offsets (offset index) / timestamps (time index)
         self._values: list[int] = []  # positions (offset index) / relative offsets (time index)
-        self._fd: int | None = None
+        self._persisted = 0  # entries [0, _persisted) are in the file
+        self._dirty = False  # the file changed since the last fsync
         self.existed = False
 
     # -- file life cycle ----------------------------------------------------
 
     def open(self, *, preallocate: bool, strict: bool = True, load: bool = True) -> None:
-        """Open (creating if missing) and load entries; CorruptIndexError if they fail sanity checks."""
+        """Create if missing and load entries; CorruptIndexError if they fail sanity checks."""
         self.existed = os.path.exists(self.path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self._fd).st_size
-        if size and load:
-            data = os.pread(self._fd, size, 0)
-            try:
-                self._load(data)
-            except CorruptIndexError:
-                if strict:
-                    raise
-                self._keys.clear()
-                self._values.clear()
-        if preallocate:
-            self.resize_to_max()
+        fd = self._open_file(self.path, os.O_RDWR | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0) if size and load else b""
+            if data:
+                try:
+                    self._load(data)
+                except CorruptIndexError:
+                    if strict:
+                        raise
+                    self._keys.clear()
+                    self._values.clear()
+            if size > len(self._keys) * self.entry_size and (not load or data.count(0, len(self._keys) * self.entry_size) != size - len(self._keys) * self.entry_size):
+                # Entries we do not hold (not loaded, or refused): zero them,
+                # so the file is always our entries followed by zeros.
+                os.ftruncate(fd, len(self._keys) * self.entry_size)
+                os.ftruncate(fd, size)
+                self._dirty = True
+            if preallocate:
+                os.ftruncate(fd, self.max_entries * self.entry_size)
+                self._dirty = True
+        finally:
+            os.close(fd)
+        self._persisted = len(self._keys)
 
     def _load(self, data: bytes) -> None:
         if len(data) % self.entry_size:
@@ -90,22 +114,47 @@ class _Index:
     def _entry_follows(self, key: int, value: int) -> bool:
         raise NotImplementedError
 
+    def _write_pending(self, fd: int) -> None:
+        """Write the entries appended since the last write (one pwrite)."""
+        n = len(self._keys)
+        if n > self._persisted:
+            pack = self.entry.pack
+            data = b"".join(pack(k, v) for k, v in zip(self._keys[self._persisted :], self._values[self._persisted :]))
+            os.pwrite(fd, data, self._persisted * self.entry_size)
+            self._persisted = n
+            self._dirty = True
+
+    def _resize(self, size: int) -> None:
+        fd = self._open_file(self.path, os.O_RDWR)
+        try:
+            self._write_pending(fd)
+            os.ftruncate(fd, size)
+            self._dirty = True
+        finally:
+            os.close(fd)
+
     def resize_to_max(self) -> None:
-        assert self._fd is not None
-        os.ftruncate(self._fd, self.max_entries * self.entry_size)
+        self._resize(self.max_entries * self.entry_size)
 
     def trim_to_valid_size(self) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, len(self._keys) * self.entry_size)
+        self._resize(len(self._keys) * self.entry_size)
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        """Write pending entries and fsync, opening the file only if it changed."""
+        if not self._dirty and len(self._keys) == self._persisted:
+            return
+        fd = self._open_file(self.path, os.O_RDWR)
+        try:
+            self._write_pending(fd)
+            os.fsync(fd)
+            self._dirty = False
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Nothing is held open; entries not yet written are dropped (a crash loses them too)."""
+        del self._keys[self._persisted :]
+        del self._values[self._persisted :]
 
     def rename(self, path: str) -> None:
         os.rename(self.path, path)
@@ -121,19 +170,23 @@ class _Index:
         return len(self._keys) >= self.max_entries
 
     def _write(self, key: int, value: int) -> None:
-        assert self._fd is not None
-        os.pwrite(self._fd, self.entry.pack(key, value), len(self._keys) * self.entry_size)
         self._keys.append(key)
         self._values.append(value)
 
     def _truncate_entries(self, count: int) -> None:
         del self._keys[count:]
         del self._values[count:]
-        if self._fd is not None:
+        if count < self._persisted:
             # Zero the dropped entries; the preallocated tail must stay zeros.
-            size = os.fstat(self._fd).st_size
-            os.ftruncate(self._fd, count * self.entry_size)
-            os.ftruncate(self._fd, max(size, count * self.entry_size))
+            fd = self._open_file(self.path, os.O_RDWR)
+            try:
+                size = os.fstat(fd).st_size
+                os.ftruncate(fd, count * self.entry_size)
+                os.ftruncate(fd, max(size, count * self.entry_size))
+            finally:
+                os.close(fd)
+            self._persisted = count
+            self._dirty = True
 
     def reset(self) -> None:
         self._truncate_entries(0)

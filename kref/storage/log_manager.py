@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomically, write_offset_checkpoint
 from kref.storage.config import LogConfig
+from kref.storage.segment import open_segment_files
 from kref.storage.log import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -69,6 +70,9 @@ def lock_log_dir(log_dir: str) -> int:
 
 
 ConfigSource = Callable[[str], LogConfig | None] | Mapping[str, LogConfig] | None
+
+
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
 
 
 class LogManager:
@@ -112,6 +116,8 @@ class LogManager:
                     continue
                 if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
                     continue
+                if name == METADATA_PARTITION_DIR:
+                    continue  # the KRaft metadata log: kref/controller/metadata_log.py owns it
                 try:
                     key = parse_partition_dir_name(name)
                 except ValueError:
@@ -168,16 +174,25 @@ class LogManager:
             raise ValueError(f"invalid partition {topic!r}-{partition}")
         log_dir = self._next_log_dir()
         path = os.path.join(log_dir, f"{topic}-{partition}")
-        log = Log.open(
-            path,
-            config or self.default_config,
-            self._now_ms,
-            topic_id=topic_id,
-            producer_state=self._producer_state_for(path, (topic, partition)),
-            recovery_point=0,
-            log_start_offset=0,
-            had_clean_shutdown=True,
-        )
+        existed = os.path.exists(path)
+        try:
+            log = Log.open(
+                path,
+                config or self.default_config,
+                self._now_ms,
+                topic_id=topic_id,
+                producer_state=self._producer_state_for(path, (topic, partition)),
+                recovery_point=0,
+                log_start_offset=0,
+                had_clean_shutdown=True,
+            )
+        except BaseException:
+            # Out of descriptors or space half-way: leave no directory
+            # behind that the topic image does not account for.
+            if not existed:
+                with open_segment_files.spares():  # listing a directory takes descriptors
+                    shutil.rmtree(path, ignore_errors=True)
+            raise
         self._logs[(topic, partition)] = log
         return log
 

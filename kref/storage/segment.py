@@ -16,15 +16,32 @@ offsets only grow, rebuilds both indexes on the way, and truncates the file
 at the first batch that fails — a torn tail after a crash loses only the
 bytes that were never completely written.
 
-All I/O is positional (pread/pwrite) on a file descriptor held for the
-segment's lifetime; a segment scheduled for deletion is renamed to
-`*.deleted` and keeps its descriptor until the files are finally removed,
-so a reader that still holds it never sees a vanished file.
+Descriptors. All I/O is positional (pread/pwrite) on the `.log` file's
+descriptor; the indexes hold none (see index.py), so a segment costs at most
+one. Those descriptors live in one process-wide bounded LRU
+(`open_segment_files`): a segment opens its file on first use and may be
+closed again when the least recently used descriptors are evicted, so old
+segments are opened lazily and the number of partitions is not bounded by
+the descriptor limit (Kafka holds one per segment; with 10,000 partitions
+that alone exceeds the common 1024). The bound defaults to a quarter of the
+process's RLIMIT_NOFILE, leaving the rest to connections. When open() meets
+EMFILE/ENFILE the cache gives back half of its descriptors and tries once
+more before the OSError reaches the log (which turns it into
+KAFKA_STORAGE_ERROR for that one request). Reopening is safe because the
+segment's path is always current: a segment scheduled for deletion is
+renamed to `*.deleted` and its path follows, so a reader still holding it
+reads the same bytes until the files are finally removed. fsync is per
+file, not per descriptor, so data written through an evicted descriptor is
+made durable by the next flush through a new one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import resource
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable, Iterator
 
@@ -59,6 +76,122 @@ class _Peek(bytes):
         return self.claimed
 
 
+class SegmentFiles:
+    """A bounded LRU of open segment `.log` descriptors (one per open segment).
+
+    Single-threaded by design (the broker is one trio thread): a descriptor
+    handed out by `fd()` is only used until the caller's next await-free
+    stretch ends, and nothing evicts in between.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._open: OrderedDict[LogSegment, int] = OrderedDict()
+        self.opens = 0  # descriptors opened, for tests and benches
+        self._spares: list[int] = []
+        self._spare_count = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def fd(self, segment: "LogSegment", flags: int = os.O_RDWR) -> int:
+        fd = segment._fd
+        if fd is not None:
+            self._open.move_to_end(segment)
+            return fd
+        if segment.closed:
+            raise OSError(errno.EBADF, f"segment {segment.log_path} is closed")
+        while len(self._open) >= self.capacity:
+            self._evict_one()
+        fd = self.open(segment.log_path, flags)
+        self.opens += 1
+        segment._fd = fd
+        self._open[segment] = fd
+        return fd
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """os.open that, out of descriptors, first gives back half of ours.
+
+        Also used by the indexes for their short-lived descriptors: old
+        segments need theirs less than a roll or a connection does.
+        """
+        try:
+            return os.open(path, flags, mode)
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
+                raise
+        self.shed()
+        return os.open(path, flags, mode)
+
+    def shed(self) -> int:
+        """Close the least recently used half of our descriptors; how many were closed.
+
+        Called when the process is out of descriptors (here, and by the
+        server when accept() fails): the segments reopen on their next use.
+        """
+        n = (len(self._open) + 1) // 2
+        for _ in range(n):
+            self._evict_one()
+        return n
+
+    def hold_spares(self, count: int = 4) -> None:
+        """Keep `count` descriptors (on /dev/null) in reserve for cleaning up after a shortage.
+
+        Undoing a half-created partition removes its directory, and listing
+        a directory takes descriptors: out of them, the undo would fail and
+        leave the very inconsistency it exists to prevent. `spares()` gives
+        the reserve back for the duration of such cleanup (the trick servers
+        use to accept-and-close at EMFILE).
+        """
+        self._spare_count = count
+        while len(self._spares) < count:
+            try:
+                self._spares.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                return  # refilled after the next cleanup
+
+    def release_spares(self) -> None:
+        while self._spares:
+            os.close(self._spares.pop())
+
+    @contextlib.contextmanager
+    def spares(self) -> Iterator[None]:
+        self.release_spares()
+        try:
+            yield
+        finally:
+            if self._spare_count:
+                self.hold_spares(self._spare_count)
+
+    def _evict_one(self) -> None:
+        segment, fd = self._open.popitem(last=False)
+        segment._fd = None
+        self.evictions += 1
+        os.close(fd)
+
+    def release(self, segment: "LogSegment") -> None:
+        fd = self._open.pop(segment, None)
+        segment._fd = None
+        if fd is not None:
+            os.close(fd)
+
+    def resize(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        while len(self._open) > self.capacity:
+            self._evict_one()
+
+
+def default_open_segment_files() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 16
+    return max(16, soft // 4)
+
+
+open_segment_files = SegmentFiles(default_open_segment_files())
+
+
 class LogSegment:
     def __init__(self, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, created_ms: int):
         self.dir = directory
@@ -66,9 +199,11 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
-        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset, max_index_size)
-        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, max_index_size)
-        self._fd: int | None = None
+        opener = open_segment_files.open
+        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset, max_index_size, opener)
+        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, max_index_size, opener)
+        self._fd: int | None = None  # owned by open_segment_files
+        self.closed = False
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -85,7 +220,7 @@ class LogSegment:
         for path in (seg.offset_index.path, seg.time_index.path):
             if os.path.exists(path):
                 os.unlink(path)  # a stale index of an earlier incarnation must not be trusted
-        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        open_segment_files.fd(seg, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         seg.offset_index.open(preallocate=True)
         seg.time_index.open(preallocate=True)
         return seg
@@ -98,23 +233,20 @@ class LogSegment:
         when the indexes cannot be trusted; the caller then runs `recover`.
         """
         seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms)
-        seg._fd = os.open(seg.log_path, os.O_RDWR)
-        seg.size = os.fstat(seg._fd).st_size
+        seg.size = os.fstat(seg._file()).st_size
         try:
             seg.offset_index.open(preallocate=False)
             seg.time_index.open(preallocate=False)
             seg._load_tail()
         except (CorruptIndexError, CorruptRecordError):
-            seg.offset_index.close()
-            seg.time_index.close()
+            seg.close(trim=False)
             raise
         return seg
 
     @classmethod
     def open_for_recovery(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int) -> "LogSegment":
         seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms)
-        seg._fd = os.open(seg.log_path, os.O_RDWR)
-        seg.size = os.fstat(seg._fd).st_size
+        seg.size = os.fstat(seg._file()).st_size
         # recover() rebuilds both indexes: their old entries are not even read.
         seg.offset_index.open(preallocate=False, load=False)
         seg.time_index.open(preallocate=False, load=False)
@@ -160,12 +292,14 @@ class LogSegment:
         self.time_index.check_bounds(self.next_offset)
         self.bytes_since_last_index_entry = bytes_since
 
+    def _file(self) -> int:
+        return open_segment_files.fd(self)
+
     # -- header access ----------------------------------------------------
 
     def peek_header(self, position: int) -> BatchHeader:
         """The header of the batch at `position`, checking it fits in the file."""
-        assert self._fd is not None
-        data = os.pread(self._fd, HEADER_SIZE, position)
+        data = os.pread(self._file(), HEADER_SIZE, position)
         peek = _Peek(data)
         peek.claimed = max(len(data), self.size - position)
         header = read_header(peek, 0)
@@ -187,14 +321,13 @@ class LogSegment:
         Raises the typed CorruptRecordError of the first bad batch, with its
         absolute file position in `error.position`.
         """
-        assert self._fd is not None
         end = self.size
         # One buffer per scan, refilled in place: no allocation (and page
         # faults) per chunk.
         buffer = bytearray(min(chunk_size, max(end - position, 0)))
         while position < end:
             want = min(chunk_size, end - position)
-            got = os.preadv(self._fd, [memoryview(buffer)[:want]], position)
+            got = os.preadv(self._file(), [memoryview(buffer)[:want]], position)
             view = memoryview(buffer)[:got]
             p = 0
             while p < len(view):
@@ -211,7 +344,7 @@ class LogSegment:
                             p = big.size_in_bytes
                             break
                         # A batch larger than one chunk: read exactly that batch.
-                        view = memoryview(os.pread(self._fd, big.size_in_bytes, position))
+                        view = memoryview(os.pread(self._file(), big.size_in_bytes, position))
                         continue
                     break
                 except CorruptRecordError as e:
@@ -228,18 +361,17 @@ class LogSegment:
             position += p
 
     def read_at(self, position: int, length: int) -> bytes:
-        assert self._fd is not None
-        return os.pread(self._fd, length, position)
+        return os.pread(self._file(), length, position)
 
     # -- append -----------------------------------------------------------
 
     def append(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """Write the batches in `buf` (headers give their positions in `buf`) at the end."""
-        assert self._fd is not None
+        fd = self._file()
         start = self.size
-        written = os.pwrite(self._fd, buf, start)
+        written = os.pwrite(fd, buf, start)
         while written < len(buf):
-            written += os.pwrite(self._fd, memoryview(buf)[written:], start + written)
+            written += os.pwrite(fd, memoryview(buf)[written:], start + written)
         if self.rolling_based_timestamp is None and headers:
             self.rolling_based_timestamp = headers[0].max_timestamp
         for h in headers:
@@ -355,8 +487,7 @@ class LogSegment:
             pass
         truncated = self.size - valid
         if truncated:
-            assert self._fd is not None
-            os.ftruncate(self._fd, valid)
+            os.ftruncate(self._file(), valid)
             self.size = valid
         return truncated
 
@@ -381,9 +512,8 @@ class LogSegment:
         position = header.position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        assert self._fd is not None
         removed = self.size - position
-        os.ftruncate(self._fd, position)
+        os.ftruncate(self._file(), position)
         self.size = position
         # Recompute the tail state from what is left.
         self.next_offset = self.base_offset
@@ -412,8 +542,7 @@ class LogSegment:
         self.time_index.resize_to_max()
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        os.fsync(self._file())
         self.offset_index.flush()
         self.time_index.flush()
 
@@ -423,9 +552,8 @@ class LogSegment:
             self.time_index.trim_to_valid_size()
         self.offset_index.close()
         self.time_index.close()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        open_segment_files.release(self)
+        self.closed = True
 
     def rename_to_deleted(self) -> None:
         """Step one of asynchronous deletion; the descriptor stays valid for readers."""

@@ -279,11 +279,14 @@ def test_disk_errors_become_kafka_storage_error(tmp_path):
 
     log = open_log(tmp_path)
     log.append_as_leader(make_batch([b"a"]), 0, 0)
-    os.close(log.active_segment._fd)  # the disk goes away under the log
+    # The disk goes away under the log: its descriptor now names a directory,
+    # which refuses both pwrite and pread.
+    gone = os.open(str(tmp_path), os.O_RDONLY)
+    os.dup2(gone, log.active_segment._fd)
+    os.close(gone)
     with pytest.raises(KafkaStorageError) as e:
         log.append_as_leader(make_batch([b"b"]), 0, 1)
     assert e.value.error_code == 56
     with pytest.raises(KafkaStorageError):
         log.read(0, 100)
-    log.active_segment._fd = None
     log.close_uncleanly()
