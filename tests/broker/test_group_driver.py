@@ -159,6 +159,7 @@ def test_offset_commit_is_answered_only_once_committed(tmp_path):
                                                  partitions=(g.OffsetCommitPartition("t", 0, offset),)))
 
             nursery.start_soon(commit, 5)
+            await trio.sleep(0.1)  # trio runs spawned tasks in any order: append 5 first
             nursery.start_soon(commit, 6)
             await trio.sleep(1)
             assert answers == []  # appended, not committed: nobody is told yet
