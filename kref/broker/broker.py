@@ -42,6 +42,7 @@ from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
 from kref.storage.errors import StorageError
 from kref.storage.segment import open_segment_files
+from kref.storage.cleaner_driver import LogCleaner, cleaner_config_of
 from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
 from kref.protocol.errors import ErrorCode
 
@@ -125,6 +126,7 @@ class Broker:
         self.partition_factory: Callable[[Broker, str, int, Any], Any] | None = None
         self.group_coordinator: Any = None
         self.log_manager: Any = None
+        self.log_cleaner: LogCleaner | None = None  # compaction (docs/compaction.md), started with the background tasks
         self.cluster_id: str = ""
         self.nursery: trio.Nursery | None = None
         # Hooks other areas may add: called with (broker, topic_name) after
@@ -221,10 +223,16 @@ class Broker:
         self.nursery.start_soon(fn, *args)
 
     async def run_background(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Periodic storage work: retention and checkpoints, on Kafka's intervals."""
+        """Periodic storage work: retention and checkpoints on Kafka's intervals, and the log cleaner."""
         task_status.started()
         if self.log_manager is None:
             return
+        self.log_cleaner = LogCleaner(self.log_manager, lambda: cleaner_config_of(self.config), self.now_ms)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.log_cleaner.run)
+            await self._run_periodic()
+
+    async def _run_periodic(self) -> None:
         cleanup_every = self.config.log_retention_check_interval_ms / 1000
         checkpoint_every = self.config.log_flush_offset_checkpoint_interval_ms / 1000
         next_cleanup = trio.current_time() + cleanup_every

@@ -92,6 +92,19 @@ def _bool(name: str, raw: str) -> bool:
     return value == "true"
 
 
+def _double(lo: float | None = None, hi: float | None = None) -> Callable[[str, str], float]:
+    def parse(name: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+        if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(f"{name}: {raw.strip()} is outside [{lo}, {hi}]")
+        return value
+
+    return _typed("DOUBLE", parse)  # type: ignore[return-value]
+
+
 def _choice(*choices: str) -> Callable[[str, str], str]:
     def parse(name: str, raw: str) -> str:
         value = raw.strip()
@@ -270,11 +283,24 @@ class BrokerConfig:
     compression_type: str = _prop(
         "compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer", dynamic=True
     )
+    # the log cleaner (compaction, docs/compaction.md); the last four are the
+    # broker defaults of topic configs (see TOPIC_CONFIG_SYNONYMS)
     log_cleaner_enable: bool = _prop("log.cleaner.enable", _bool, "true")
+    log_cleaner_threads: int = _prop("log.cleaner.threads", _int(0, 64), "1", dynamic=True)
+    log_cleaner_dedupe_buffer_size: int = _prop("log.cleaner.dedupe.buffer.size", _int(0, _I64), "134217728", dynamic=True)
+    log_cleaner_io_buffer_size: int = _prop("log.cleaner.io.buffer.size", _int(0, _I32), "524288", dynamic=True)
+    log_cleaner_io_buffer_load_factor: float = _prop("log.cleaner.io.buffer.load.factor", _double(0.0, 1.0), "0.9", dynamic=True)
+    log_cleaner_io_max_bytes_per_second: float = _prop(
+        "log.cleaner.io.max.bytes.per.second", _double(0.0, None), "1.7976931348623157E308", dynamic=True
+    )
+    log_cleaner_backoff_ms: int = _prop("log.cleaner.backoff.ms", _int(0, _I64), "15000", dynamic=True)
+    log_cleaner_min_cleanable_ratio: float = _prop("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5", dynamic=True)
+    log_cleaner_min_compaction_lag_ms: int = _prop("log.cleaner.min.compaction.lag.ms", _int(0, _I64), "0", dynamic=True)
+    log_cleaner_max_compaction_lag_ms: int = _prop("log.cleaner.max.compaction.lag.ms", _int(1, _I64), str(_I64), dynamic=True)
+    log_cleaner_delete_retention_ms: int = _prop("log.cleaner.delete.retention.ms", _int(0, _I64), "86400000", dynamic=True)
     # Thread pools Kafka sizes at run time; kref has none of them (one trio
     # thread), so they are accepted, described and dynamically settable, and
-    # change nothing.
-    log_cleaner_threads: int = _prop("log.cleaner.threads", _int(0, _I32), "1", dynamic=True)
+    # change nothing. (log.cleaner.threads, above, does.)
     num_replica_fetchers: int = _prop("num.replica.fetchers", _int(1, _I32), "1", dynamic=True)
     num_io_threads: int = _prop("num.io.threads", _int(1, _I32), "8", dynamic=True)
     num_network_threads: int = _prop("num.network.threads", _int(1, _I32), "3", dynamic=True)
@@ -372,6 +398,10 @@ class BrokerConfig:
             "min.insync.replicas": str(self.min_insync_replicas),
             "compression.type": self.compression_type,
             "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+            "min.cleanable.dirty.ratio": repr(self.log_cleaner_min_cleanable_ratio),
+            "min.compaction.lag.ms": str(self.log_cleaner_min_compaction_lag_ms),
+            "max.compaction.lag.ms": str(self.log_cleaner_max_compaction_lag_ms),
+            "delete.retention.ms": str(self.log_cleaner_delete_retention_ms),
         }
 
     def to_properties(self) -> dict[str, str]:
@@ -606,6 +636,10 @@ TOPIC_CONFIG_SYNONYMS = {
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
 }
 
 

@@ -115,6 +115,13 @@ def run(args: Any, config: BrokerConfig) -> int:
     controller_router = Router()
     raft.register(controller_router)
     endpoint = ControllerEndpoint(config)
+    from kref.controller.controller_driver import BrokerLifecycle, ControllerDriver
+
+    controller = None
+    if "controller" in config.process_roles:
+        controller = ControllerDriver(raft, config, trace_sink)
+        controller.register(controller_router)
+    lifecycle = BrokerLifecycle(raft, config, broker.config.advertised) if broker is not None else None
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -122,10 +129,13 @@ def run(args: Any, config: BrokerConfig) -> int:
                 if config.controller_listeners and "controller" in config.process_roles:
                     await nursery.start(serve_controller_listener, endpoint, controller_router)
                 await nursery.start(raft.run)
+                if controller is not None:
+                    await nursery.start(controller.run)
                 if broker is not None:
                     from kref.broker.server import serve
 
                     await nursery.start(serve, broker, client_router)
+                    await nursery.start(lifecycle.run)
                 log.info(
                     "kref node %d started (process.roles %s, cluster.id %s)",
                     config.node_id, ",".join(config.process_roles), cluster_id,

@@ -116,6 +116,8 @@ class RaftNode:
         self.applied_offset = 0
         self.on_commit: list[Callable[[list[tuple[int, bytes]]], None]] = []
         self.on_leader_change: list[Callable[[int, int, q.State], None]] = []
+        # Called with the new high watermark after on_commit (pending replies wait on it).
+        self.on_high_watermark: list[Callable[[int], None]] = []
         self._queues: dict[int, trio.MemorySendChannel] = {}
         self._receivers: dict[int, trio.MemoryReceiveChannel] = {}
         self.closed = False
@@ -203,6 +205,8 @@ class RaftNode:
         if records:
             for callback in self.on_commit:
                 callback(records)
+        for callback in self.on_high_watermark:
+            callback(high_watermark)
 
     def propose(self, values: list[bytes]) -> int | None:
         """Append metadata records as leader; the base offset, or None when not the leader."""

@@ -21,6 +21,7 @@ is killed, the second stopped).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -83,11 +84,13 @@ def wait_until(predicate, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def quorum(tmp_path):
+@contextlib.contextmanager
+def running_cluster(tmp_path, controllers: int, brokers: int, overrides: dict[str, str]):
+    """Formatted nodes started as real processes with a printed jitter seed;
+    yields (specs, processes, start) and stops every process it started."""
     seed = int(os.environ.get("KREF_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed={seed} (KREF_TEST_SEED; the election jitter of every node)")
-    specs = local_cluster.plan(tmp_path, controllers=3, brokers=0, overrides=TIMEOUTS)
+    specs = local_cluster.plan(tmp_path, controllers=controllers, brokers=brokers, overrides=overrides)
     local_cluster.format_nodes(specs, meta_properties.random_uuid())
     processes = {}
 
@@ -96,19 +99,27 @@ def quorum(tmp_path):
             spec, "--trace-file", str(spec.dir / "trace.ndjson"), env={"KREF_QUORUM_JITTER_SEED": str(seed)}
         )
 
-    for s in specs:
-        start(s)
-    yield specs, processes, start
-    for p in processes.values():
-        if p.poll() is None:
-            p.send_signal(signal.SIGCONT)
-            p.send_signal(signal.SIGTERM)
-    for p in processes.values():
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    try:
+        for s in specs:
+            start(s)
+        yield specs, processes, start
+    finally:
+        for p in processes.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+        for p in processes.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def quorum(tmp_path):
+    with running_cluster(tmp_path, 3, 0, TIMEOUTS) as running:
+        yield running
 
 
 def test_election_failover_and_zombie(quorum):
