@@ -35,12 +35,14 @@ from typing import Any
 
 import trio
 
-from kref.broker.config import BrokerConfig, ConfigError, Listener, advertisable
+from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError, advertisable
+from kref.broker.dynamic_config import DYNAMIC_CONFIG_FILE, DynamicBrokerConfigs, DynamicConfigError
 from kref.broker.resources import resource_warning
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
 from kref.storage.errors import StorageError
 from kref.storage.segment import open_segment_files
+from kref.storage.cleaner_driver import LogCleaner, cleaner_config_of
 from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
 from kref.protocol.errors import ErrorCode
 
@@ -114,7 +116,9 @@ def validate_topic_name(name: str | None) -> None:
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, trace_file: str | None = None) -> None:
-        self.config = config
+        self.config = config  # the effective config: static + dynamic broker configs
+        self.static_config = config
+        self.dynamic_configs = DynamicBrokerConfigs(config)
         self.node_id = config.node_id
         self.trace_file = trace_file
         self.topics: dict[str, TopicMetadata] = {}
@@ -122,6 +126,7 @@ class Broker:
         self.partition_factory: Callable[[Broker, str, int, Any], Any] | None = None
         self.group_coordinator: Any = None
         self.log_manager: Any = None
+        self.log_cleaner: LogCleaner | None = None  # compaction (docs/compaction.md), started with the background tasks
         self.cluster_id: str = ""
         self.nursery: trio.Nursery | None = None
         # Hooks other areas may add: called with (broker, topic_name) after
@@ -160,6 +165,8 @@ class Broker:
             # An unusable or already-used log dir is a start-up error with one
             # clear line (like Kafka's "Failed to acquire lock on file .lock"),
             # not a traceback; the lock keeps a second broker off our segments.
+            if d.exists() and not d.is_dir():
+                raise ConfigError(f"log.dirs: cannot use {d}: it is a file, not a directory")
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 self._log_dir_locks.append(lock_log_dir(str(d)))
@@ -170,6 +177,8 @@ class Broker:
         open_segment_files.hold_spares()
         self.cluster_id = self._load_or_write_meta_properties()
         self._load_topic_image()
+        self.dynamic_configs = DynamicBrokerConfigs.load(self.static_config, self._log_dirs[0] / DYNAMIC_CONFIG_FILE)
+        self.config = self.dynamic_configs.effective()
         self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
         now = self.now_ms()
         self.log_manager = LogManager(
@@ -214,10 +223,16 @@ class Broker:
         self.nursery.start_soon(fn, *args)
 
     async def run_background(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Periodic storage work: retention and checkpoints, on Kafka's intervals."""
+        """Periodic storage work: retention and checkpoints on Kafka's intervals, and the log cleaner."""
         task_status.started()
         if self.log_manager is None:
             return
+        self.log_cleaner = LogCleaner(self.log_manager, lambda: cleaner_config_of(self.config), self.now_ms)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.log_cleaner.run)
+            await self._run_periodic()
+
+    async def _run_periodic(self) -> None:
         cleanup_every = self.config.log_retention_check_interval_ms / 1000
         checkpoint_every = self.config.log_flush_offset_checkpoint_interval_ms / 1000
         next_cleanup = trio.current_time() + cleanup_every
@@ -252,6 +267,7 @@ class Broker:
         *,
         validate_only: bool = False,
         allow_internal: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
         validate_topic_name(name)
         if name in self.topics:
@@ -278,14 +294,16 @@ class Broker:
             raise BrokerError(
                 ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, or -1."
             )
-        if replication_factor > 1:
+        # In a KRaft cluster (process.roles) the controller decided the
+        # replicas; this broker stores the partitions it is told about.
+        if replication_factor > 1 and self.config.process_roles is None:
             raise BrokerError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Unable to replicate the partition {replication_factor} time(s): "
-                "The target replication factor of 1 cannot be reached because only 1 broker(s) are registered.",
+                f"The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
             )
         topic_configs = self.validate_topic_configs(dict(configs or {}))
-        topic = TopicMetadata(name, uuid.uuid4(), num_partitions, topic_configs)
+        topic = TopicMetadata(name, topic_id or uuid.uuid4(), num_partitions, topic_configs)
         if validate_only:
             return topic
         self._attach_partitions(topic, 0, num_partitions)
@@ -306,6 +324,9 @@ class Broker:
         topic = self.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        if topic.is_internal:
+            # Kafka refuses too: __consumer_offsets holds every group's state.
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}.")
         del self.topics[name]
         self._save_topic_image()
         for p in range(topic.num_partitions):
@@ -366,6 +387,34 @@ class Broker:
                 log_.config = config
         for hook in self.on_topic_config_changed:
             hook(self, name)
+
+    # --- dynamic broker configs -------------------------------------------------
+
+    def alter_broker_configs(self, resource_name: str, new: dict[str, str], *, validate_only: bool = False) -> None:
+        """Replace the dynamic overrides of one broker resource ("" = cluster default); applied at once."""
+        try:
+            altered = self.dynamic_configs.altered(resource_name, new)
+        except DynamicConfigError as exc:
+            raise BrokerError(exc.error_code, str(exc)) from None
+        if validate_only:
+            return
+        try:
+            _atomic_write(self._log_dirs[0] / DYNAMIC_CONFIG_FILE, altered.to_json())
+        except OSError as exc:
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot store broker configs: {exc.strerror or exc}") from None
+        self.dynamic_configs = altered
+        self.config = altered.effective()
+        # The log.* defaults under every topic's overrides, without a restart.
+        self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
+        for topic in self.topics.values():
+            config = self.log_config_for(topic)
+            for p in range(topic.num_partitions):
+                log_ = self.log_manager.get_log(topic.name, p) if self.log_manager is not None else None
+                if log_ is not None:
+                    log_.config = config
+            for hook in self.on_topic_config_changed:
+                hook(self, topic.name)
+        log.info("dynamic broker configs of %s now %s", repr(resource_name) if resource_name else "the cluster default", new)
 
     # --- internals -------------------------------------------------------------
 
@@ -452,50 +501,36 @@ class Broker:
             self.partitions[(topic.name, partition)] = log_
 
     def _load_or_write_meta_properties(self) -> str:
-        """Kafka's meta.properties in every log dir: version, cluster.id, node.id."""
-        cluster_id = None
-        for d in self._log_dirs:
-            path = d / "meta.properties"
-            if path.exists():
-                from kref.broker.config import parse_properties
+        """Kafka's meta.properties in every log dir (kref/controller/meta_properties.py):
+        a node configured with process.roles needs `kref storage format` first;
+        the single-node broker formats its own dirs."""
+        from kref.controller import meta_properties
+        from kref.controller.settings import all_log_dirs
 
-                props = parse_properties(path.read_text(encoding="utf-8"))
-                if "node.id" in props and int(props["node.id"]) != self.node_id:
-                    raise ConfigError(
-                        f"log dir {d} belongs to node.id {props['node.id']}, but this broker is node.id {self.node_id}"
-                    )
-                found = props.get("cluster.id")
-                if cluster_id is not None and found != cluster_id:
-                    raise ConfigError(f"log dir {d} has cluster.id {found}, others have {cluster_id}")
-                cluster_id = found
-        if cluster_id is None:
-            cluster_id = self.config.cluster_id or _new_cluster_id()
-        for d in self._log_dirs:
-            path = d / "meta.properties"
-            if not path.exists():
-                _atomic_write(
-                    path,
-                    f"#\n#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
-                    f"cluster.id={cluster_id}\nnode.id={self.node_id}\nversion=1\n",
-                )
-        return cluster_id
+        return meta_properties.ensure_formatted(
+            all_log_dirs(self.config),
+            self.node_id,
+            require_formatted=self.config.process_roles is not None,
+            cluster_id=self.config.cluster_id,
+        )
 
     def _load_topic_image(self) -> None:
         path = self._log_dirs[0] / METADATA_FILE
         if not path.exists():
             return
-        data = json.loads(path.read_text(encoding="utf-8"))
-        self.topics = {t["name"]: TopicMetadata.from_json(t) for t in data["topics"]}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self.topics = {t["name"]: TopicMetadata.from_json(t) for t in data["topics"]}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Starting without it would delete every partition as "stray".
+            raise StartupError(
+                f"the topic metadata file {path} is corrupt ({type(exc).__name__}: {exc}); "
+                "restore it from a backup or remove it together with the partition directories"
+            ) from None
 
     def _save_topic_image(self) -> None:
         data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
         _atomic_write(self._log_dirs[0] / METADATA_FILE, json.dumps(data, indent=1, sort_keys=True))
-
-
-def _new_cluster_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -28,7 +28,9 @@ from pathlib import Path
 
 __all__ = [
     "BrokerConfig",
+    "Voter",
     "ConfigError",
+    "StartupError",
     "Listener",
     "advertisable",
     "IGNORED_PROPERTIES",
@@ -39,6 +41,10 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A broker property is unknown or its value is invalid."""
+
+
+class StartupError(Exception):
+    """The broker cannot start on what it found (a corrupt file, an unusable path): one line, exit 2."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,15 @@ class Listener:
 # --- value parsers -------------------------------------------------------------
 
 
+# DescribeConfigs v3+ config_type ids (Kafka's ConfigDef.Type).
+CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
+
+
+def _typed(kafka_type: str, parse: Callable[[str, str], object]) -> Callable[[str, str], object]:
+    parse.kafka_type = kafka_type  # type: ignore[attr-defined]
+    return parse
+
+
 def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], int]:
     def parse(name: str, raw: str) -> int:
         try:
@@ -66,7 +81,8 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[str, str], i
             raise ConfigError(f"{name}: {value} is above the maximum {hi}")
         return value
 
-    return parse
+    # Kafka's LONG settings are the ones whose range needs 64 bits.
+    return _typed("LONG" if hi is not None and hi > 2**31 - 1 else "INT", parse)  # type: ignore[return-value]
 
 
 def _bool(name: str, raw: str) -> bool:
@@ -76,6 +92,19 @@ def _bool(name: str, raw: str) -> bool:
     return value == "true"
 
 
+def _double(lo: float | None = None, hi: float | None = None) -> Callable[[str, str], float]:
+    def parse(name: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+        if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ConfigError(f"{name}: {raw.strip()} is outside [{lo}, {hi}]")
+        return value
+
+    return _typed("DOUBLE", parse)  # type: ignore[return-value]
+
+
 def _choice(*choices: str) -> Callable[[str, str], str]:
     def parse(name: str, raw: str) -> str:
         value = raw.strip()
@@ -83,7 +112,7 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
             raise ConfigError(f"{name}: {raw!r} is not one of {', '.join(choices)}")
         return value
 
-    return parse
+    return _typed("STRING", parse)  # type: ignore[return-value]
 
 
 def _cleanup_policy(name: str, raw: str) -> str:
@@ -103,6 +132,11 @@ def _dir_list(name: str, raw: str) -> tuple[str, ...]:
         raise ConfigError(f"{name}: at least one directory is required")
     return dirs
 
+
+_typed("BOOLEAN", _bool)
+_typed("LIST", _cleanup_policy)
+_typed("STRING", _string)
+_typed("STRING", _dir_list)  # Kafka's log.dirs is a comma-separated STRING
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/]*):(?P<port>\d+)$")
 
@@ -125,8 +159,52 @@ def _listener_list(name: str, raw: str) -> tuple[Listener, ...]:
     return tuple(out)
 
 
+_typed("STRING", _listener_list)  # Kafka's listeners are a comma-separated STRING
 _I32 = 2**31 - 1
 _I64 = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    """One entry of controller.quorum.voters: `id@host:port`."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.host}:{self.port}"
+
+
+def _voter_list(name: str, raw: str) -> tuple[Voter, ...]:
+    voters = []
+    for item in (x.strip() for x in raw.split(",")):
+        if not item:
+            continue
+        m = re.fullmatch(r"(\d+)@(\[[^\]]*\]|[^:@]*):(\d+)", item)
+        if not m or not 0 < int(m.group(3)) < 65536:
+            raise ConfigError(f"{name}: {item!r} is not id@host:port")
+        voters.append(Voter(int(m.group(1)), m.group(2).strip("[]"), int(m.group(3))))
+    ids = [v.node_id for v in voters]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{name}: node id {max(ids, key=ids.count)} appears more than once")
+    return tuple(voters)
+
+
+def _roles(name: str, raw: str) -> tuple[str, ...]:
+    roles = [r.strip() for r in raw.split(",") if r.strip()]
+    if not roles:
+        raise ConfigError(f"{name}: must name broker, controller or both")
+    for r in roles:
+        if r not in ("broker", "controller"):
+            raise ConfigError(f"{name}: unknown role {r!r} (broker, controller)")
+    if len(set(roles)) != len(roles):
+        raise ConfigError(f"{name}: {raw.strip()!r} names a role twice")
+    return tuple(sorted(roles))
+
+
+def _name_list(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(n.strip().upper() for n in raw.split(",") if n.strip())
 
 
 def advertisable(listener: Listener) -> Listener:
@@ -137,8 +215,27 @@ def advertisable(listener: Listener) -> Listener:
     return listener
 
 
-def _prop(kafka_name: str, parse: Callable[[str, str], object], default: str | None, doc: str = ""):
-    return field(metadata={"name": kafka_name, "parse": parse, "default": default, "doc": doc})
+def _prop(
+    kafka_name: str,
+    parse: Callable[[str, str], object],
+    default: str | None,
+    doc: str = "",
+    *,
+    kafka_type: str | None = None,
+    dynamic: bool = False,
+):
+    """One broker property. `dynamic`: Kafka lets IncrementalAlterConfigs change it
+    on a running broker (per broker or as the cluster default); kref does too."""
+    return field(
+        metadata={
+            "name": kafka_name,
+            "parse": parse,
+            "default": default,
+            "doc": doc,
+            "type": kafka_type or getattr(parse, "kafka_type", "STRING"),
+            "dynamic": dynamic,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -153,46 +250,70 @@ class BrokerConfig:
     default_replication_factor: int = _prop("default.replication.factor", _int(1, 32767), "1")
     auto_create_topics_enable: bool = _prop("auto.create.topics.enable", _bool, "true")
     delete_topic_enable: bool = _prop("delete.topic.enable", _bool, "true")
-    message_max_bytes: int = _prop("message.max.bytes", _int(0, _I32), "1048588")
+    message_max_bytes: int = _prop("message.max.bytes", _int(0, _I32), "1048588", dynamic=True)
     socket_request_max_bytes: int = _prop("socket.request.max.bytes", _int(1, _I32), "104857600")
     connections_max_idle_ms: int = _prop("connections.max.idle.ms", _int(-1, _I64), "600000")
     queued_max_requests: int = _prop("queued.max.requests", _int(1, _I32), "500")
     # Kafka's default is unlimited; kref bounds it (a deviation, documented).
-    max_connections: int = _prop("max.connections", _int(1, _I32), "4096")
+    max_connections: int = _prop("max.connections", _int(1, _I32), "4096", dynamic=True)
     fetch_max_bytes: int = _prop("fetch.max.bytes", _int(1024, _I32), "57671680")
     # topic-level defaults (Kafka's broker synonyms of topic configs)
-    log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824")
-    log_roll_ms: int | None = _prop("log.roll.ms", _int(1, _I64), None)
-    log_roll_hours: int = _prop("log.roll.hours", _int(1, _I32), "168")
-    log_retention_ms: int | None = _prop("log.retention.ms", _int(-1, _I64), None)
-    log_retention_minutes: int | None = _prop("log.retention.minutes", _int(-1, _I32), None)
-    log_retention_hours: int = _prop("log.retention.hours", _int(-1, _I32), "168")
-    log_retention_bytes: int = _prop("log.retention.bytes", _int(-1, _I64), "-1")
+    log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824", dynamic=True)
+    log_roll_ms: int | None = _prop("log.roll.ms", _int(1, _I64), None, dynamic=True)
+    log_roll_hours: int = _prop("log.roll.hours", _int(1, _I32), "168", dynamic=True)
+    log_retention_ms: int | None = _prop("log.retention.ms", _int(-1, _I64), None, dynamic=True)
+    log_retention_minutes: int | None = _prop("log.retention.minutes", _int(-1, _I32), None, dynamic=True)
+    log_retention_hours: int = _prop("log.retention.hours", _int(-1, _I32), "168", dynamic=True)
+    log_retention_bytes: int = _prop("log.retention.bytes", _int(-1, _I64), "-1", dynamic=True)
     log_retention_check_interval_ms: int = _prop("log.retention.check.interval.ms", _int(1, _I64), "300000")
-    log_index_size_max_bytes: int = _prop("log.index.size.max.bytes", _int(4, _I32), "10485760")
-    log_index_interval_bytes: int = _prop("log.index.interval.bytes", _int(0, _I32), "4096")
-    log_flush_interval_messages: int = _prop("log.flush.interval.messages", _int(1, _I64), str(_I64))
-    log_flush_interval_ms: int | None = _prop("log.flush.interval.ms", _int(0, _I64), None)
+    log_index_size_max_bytes: int = _prop("log.index.size.max.bytes", _int(4, _I32), "10485760", dynamic=True)
+    log_index_interval_bytes: int = _prop("log.index.interval.bytes", _int(0, _I32), "4096", dynamic=True)
+    log_flush_interval_messages: int = _prop("log.flush.interval.messages", _int(1, _I64), str(_I64), dynamic=True)
+    log_flush_interval_ms: int | None = _prop("log.flush.interval.ms", _int(0, _I64), None, dynamic=True)
     log_flush_scheduler_interval_ms: int = _prop("log.flush.scheduler.interval.ms", _int(0, _I64), str(_I64))
     log_flush_offset_checkpoint_interval_ms: int = _prop(
         "log.flush.offset.checkpoint.interval.ms", _int(0, _I32), "60000"
     )
-    log_cleanup_policy: str = _prop("log.cleanup.policy", _cleanup_policy, "delete")
+    log_cleanup_policy: str = _prop("log.cleanup.policy", _cleanup_policy, "delete", dynamic=True)
     log_message_timestamp_type: str = _prop(
-        "log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime"
+        "log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime", dynamic=True
     )
-    log_segment_delete_delay_ms: int = _prop("log.segment.delete.delay.ms", _int(0, _I64), "60000")
-    min_insync_replicas: int = _prop("min.insync.replicas", _int(1, _I32), "1")
+    log_segment_delete_delay_ms: int = _prop("log.segment.delete.delay.ms", _int(0, _I64), "60000", dynamic=True)
+    min_insync_replicas: int = _prop("min.insync.replicas", _int(1, _I32), "1", dynamic=True)
     compression_type: str = _prop(
-        "compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer"
+        "compression.type", _choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer", dynamic=True
     )
+    # the log cleaner (compaction, docs/compaction.md); the last four are the
+    # broker defaults of topic configs (see TOPIC_CONFIG_SYNONYMS)
     log_cleaner_enable: bool = _prop("log.cleaner.enable", _bool, "true")
+    log_cleaner_threads: int = _prop("log.cleaner.threads", _int(0, 64), "1", dynamic=True)
+    log_cleaner_dedupe_buffer_size: int = _prop("log.cleaner.dedupe.buffer.size", _int(0, _I64), "134217728", dynamic=True)
+    log_cleaner_io_buffer_size: int = _prop("log.cleaner.io.buffer.size", _int(0, _I32), "524288", dynamic=True)
+    log_cleaner_io_buffer_load_factor: float = _prop("log.cleaner.io.buffer.load.factor", _double(0.0, 1.0), "0.9", dynamic=True)
+    log_cleaner_io_max_bytes_per_second: float = _prop(
+        "log.cleaner.io.max.bytes.per.second", _double(0.0, None), "1.7976931348623157E308", dynamic=True
+    )
+    log_cleaner_backoff_ms: int = _prop("log.cleaner.backoff.ms", _int(0, _I64), "15000", dynamic=True)
+    log_cleaner_min_cleanable_ratio: float = _prop("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5", dynamic=True)
+    log_cleaner_min_compaction_lag_ms: int = _prop("log.cleaner.min.compaction.lag.ms", _int(0, _I64), "0", dynamic=True)
+    log_cleaner_max_compaction_lag_ms: int = _prop("log.cleaner.max.compaction.lag.ms", _int(1, _I64), str(_I64), dynamic=True)
+    log_cleaner_delete_retention_ms: int = _prop("log.cleaner.delete.retention.ms", _int(0, _I64), "86400000", dynamic=True)
+    # Thread pools Kafka sizes at run time; kref has none of them (one trio
+    # thread), so they are accepted, described and dynamically settable, and
+    # change nothing. (log.cleaner.threads, above, does.)
+    num_replica_fetchers: int = _prop("num.replica.fetchers", _int(1, _I32), "1", dynamic=True)
+    num_io_threads: int = _prop("num.io.threads", _int(1, _I32), "8", dynamic=True)
+    num_network_threads: int = _prop("num.network.threads", _int(1, _I32), "3", dynamic=True)
+    background_threads: int = _prop("background.threads", _int(1, _I32), "10", dynamic=True)
+    num_recovery_threads_per_data_dir: int = _prop(
+        "num.recovery.threads.per.data.dir", _int(1, _I32), "2", dynamic=True
+    )
     # replication (one broker today; the replica core is written for more)
     replica_lag_time_max_ms: int = _prop("replica.lag.time.max.ms", _int(0, _I64), "30000")
-    unclean_leader_election_enable: bool = _prop("unclean.leader.election.enable", _bool, "false")
+    unclean_leader_election_enable: bool = _prop("unclean.leader.election.enable", _bool, "false", dynamic=True)
     # group coordinator and __consumer_offsets
     offsets_topic_num_partitions: int = _prop("offsets.topic.num.partitions", _int(1, _I32), "50")
-    offsets_topic_replication_factor: int = _prop("offsets.topic.replication.factor", _int(1, 32767), "1")
+    offsets_topic_replication_factor: int = _prop("offsets.topic.replication.factor", _int(1, 32767), "1", kafka_type="SHORT")
     offsets_topic_segment_bytes: int = _prop("offsets.topic.segment.bytes", _int(1, _I32), "104857600")
     offsets_load_buffer_size: int = _prop("offsets.load.buffer.size", _int(1, _I32), "5242880")
     offsets_retention_minutes: int = _prop("offsets.retention.minutes", _int(1, _I32), "10080")
@@ -211,6 +332,27 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = _prop("transaction.max.timeout.ms", _int(1, _I32), "900000")
     # cluster identity (Kafka keeps it in meta.properties; this overrides a new log dir's)
     cluster_id: str | None = _prop("cluster.id", _string, None)
+    # KRaft (kref/controller/settings.py checks them together). Without
+    # process.roles the node is the single-node broker: a one-voter combined
+    # cluster that formats its own log dirs.
+    process_roles: tuple[str, ...] | None = _prop("process.roles", _roles, None, "broker, controller or both")
+    controller_quorum_voters: tuple[Voter, ...] = _prop("controller.quorum.voters", _voter_list, "")
+    controller_quorum_bootstrap_servers: tuple[str, ...] = _prop(
+        "controller.quorum.bootstrap.servers", lambda n, raw: tuple(x.strip() for x in raw.split(",") if x.strip()), ""
+    )
+    controller_listener_names: tuple[str, ...] = _prop("controller.listener.names", _name_list, "")
+    inter_broker_listener_name: str | None = _prop("inter.broker.listener.name", _string, None)
+    broker_rack: str | None = _prop("broker.rack", _string, None)
+    metadata_log_dir: str | None = _prop("metadata.log.dir", _string, None, "default: the first of log.dirs")
+    broker_session_timeout_ms: int = _prop("broker.session.timeout.ms", _int(1, _I32), "9000")
+    broker_heartbeat_interval_ms: int = _prop("broker.heartbeat.interval.ms", _int(1, _I32), "2000")
+    controller_quorum_election_timeout_ms: int = _prop(
+        "controller.quorum.election.timeout.ms", _int(1, _I32), "1000"
+    )
+    controller_quorum_fetch_timeout_ms: int = _prop("controller.quorum.fetch.timeout.ms", _int(1, _I32), "2000")
+    controller_quorum_retry_backoff_ms: int = _prop("controller.quorum.retry.backoff.ms", _int(1, _I32), "20")
+    # The CONTROLLER listeners of `listeners` (not served to clients).
+    controller_listeners: tuple[Listener, ...] = ()
 
     # --- derived views ---------------------------------------------------------
 
@@ -256,6 +398,10 @@ class BrokerConfig:
             "min.insync.replicas": str(self.min_insync_replicas),
             "compression.type": self.compression_type,
             "unclean.leader.election.enable": str(self.unclean_leader_election_enable).lower(),
+            "min.cleanable.dirty.ratio": repr(self.log_cleaner_min_cleanable_ratio),
+            "min.compaction.lag.ms": str(self.log_cleaner_min_compaction_lag_ms),
+            "max.compaction.lag.ms": str(self.log_cleaner_max_compaction_lag_ms),
+            "delete.retention.ms": str(self.log_cleaner_delete_retention_ms),
         }
 
     def to_properties(self) -> dict[str, str]:
@@ -271,8 +417,25 @@ class BrokerConfig:
     def is_default(self, name: str) -> bool:
         return name not in self.explicit
 
+    def with_overrides(self, overrides: Mapping[str, str]) -> BrokerConfig:
+        """This config with some properties set to new raw values (dynamic configs).
+
+        Raises ConfigError for an unknown name or a bad value; `explicit`
+        stays what the static configuration set.
+        """
+        by_name = _fields_by_name()
+        values = {}
+        for name, raw in overrides.items():
+            f = by_name.get(name)
+            if f is None:
+                raise ConfigError(f"unknown broker property {name}")
+            values[f.name] = f.metadata["parse"](name, raw)
+        return dataclasses.replace(self, **values)
+
     # names set explicitly by file or override (for DescribeConfigs config_source)
     explicit: frozenset[str] = field(default=frozenset(), compare=False)
+    # Kafka settings given but ignored (IGNORED_PROPERTIES), for the start-up log
+    ignored: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     # --- construction ----------------------------------------------------------
 
@@ -303,9 +466,13 @@ class BrokerConfig:
         for name, f in by_name.items():
             raw = props.get(name, f.metadata["default"])
             values[f.name] = None if raw is None else f.metadata["parse"](name, raw)
-        controller_names = _controller_listener_names(props)
+        controller_names = set(values["controller_listener_names"])
+        from kref.controller.settings import check_kraft
+
+        check_kraft(values)
+        values["controller_listeners"] = tuple(lst for lst in values["listeners"] if lst.name in controller_names)
         plaintext = [lst for lst in values["listeners"] if lst.name not in controller_names]
-        if not plaintext:
+        if not plaintext and values["process_roles"] != ("controller",):
             raise ConfigError("listeners: at least one client listener is required")
         _require_plaintext(plaintext, props)
         values["listeners"] = tuple(plaintext)
@@ -319,9 +486,13 @@ class BrokerConfig:
                     raise ConfigError(f"advertised.listeners: {lst.name} is not one of the listeners")
         if values["group_min_session_timeout_ms"] > values["group_max_session_timeout_ms"]:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
-        if values["default_replication_factor"] > 1:
+        if values["default_replication_factor"] > 1 and values["process_roles"] is None:
             raise ConfigError("default.replication.factor: a single kref broker can only host 1 replica")
-        return cls(**values, explicit=frozenset(n for n in props if n in by_name))
+        return cls(
+            **values,
+            explicit=frozenset(n for n in props if n in by_name),
+            ignored={n: props[n] for n in ignored},
+        )
 
     @classmethod
     def load(
@@ -344,6 +515,48 @@ class BrokerConfig:
                 raise ConfigError(f"--override expects key=value, got {item!r}")
             props[key.strip()] = value
         return cls.from_properties(props, log=log)
+
+
+def _fields_by_name() -> dict[str, dataclasses.Field]:
+    return {f.metadata["name"]: f for f in dataclasses.fields(BrokerConfig) if "name" in f.metadata}
+
+
+def is_broker_property(name: str) -> bool:
+    return name in _fields_by_name()
+
+
+def is_dynamic_broker_property(name: str) -> bool:
+    f = _fields_by_name().get(name)
+    return f is not None and f.metadata["dynamic"]
+
+
+def dynamic_broker_properties() -> list[str]:
+    return sorted(n for n, f in _fields_by_name().items() if f.metadata["dynamic"])
+
+
+def broker_config_type_id(name: str) -> int:
+    """DescribeConfigs config_type of a broker property (0 = UNKNOWN)."""
+    f = _fields_by_name().get(name)
+    if f is None:
+        return 0
+    return CONFIG_TYPE_IDS["PASSWORD"] if is_secret(name) else CONFIG_TYPE_IDS[f.metadata["type"]]
+
+
+# Kafka's PASSWORD-typed settings are logged as [hidden]; these patterns
+# cover them (ssl.*.password, sasl.jaas.config, *.secret*, ...).
+_SECRET_MARKERS = ("password", "secret", "jaas.config", "credential")
+
+
+def is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def effective_config_lines(config: "BrokerConfig") -> list[str]:
+    """`name = value` for every setting the broker runs with (and the ignored ones given), secrets masked."""
+    values = dict(config.to_properties())
+    values.update(config.ignored)
+    return [f"\t{name} = {'[hidden]' if is_secret(name) else value}" for name, value in sorted(values.items())]
 
 
 def _render(value: object) -> str:
@@ -376,27 +589,13 @@ def _require_plaintext(listeners: Iterable[Listener], props: Mapping[str, str]) 
             raise ConfigError(f"listeners: {lst} uses security protocol {protocol}; kref serves PLAINTEXT only")
 
 
-def _controller_listener_names(props: Mapping[str, str]) -> set[str]:
-    raw = props.get("controller.listener.names", "")
-    return {n.strip().upper() for n in raw.split(",") if n.strip()}
-
-
 _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 
 # Kafka settings for machinery kref does not have: accepted so Kafka's sample
 # server.properties works, and otherwise ignored.
 IGNORED_PROPERTIES = frozenset(
     {
-        "process.roles",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
-        "controller.listener.names",
-        "inter.broker.listener.name",
         "listener.security.protocol.map",
-        "num.network.threads",
-        "num.io.threads",
-        "num.recovery.threads.per.data.dir",
-        "num.replica.fetchers",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
         "socket.listen.backlog.size",
@@ -406,11 +605,17 @@ IGNORED_PROPERTIES = frozenset(
         "share.coordinator.state.topic.replication.factor",
         "share.coordinator.state.topic.min.isr",
         "group.coordinator.rebalance.protocols",
-        "metadata.log.dir",
-        "background.threads",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "confluent.support.metrics.enable",
+        # TLS/SASL material of a non-PLAINTEXT listener kref does not serve
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "sasl.jaas.config",
+        "sasl.enabled.mechanisms",
     }
 )
 
@@ -431,6 +636,10 @@ TOPIC_CONFIG_SYNONYMS = {
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
 }
 
 

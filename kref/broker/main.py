@@ -1,7 +1,10 @@
 """`kref broker`: parse the configuration, open the broker, serve.
 
-Theory of operation: config errors are reported as one clear line and exit
-status 2 before anything touches the disk. Then the Broker recovers its
+Theory of operation: config errors, and files the broker cannot start on
+(a corrupt topic image, an unusable --trace-file), are reported as one
+clear line and exit status 2, without a traceback. The effective
+configuration is logged at start with secrets masked; `--log-level DEBUG`
+adds one line per request (kref.request). Then the Broker recovers its
 log dirs, every handler area registers on the router, and the trio server
 runs until SIGTERM/SIGINT (clean shutdown with checkpoints).
 """
@@ -39,10 +42,11 @@ def run(args: argparse.Namespace) -> int:
     import trio
 
     from kref.broker.broker import Broker
-    from kref.broker.config import BrokerConfig, ConfigError
+    from kref.broker.config import BrokerConfig, ConfigError, StartupError, effective_config_lines
     from kref.broker.handlers import register_all
     from kref.broker.router import Router
     from kref.broker.server import ListenError, run_broker
+    from kref.trace.sink import TraceFileError
 
     logging.basicConfig(
         level=args.log_level,
@@ -51,12 +55,24 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = BrokerConfig.load(args.config, args.override, log=log.info)
+        if config.process_roles is not None:
+            # A KRaft node (kref/controller/node.py): runs the roles it names.
+            from kref.controller.node import run as run_node
+
+            return run_node(args, config)
         broker = Broker(config, trace_file=args.trace_file)
         router = Router()
         register_all(router, broker)
         broker.open()
+        # Kafka logs its effective configuration at start ("KafkaConfig
+        # values"), secrets masked: what the broker runs with (dynamic
+        # configs included), once it can run, so a refusal stays one line.
+        log.info("effective configuration:\n%s", "\n".join(effective_config_lines(broker.config)))
     except ConfigError as exc:
         print(f"kref broker: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except (StartupError, TraceFileError) as exc:
+        print(f"kref broker: cannot start: {exc}", file=sys.stderr)
         return 2
 
     def started(listeners) -> None:

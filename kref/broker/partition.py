@@ -383,7 +383,7 @@ def install(broker) -> None:
     broker.produce_purgatory = Purgatory("produce", max_operations=MAX_DELAYED_PRODUCES)
     broker.fetch_purgatory = Purgatory("fetch", max_operations=MAX_DELAYED_FETCHES)
     trace_file = getattr(broker, "trace_file", None)
-    broker.trace_sink = NdjsonTraceSink(trace_file) if trace_file else NullTraceSink()
+    broker.trace_sink = NdjsonTraceSink(trace_file, node=broker.node_id) if trace_file else NullTraceSink()
     broker.partition_factory = make_partition
     for key, existing in list(broker.partitions.items()):
         if existing is not None and not isinstance(existing, Partition):

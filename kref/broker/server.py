@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import time
 from collections.abc import Callable
 
 import trio
@@ -46,6 +47,7 @@ from kref.storage.segment import open_segment_files
 __all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
 
 log = logging.getLogger("kref.server")
+request_log = logging.getLogger("kref.request")
 
 MAX_IN_FLIGHT_REQUESTS = 8
 RECEIVE_CHUNK_BYTES = 256 * 1024
@@ -93,6 +95,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
             client_port=port,
             listener_name=listener_name,
         )
+        started = time.perf_counter() if request_log.isEnabledFor(logging.DEBUG) else None
         try:
             response = await router.dispatch(ctx, request)
             frame = None if response is None else encode_response(request, response)
@@ -105,6 +108,13 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                 peer,
             )
             raise _CloseConnection from None
+        if started is not None:
+            # Kafka's kafka.request.logger at DEBUG: one line per request.
+            request_log.debug(
+                "completed request api_key=%d v%d correlation_id=%d client_id=%s from %s on %s: %d response bytes in %.2f ms",
+                request.api_key, request.api_version, request.correlation_id, request.client_id, peer,
+                listener_name, 0 if frame is None else len(frame), (time.perf_counter() - started) * 1000,
+            )
         if frame is None:
             return
         if unsent == 0 and not more_waiting:
@@ -289,6 +299,11 @@ async def run_broker(broker: Broker, router: Router, *, on_started: Callable | N
                         return
 
                 nursery.start_soon(wait_for_signal)
-    finally:
+    except BaseException:
+        # The logs are still flushed and checkpointed, but a broker that
+        # failed (e.g. could not listen) did not stop cleanly: the caller
+        # reports the error, and only that.
         broker.shutdown()
-        log.info("kref broker %d stopped cleanly", broker.node_id)
+        raise
+    broker.shutdown()
+    log.info("kref broker %d stopped cleanly", broker.node_id)

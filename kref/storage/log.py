@@ -61,6 +61,7 @@ from kref.storage.checkpoint import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from kref.storage.cleaner import recover_swap_files
 from kref.storage.config import LogConfig
 from kref.storage.errors import (
     CorruptIndexError,
@@ -261,6 +262,9 @@ class Log:
 
     def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
         cfg = self.config
+        # A crash mid-swap of cleaned segments: complete it (or roll it back)
+        # before the segments are listed (Kafka's .cleaned/.swap protocol).
+        recover_swap_files(self.dir)
         base_offsets = []
         for name in os.listdir(self.dir):
             path = os.path.join(self.dir, name)

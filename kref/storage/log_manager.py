@@ -72,6 +72,9 @@ def lock_log_dir(log_dir: str) -> int:
 ConfigSource = Callable[[str], LogConfig | None] | Mapping[str, LogConfig] | None
 
 
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+
+
 class LogManager:
     def __init__(
         self,
@@ -113,6 +116,8 @@ class LogManager:
                     continue
                 if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
                     continue
+                if name == METADATA_PARTITION_DIR:
+                    continue  # the KRaft metadata log: kref/controller/metadata_log.py owns it
                 try:
                     key = parse_partition_dir_name(name)
                 except ValueError:

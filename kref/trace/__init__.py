@@ -4,4 +4,13 @@ See events.py for the event types and sink.py for where they go.
 """
 
 from kref.trace.events import *  # noqa: F401,F403
-from kref.trace.sink import ListTraceSink, NdjsonTraceSink, NullTraceSink, TraceSink, read_ndjson_trace  # noqa: F401
+from kref.trace.sink import (  # noqa: F401
+    ListTraceSink,
+    NdjsonTraceSink,
+    NullTraceSink,
+    TraceFileError,
+    TraceRun,
+    TraceSink,
+    read_ndjson_runs,
+    read_ndjson_trace,
+)

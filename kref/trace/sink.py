@@ -12,12 +12,24 @@ burst of events costs at most that much memory and the broker never drops an
 event (a trace with a hole would not validate against the spec). `flush()`
 writes and fsyncs nothing more than the buffer; the broker calls it
 periodically and on shutdown.
+
+Runs. A trace file may be reused by several runs (a broker restarted with
+the same --trace-file appends). Each run starts with a header line
+`{"type": "TraceRun", "run": <uuid>, "node": ..., "start_time_ms": ...,
+"kref_version": ...}` and numbers its events from seq 1; `read_ndjson_runs`
+splits a file at the headers, so a trace checker never mixes two runs, and
+`read_ndjson_trace` returns the events of one run (the last by default).
+A path that cannot be opened raises TraceFileError (one clear line for the
+command line), not a bare OSError.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kref.trace.events import TraceEvent
@@ -73,12 +85,21 @@ class ListTraceSink:
         pass
 
 
+RUN_HEADER_TYPE = "TraceRun"
+
+
+class TraceFileError(OSError):
+    """The trace file cannot be opened for appending."""
+
+
 class NdjsonTraceSink:
     """Appends one JSON object per line to `path`; the only writer of that file."""
 
     enabled = True
 
-    def __init__(self, path: str | os.PathLike[str], *, max_buffered_events: int = 1024) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_buffered_events: int = 1024, node: int | None = None
+    ) -> None:
         if max_buffered_events < 1:
             raise ValueError("max_buffered_events must be at least 1")
         self.path = os.fspath(path)
@@ -87,7 +108,23 @@ class NdjsonTraceSink:
         self._seq = 0
         # Line-oriented text; opened once, appended to, so restarts of the
         # broker continue an existing trace file rather than clobbering it.
-        self._file = open(self.path, "a", encoding="utf-8")
+        try:
+            self._file = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise TraceFileError(exc.errno, f"cannot open trace file {self.path}: {exc.strerror or exc}") from None
+        from kref import __version__
+
+        self.run_id = str(uuid.uuid4())
+        header = {
+            "type": RUN_HEADER_TYPE,
+            "run": self.run_id,
+            "node": node,
+            "start_time_ms": time.time_ns() // 1_000_000,
+            "kref_version": __version__,
+        }
+        # Written at once: the run is on disk even before its first event.
+        self._file.write(json.dumps(header, separators=(",", ":")) + "\n")
+        self._file.flush()
 
     def emit(self, event: TraceEvent) -> None:
         self._seq += 1
@@ -112,7 +149,30 @@ class NdjsonTraceSink:
             self._file.close()
 
 
-def read_ndjson_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Parse a trace file written by NdjsonTraceSink (one object per line)."""
+@dataclass
+class TraceRun:
+    header: dict[str, Any]  # empty for events before any header (files of older versions)
+    events: list[dict[str, Any]]
+
+
+def read_ndjson_runs(path: str | os.PathLike[str]) -> list[TraceRun]:
+    """Every run in a trace file, in file order, each with its own events."""
+    runs: list[TraceRun] = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if obj.get("type") == RUN_HEADER_TYPE:
+                runs.append(TraceRun(obj, []))
+            else:
+                if not runs:
+                    runs.append(TraceRun({}, []))
+                runs[-1].events.append(obj)
+    return runs
+
+
+def read_ndjson_trace(path: str | os.PathLike[str], run: int = -1) -> list[dict[str, Any]]:
+    """The events of one run of a trace file (default: the last), without its header."""
+    runs = read_ndjson_runs(path)
+    return runs[run].events if runs else []

@@ -28,7 +28,7 @@ def test_file_then_overrides(tmp_path):
     f.write_text(
         "# comment\n! other comment\nbroker.id = 7\nlog.dir=/data/a\nnum.partitions:3\n"
         "listeners=PLAINTEXT://:9093,CONTROLLER://:9094\ncontroller.listener.names=CONTROLLER\n"
-        "process.roles=broker,controller\nlog.retention.minutes=5\n"
+        "process.roles=broker,controller\nlog.retention.minutes=5\ncontroller.quorum.voters=7@localhost:9094\n"
     )
     c = BrokerConfig.load(f, ["num.partitions=4", "log.retention.ms=1234"])
     assert c.node_id == 7 and c.log_dirs == ("/data/a",) and c.num_partitions == 4
@@ -126,7 +126,8 @@ log.retention.check.interval.ms=300000
 
 
 def test_kafka_kraft_sample_server_properties(tmp_path):
-    """Kafka's own combined-mode sample starts kref unchanged (controller parts ignored)."""
+    """Kafka's own combined-mode sample loads unchanged: one bootstrap
+    controller makes a standalone quorum whose only voter is this node."""
     f = tmp_path / "server.properties"
     f.write_text(KAFKA_KRAFT_SAMPLE)
     ignored = []
@@ -134,7 +135,11 @@ def test_kafka_kraft_sample_server_properties(tmp_path):
     assert c.listeners == (Listener("PLAINTEXT", "", 9092),)
     assert c.advertised == (Listener("PLAINTEXT", "localhost", 9092),)
     assert c.log_dirs == ("/tmp/kraft-combined-logs",)
-    assert "process.roles" in ignored[0] and "num.io.threads" in ignored[0]
+    assert "socket.send.buffer.bytes" in ignored[0] and "process.roles" not in ignored[0]
+    assert c.num_io_threads == 8  # described and dynamically settable, though kref has no such pool
+    assert c.process_roles == ("broker", "controller") and c.controller_listener_names == ("CONTROLLER",)
+    assert [str(v) for v in c.controller_quorum_voters] == ["1@localhost:9093"]
+    assert c.controller_listeners == (Listener("CONTROLLER", "", 9093),)
 
 
 def test_listener_security_protocol_map():

@@ -46,6 +46,7 @@ class KrefBroker:
         self.log_path = base_dir / "broker.log"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self.extra_args: list[str] = []  # more `kref broker` arguments, e.g. --log-level DEBUG
 
     @property
     def bootstrap(self) -> str:
@@ -66,7 +67,7 @@ class KrefBroker:
             cmd += ["--override", f"{key}={value}"]
         if self.trace_file:
             cmd += ["--trace-file", str(self.trace_file)]
-        return cmd
+        return cmd + self.extra_args
 
     def start(self) -> KrefBroker:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"

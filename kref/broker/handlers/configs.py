@@ -9,9 +9,15 @@ to the topic overrides, validates the result as a whole and only then
 stores it, so a rejected request changes nothing. The older AlterConfigs
 (still what kafkajs' alterConfigs and aiokafka's alter_configs send) has
 replace semantics: the configs listed become the topic's whole override set,
-and every override not listed goes back to the broker default. Broker resources are
-described but read-only: kref has no dynamic broker configs, so altering
-one answers INVALID_REQUEST, as Kafka does for a static-only setting.
+and every override not listed goes back to the broker default.
+
+Broker resources: DescribeConfigs gives every broker setting with its real
+Kafka type (INT, LONG, STRING, LIST, ...), read_only unless it is dynamic,
+and its source (dynamic per broker, dynamic cluster default, static,
+default); the resource "" describes the cluster-wide dynamic defaults. Both
+alter APIs change the dynamic broker configs (kref/broker/dynamic_config.py)
+of resource "<node id>" or "" with the same semantics as for topics; a
+static setting is refused with INVALID_REQUEST, as Kafka does.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from __future__ import annotations
 from collections import Counter
 
 from kref.broker.broker import BrokerError
-from kref.broker.config import TOPIC_CONFIG_SYNONYMS
+from kref.broker.config import TOPIC_CONFIG_SYNONYMS, broker_config_type_id, is_dynamic_broker_property, is_secret
+from kref.broker.dynamic_config import CLUSTER_DEFAULT, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG
 from kref.broker.topic_configs import LIST_CONFIGS, config_type_id, is_topic_config
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
@@ -56,8 +63,7 @@ def topic_config_entries(broker, topic: str, overrides: dict[str, str], keys=Non
         if keys is not None and name not in keys:
             continue
         broker_name = TOPIC_CONFIG_SYNONYMS.get(name)
-        static = broker_name is not None and broker_name in broker.config.explicit
-        broker_source = SOURCE_STATIC_BROKER_CONFIG if static else SOURCE_DEFAULT_CONFIG
+        broker_source = _broker_chain(broker, broker_name)[0][2] if broker_name is not None else SOURCE_DEFAULT_CONFIG
         synonyms = []
         if name in overrides:
             value, source = overrides[name], SOURCE_DYNAMIC_TOPIC_CONFIG
@@ -81,21 +87,48 @@ def topic_config_entries(broker, topic: str, overrides: dict[str, str], keys=Non
     return entries
 
 
-def broker_config_entries(broker, keys=None, *, include_synonyms=False):
+def _broker_chain(broker, name: str) -> list[tuple[str, str | None, int]]:
+    """The synonym chain of one broker property, most specific first (never empty)."""
+    static = broker.static_config.to_properties()
+    chain = broker.dynamic_configs.synonyms(name, static.get(name), _DEFAULTS.get(name))
+    return chain or [(name, None, SOURCE_DEFAULT_CONFIG)]
+
+
+def _builtin_defaults() -> dict[str, str]:
+    import dataclasses
+
+    from kref.broker.config import BrokerConfig
+
+    return {
+        f.metadata["name"]: f.metadata["default"]
+        for f in dataclasses.fields(BrokerConfig)
+        if "name" in f.metadata and f.metadata["default"] is not None
+    }
+
+
+_DEFAULTS = _builtin_defaults()
+
+
+def broker_config_entries(broker, keys=None, *, include_synonyms=False, resource_name: str | None = None):
     entries = []
-    for name, value in sorted(broker.config.to_properties().items()):
+    if resource_name == CLUSTER_DEFAULT:
+        # The cluster-wide dynamic defaults, and only those (as Kafka describes resource "").
+        items = [(n, v, [(n, v, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)]) for n, v in sorted(broker.dynamic_configs.of(CLUSTER_DEFAULT).items())]
+    else:
+        items = [(n, v, _broker_chain(broker, n)) for n, v in sorted(broker.config.to_properties().items())]
+    for name, value, chain in items:
         if keys is not None and name not in keys:
             continue
-        source = SOURCE_STATIC_BROKER_CONFIG if name in broker.config.explicit else SOURCE_DEFAULT_CONFIG
+        secret = is_secret(name)
         entries.append(
             dict(
                 name=name,
-                value=value,
-                read_only=True,
-                config_source=source,
-                is_sensitive=False,
-                synonyms=[(name, value, source)] if include_synonyms else [],
-                config_type=config_type_id(name),
+                value=None if secret else value,
+                read_only=not is_dynamic_broker_property(name),
+                config_source=chain[0][2],
+                is_sensitive=secret,
+                synonyms=[(n, None if secret else v, src) for n, v, src in chain] if include_synonyms else [],
+                config_type=broker_config_type_id(name),
                 documentation=None,
             )
         )
@@ -132,7 +165,9 @@ async def handle_describe_configs(ctx, request):
                 )
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_resource(broker, resource.resource_name)
-                entries = broker_config_entries(broker, keys, include_synonyms=include_synonyms)
+                entries = broker_config_entries(
+                    broker, keys, include_synonyms=include_synonyms, resource_name=resource.resource_name
+                )
             else:
                 raise BrokerError(
                     ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type} in kref"
@@ -163,24 +198,27 @@ async def handle_describe_configs(ctx, request):
     return build(response_type, results=tuple(results))
 
 
-def apply_incremental_ops(current: dict[str, str], ops, defaults: dict[str, str]) -> dict[str, str]:
-    """KIP-339 semantics on a topic's overrides; raises BrokerError."""
+def apply_incremental_ops(
+    current: dict[str, str], ops, defaults: dict[str, str], *, topic: bool = True, list_configs=LIST_CONFIGS
+) -> dict[str, str]:
+    """KIP-339 semantics on a topic's (or broker's) overrides; raises BrokerError."""
     names = Counter(op.name for op in ops)
     duplicates = sorted(n for n, c in names.items() if c > 1)
     if duplicates:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
     result = dict(current)
+    kind = "topic" if topic else "broker"
     for op in ops:
-        if not is_topic_config(op.name):
+        if topic and not is_topic_config(op.name):
             raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
         if op.config_operation == OP_SET:
             if op.value is None:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {op.name}")
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {kind} config {op.name}")
             result[op.name] = op.value
         elif op.config_operation == OP_DELETE:
             result.pop(op.name, None)
         elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
-            if op.name not in LIST_CONFIGS:
+            if op.name not in list_configs:
                 verb = "append" if op.config_operation == OP_APPEND else "subtract"
                 raise BrokerError(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {op.name}")
             base = result.get(op.name, defaults.get(op.name, ""))
@@ -196,39 +234,57 @@ def apply_incremental_ops(current: dict[str, str], ops, defaults: dict[str, str]
     return result
 
 
-def replace_configs(configs) -> dict[str, str]:
+def replace_configs(configs, *, topic: bool = True) -> dict[str, str]:
     """AlterConfigs semantics: the listed configs are the new override set."""
     names = Counter(c.name for c in configs)
     duplicates = sorted(n for n, c in names.items() if c > 1)
     if duplicates:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
     result = {}
+    kind = "topic" if topic else "broker"
     for c in configs:
-        if not is_topic_config(c.name):
+        if topic and not is_topic_config(c.name):
             raise BrokerError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
         if c.value is None:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {c.name}")
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {kind} config {c.name}")
         result[c.name] = c.value
     return result
 
 
 async def handle_alter_configs(ctx, request):
-    return _alter_resources(ctx, request, ALTER_CONFIGS, lambda topic, resource: replace_configs(resource.configs))
+    return _alter_resources(
+        ctx,
+        request,
+        ALTER_CONFIGS,
+        lambda topic, resource: replace_configs(resource.configs),
+        lambda resource: replace_configs(resource.configs, topic=False),
+    )
+
+
+_BROKER_LIST_CONFIGS = frozenset({"log.cleanup.policy"})
 
 
 async def handle_incremental_alter_configs(ctx, request):
-    defaults = ctx.broker.default_log_config.to_properties()
+    broker = ctx.broker
+    defaults = broker.default_log_config.to_properties()
     return _alter_resources(
         ctx,
         request,
         INCREMENTAL_ALTER_CONFIGS,
         lambda topic, resource: apply_incremental_ops(topic.configs, resource.configs, defaults),
+        lambda resource: apply_incremental_ops(
+            broker.dynamic_configs.of(resource.resource_name),
+            resource.configs,
+            broker.config.to_properties(),
+            topic=False,
+            list_configs=_BROKER_LIST_CONFIGS,
+        ),
     )
 
 
-def _alter_resources(ctx, request, api_key: int, new_topic_configs):
-    """The shared body of both alter APIs; `new_topic_configs(topic, resource)`
-    computes the topic's new override set or raises BrokerError."""
+def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_broker_configs):
+    """The shared body of both alter APIs; `new_topic_configs(topic, resource)` and
+    `new_broker_configs(resource)` compute the new override set or raise BrokerError."""
     broker = ctx.broker
     response_type = response_class(api_key, ctx.api_version)
     result_type = nested(response_type, "AlterConfigsResourceResponse")
@@ -248,10 +304,8 @@ def _alter_resources(ctx, request, api_key: int, new_topic_configs):
                 broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_resource(broker, resource.resource_name)
-                names = ", ".join(sorted(c.name for c in resource.configs))
-                raise BrokerError(
-                    ErrorCode.INVALID_REQUEST,
-                    f"Cannot update these configs dynamically: {names} (kref broker configs are static)",
+                broker.alter_broker_configs(
+                    resource.resource_name, new_broker_configs(resource), validate_only=request.validate_only
                 )
             else:
                 raise BrokerError(

@@ -1,0 +1,202 @@
+"""Compaction benchmark: the log cleaner against raw sequential read, and a bounded
+__consumer_offsets.
+
+Two figures, each beside its peer measured in the same run:
+
+1. Cleaner throughput. A compacted log of --mib MiB (default 256) whose
+   records use --distinct-percent (default 10) distinct keys, written as a
+   producer batches them (--batch-records records of --value-bytes each),
+   is cleaned once, from the first dirty offset 0 to the active segment,
+   with Kafka's default offset-map budget (log.cleaner.dedupe.buffer.size
+   128 MiB, load factor 0.9: 5.0M keys). Throughput = log bytes / cleaning
+   seconds. Peer: raw sequential read of the same segment files (1 MiB
+   os.read calls) right before. Both from the page cache (the files were
+   just written; the cleaner's figure is its own cost, not the disk's).
+   Goal from the issue: cleaner >= 0.3x raw read.
+2. __consumer_offsets size. --commits offset commits (default 1,000,000)
+   spread over --partitions group partitions (default 1,000), written as
+   the group coordinator writes them (one batch per commit request, keys
+   and values in Kafka's offsets format) to a log with
+   cleanup.policy=compact and offsets.topic.segment.bytes segments, the
+   cleaner running after every --clean-every-mib MiB appended (the broker
+   runs it every log.cleaner.backoff.ms). Reported: total bytes written,
+   the log's size after the last cleaning, and the bound: distinct keys x
+   bytes per record (+ the active segment, which is never cleaned).
+
+Bounded: everything lives under one temp dir removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kref.coordinator.offsets_format import OffsetCommitValue, encode_offset_commit_key, encode_offset_commit_value  # noqa: E402
+from kref.records.batch import Record, build_batch  # noqa: E402
+from bench.storage import drop_cache  # noqa: E402
+from kref.storage.cleaner import DOUBLE_MAX, Cleaner, Throttler, capture, clean_log_now, summarize  # noqa: E402
+from kref.storage.cleaner_planner import OffsetMap, cleanable_offsets, offset_map_capacity  # noqa: E402
+from kref.storage.config import LogConfig  # noqa: E402
+from kref.storage.log import Log  # noqa: E402
+from kref.storage.producer_state import ProducerStateManager  # noqa: E402
+
+MIB = 1024 * 1024
+KAFKA_DEDUPE_BUFFER = 128 * MIB
+
+
+def new_cleaner() -> Cleaner:
+    return Cleaner(OffsetMap(offset_map_capacity(KAFKA_DEDUPE_BUFFER, 1, 0.9)), Throttler(DOUBLE_MAX), io_buffer_size=MIB)
+
+
+def raw_read(paths: list[str]) -> tuple[int, float]:
+    total = 0
+    start = time.perf_counter()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            while True:
+                chunk = os.read(fd, MIB)
+                if not chunk:
+                    break
+                total += len(chunk)
+        finally:
+            os.close(fd)
+    return total, time.perf_counter() - start
+
+
+def throughput(root: str, args: argparse.Namespace) -> None:
+    directory = os.path.join(root, "compact-0")
+    config = LogConfig.from_properties(
+        {"cleanup.policy": "compact", "segment.bytes": str(64 * MIB), "retention.ms": "-1", "min.cleanable.dirty.ratio": "0.01"}
+    )
+    log = Log.open(directory, config, 0, producer_state=ProducerStateManager(directory))
+    target = args.mib * MIB
+    n_keys = max(1, int(args.records_estimate(target) * args.distinct_percent / 100))
+    value = os.urandom(args.value_bytes)
+    i = 0
+    t0 = time.perf_counter()
+    while log.size_in_bytes < target:
+        records = [Record(timestamp=1_000 + i + j, key=b"key-%09d" % ((i + j) * 7919 % n_keys), value=value) for j in range(args.batch_records)]
+        log.append_as_leader(build_batch(records), 0, 1_000 + i)
+        i += args.batch_records
+    log.roll(10_000)
+    log.flush()
+    build_s = time.perf_counter() - t0
+    size = log.size_in_bytes
+    paths = [s.log_path for s in log.segments if s.size]
+    print(f"log: {size / MIB:.0f} MiB, {i:,} records of {args.value_bytes} B in batches of {args.batch_records}, "
+          f"{n_keys:,} distinct keys ({args.distinct_percent}%), written in {build_s:.1f}s")  # fmt: skip
+    to_clean = cleanable_offsets(summarize(log), None, 20_000)
+    # Cached: the software's own cost. The map pass (read every dirty byte,
+    # parse every record, map its key) leaves the log unchanged, so it can
+    # be timed beside a cached raw read; the whole cleaning happens once, below.
+    raw_read(paths)
+    cached_bytes, cached_s = raw_read(paths)
+    cached_raw = cached_bytes / MIB / cached_s
+    cleaner = new_cleaner()
+    start = time.perf_counter()
+    cleaner.build_offset_map(capture(log), to_clean.first_dirty_offset, to_clean.first_uncleanable_offset)
+    cached_map = size / MIB / (time.perf_counter() - start)
+    # Cold: each side starts with the files dropped from the page cache.
+    cold = all(drop_cache(p) for p in paths)
+    read_bytes, read_s = raw_read(paths)
+    cold_raw = read_bytes / MIB / read_s
+    cold = all(drop_cache(p) for p in paths) and cold
+    cleaner = new_cleaner()
+    start = time.perf_counter()
+    end, _ = clean_log_now(log, cleaner, to_clean, 20_000)
+    clean_s = time.perf_counter() - start
+    clean_mbs = size / MIB / clean_s
+    s = cleaner.stats
+    print(f"page cache dropped for the cold rows (posix_fadvise DONTNEED): {'yes' if cold else 'no'}")
+    print(f"raw sequential read, cached:  {cached_raw:8.1f} MiB/s")
+    print(f"cleaner's map pass, cached:   {cached_map:8.1f} MiB/s   ratio {cached_map / cached_raw:.3f}x")
+    print(f"raw sequential read, cold:    {cold_raw:8.1f} MiB/s")
+    print(f"whole cleaning, cold:         {clean_mbs:8.1f} MiB/s   ratio {clean_mbs / cold_raw:.3f}x  (goal >= 0.3x)")
+    print(f"  {size / MIB:.0f} MiB cleaned in {clean_s:.2f}s: map pass + rewrite read {s.bytes_read / MIB:.0f} MiB, "
+          f"wrote {s.bytes_written / MIB:.1f} MiB, kept {s.records_kept:,} of {s.records_read:,} records, cleaned to offset {end:,}")  # fmt: skip
+    log.close()
+
+
+def consumer_offsets(root: str, args: argparse.Namespace) -> None:
+    directory = os.path.join(root, "__consumer_offsets-0")
+    config = LogConfig.from_properties(
+        {"cleanup.policy": "compact", "segment.bytes": str(args.offsets_segment_mib * MIB), "min.cleanable.dirty.ratio": "0.5"}
+    )
+    log = Log.open(directory, config, 0)
+    cleaner = new_cleaner()
+    per_request = args.commits_per_request
+    written = 0
+    since_clean = 0
+    cleanings = 0
+    record_size = 0
+    t0 = time.perf_counter()
+    keys = [encode_offset_commit_key("bench-group", f"topic-{p // 100}", p % 100) for p in range(args.partitions)]
+    commits = 0
+    now = 1_000
+    while commits < args.commits:
+        records = []
+        for j in range(per_request):
+            p = (commits + j) % args.partitions
+            records.append(Record(timestamp=now, key=keys[p], value=encode_offset_commit_value(OffsetCommitValue(commits + j, "", now))))
+        batch = build_batch(records)
+        log.append_as_leader(batch, 0, now)
+        record_size = max(record_size, (len(batch) - 61) // len(records))
+        written += len(batch)
+        since_clean += len(batch)
+        commits += per_request
+        now += 1
+        if since_clean >= args.clean_every_mib * MIB:
+            to_clean = cleanable_offsets(summarize(log), None if not cleanings else last_end, now)
+            if to_clean.cleanable_ratio > config.min_cleanable_dirty_ratio:
+                last_end, _ = clean_log_now(log, cleaner, to_clean, now)
+                cleanings += 1
+            since_clean = 0
+    to_clean = cleanable_offsets(summarize(log), None, now)
+    clean_log_now(log, cleaner, to_clean, now)
+    elapsed = time.perf_counter() - t0
+    active = log.active_segment.size
+    cleaned_part = log.size_in_bytes - active
+    bound = args.partitions * (record_size + 61)
+    print(f"__consumer_offsets: {commits:,} commits over {args.partitions:,} partitions in {commits // per_request:,} "
+          f"requests, {written / MIB:.1f} MiB written, {cleanings + 1} cleanings, {elapsed:.1f}s")  # fmt: skip
+    print(f"  size after cleaning: {log.size_in_bytes / MIB:.2f} MiB = cleaned part {cleaned_part / 1024:.0f} KiB "
+          f"+ active segment {active / 1024:.0f} KiB (never cleaned, <= segment.bytes {args.offsets_segment_mib} MiB)")  # fmt: skip
+    print(f"  bound for the cleaned part: {args.partitions:,} keys x <= {record_size + 61} B = {bound / 1024:.0f} KiB "
+          f"-> {'within' if cleaned_part <= bound else 'ABOVE'} the bound; {written / max(1, log.size_in_bytes):.0f}x smaller than written")  # fmt: skip
+    log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--distinct-percent", type=float, default=10.0)
+    parser.add_argument("--value-bytes", type=int, default=1024)
+    parser.add_argument("--batch-records", type=int, default=64)
+    parser.add_argument("--commits", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=1_000)
+    parser.add_argument("--commits-per-request", type=int, default=100)
+    parser.add_argument("--offsets-segment-mib", type=int, default=4)
+    parser.add_argument("--clean-every-mib", type=int, default=16)
+    parser.add_argument("--skip", choices=["throughput", "offsets"], default=None)
+    parser.add_argument("--dir", default=None, help="where to write (default: the system temp dir)")
+    args = parser.parse_args()
+    args.records_estimate = lambda target: target // (args.value_bytes + 30)
+    root = tempfile.mkdtemp(prefix="kref-bench-compaction-", dir=args.dir)
+    try:
+        if args.skip != "throughput":
+            throughput(root, args)
+        if args.skip != "offsets":
+            consumer_offsets(root, args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,646 @@
+"""The pure controller core: broker membership, topics, partitions, leaders and ISRs.
+
+Theory of operation
+-------------------
+The active controller (KIP-631) is the only writer of the metadata log
+besides the quorum's own LeaderChange records. Every decision it makes
+becomes metadata records (kref/metadata/records.py, Kafka's record types);
+a request is answered only once its records are committed, so an answer
+never describes metadata a failover could lose. `ControllerCore` is that
+decision maker as a sans-IO state machine:
+
+    effects = controller.step(event, now_ms)
+
+Its state is what the records it has written or replayed say (brokers with
+their epochs, racks and fencing; topics with their partitions' replicas,
+isr, leader, leader_epoch and partition_epoch), plus the volatile heartbeat
+sessions. It applies its own records to that state as it writes them
+(Kafka's controller does the same), so a second request sees the first
+one's effect before it commits. A standby controller replays committed
+records (`Replay`); on `BecomeActive` it takes over with a fresh session for
+every registered broker (a grace period: it never heard from them).
+
+Decisions, with the spec/KRaft.tla actions they implement:
+
+- BrokerRegistration -> RegisterBrokerRecord (RegisterBroker): a new
+  broker epoch (the record's offset, as Kafka), fenced until caught up. A
+  second incarnation of a live broker id is refused
+  (DUPLICATE_BROKER_REGISTRATION) until the old one's session expires.
+- BrokerHeartbeat -> renews the session (BrokerHeartbeat); a stale broker
+  epoch is refused (STALE_BROKER_EPOCH); a fenced broker whose metadata
+  offset has reached its registration is unfenced (UnfenceBroker) and
+  leaderless partitions with it in the isr get it as leader.
+- Tick -> a broker without a heartbeat for broker.session.timeout.ms is
+  fenced (FenceBroker): in the same batch of records every partition it
+  leads gets a new leader from the isr (leader_epoch + 1) and it leaves
+  every isr (partition_epoch + 1). With no other isr member the partition
+  has no leader (-1): no unclean election.
+- CreateTopics -> TopicRecord + PartitionRecords: replicas spread over the
+  unfenced brokers (Kafka's assignment: a start offset per topic, leaders
+  round-robin, followers shifted; racks alternated so replicas of a
+  partition land on distinct racks while racks remain). Replication factor
+  above the unfenced broker count: INVALID_REPLICATION_FACTOR.
+- CreatePartitions -> PartitionRecords; DeleteTopics -> RemoveTopicRecord.
+- AlterPartition (the leader's isr change) -> PartitionChangeRecord, after
+  the checks Kafka makes: broker epoch (STALE_BROKER_EPOCH), leader
+  (NOT_LEADER_OR_FOLLOWER), leader epoch (FENCED_LEADER_EPOCH), partition
+  epoch (INVALID_UPDATE_VERSION: a stale isr view is refused), isr members
+  registered and unfenced (INELIGIBLE_REPLICA).
+
+The core is deterministic: topic ids and the assignment start come from
+the driver (`topic_id` on the request) and from a hash of the topic name.
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+from kref.metadata import records as r
+from kref.protocol.errors import ErrorCode
+from kref.trace.events import TraceEvent
+
+NO_LEADER = r.NO_LEADER
+NO_LEADER_CHANGE = r.NO_LEADER_CHANGE  # PartitionChangeRecord.leader when the leader stays
+MAX_PARTITIONS_PER_REQUEST = 100_000
+
+
+# ---------------------------------------------------------------- trace events
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerEvent(TraceEvent):
+    """spec/KRaft.tla's broker-membership actions; replica = the controller's node id."""
+
+    broker: int
+    broker_epoch: int
+    fenced: bool
+    leader_epoch: int  # the controller's quorum epoch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBroker(BrokerEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerHeartbeat(BrokerEvent):
+    metadata_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FenceBroker(BrokerEvent):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnfenceBroker(BrokerEvent):
+    metadata_offset: int
+
+
+# ---------------------------------------------------------------- requests (events)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    request_id: int
+    broker_id: int
+    incarnation_id: uuid.UUID
+    end_points: tuple = ()
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeatRequest:
+    request_id: int
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    request_id: int
+    name: str
+    num_partitions: int
+    replication_factor: int
+    topic_id: uuid.UUID  # drawn by the driver: the core has no randomness
+    configs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    request_id: int
+    name: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    request_id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartition:
+    request_id: int
+    broker_id: int
+    broker_epoch: int
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeActive:
+    """This node's quorum core became leader; `next_offset` is its log end offset."""
+
+    leader_epoch: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resign:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Committed records read from the metadata log (a standby, or a restart)."""
+
+    offset: int
+    records: tuple
+
+
+Event = (
+    BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
+    | AlterPartition | Tick | BecomeActive | Resign | Replay
+)
+
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRecords:
+    """Propose `records` to the quorum at `base_offset`; answer `reply` once committed."""
+
+    base_offset: int
+    records: tuple
+    request_id: int | None
+    reply: object
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer now (nothing to write: an error, or a heartbeat that changes nothing)."""
+
+    request_id: int
+    reply: object
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    event: TraceEvent
+
+
+Effect = WriteRecords | Reply | Emit
+
+
+# ---------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationReply:
+    error_code: int
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    error_code: int
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicReply:
+    error_code: int
+    message: str | None = None
+    topic_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReply:
+    error_code: int
+    leader: int = NO_LEADER
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass(slots=True)
+class Broker:
+    broker_id: int
+    incarnation_id: uuid.UUID
+    broker_epoch: int
+    rack: str | None
+    fenced: bool
+    end_points: tuple = ()
+
+
+@dataclass(slots=True)
+class Partition:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, Partition] = field(default_factory=dict)
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass(slots=True)
+class ControllerCore:
+    node_id: int
+    broker_session_timeout_ms: int = 9000
+    tracing: bool = True
+    active: bool = False
+    leader_epoch: int = -1
+    next_offset: int = 0
+    brokers: dict[int, Broker] = field(default_factory=dict)
+    topics: dict[str, Topic] = field(default_factory=dict)
+    topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    last_heartbeat_ms: dict[int, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ step
+
+    def step(self, event: Event, now_ms: int) -> list[Effect]:
+        out: list[Effect] = []
+        match event:
+            case Replay():
+                for i, record in enumerate(event.records):
+                    self._apply(record, event.offset + i)
+                self.next_offset = max(self.next_offset, event.offset + len(event.records))
+            case BecomeActive():
+                self.active = True
+                self.leader_epoch = event.leader_epoch
+                self.next_offset = event.next_offset
+                # A fresh session for everyone: this controller never heard them.
+                self.last_heartbeat_ms = {b: now_ms for b in self.brokers}
+            case Resign():
+                self.active = False
+                self.last_heartbeat_ms.clear()
+            case _ if not self.active:
+                request_id = getattr(event, "request_id", None)
+                if request_id is not None:
+                    out.append(Reply(request_id, _not_controller(event)))
+            case BrokerRegistration():
+                self._on_registration(event, now_ms, out)
+            case BrokerHeartbeatRequest():
+                self._on_heartbeat(event, now_ms, out)
+            case Tick():
+                self._on_tick(now_ms, out)
+            case CreateTopic():
+                self._on_create_topic(event, out)
+            case CreatePartitions():
+                self._on_create_partitions(event, out)
+            case DeleteTopic():
+                self._on_delete_topic(event, out)
+            case AlterPartition():
+                self._on_alter_partition(event, out)
+            case _:
+                raise TypeError(f"not a controller event: {event!r}")
+        return out
+
+    # ------------------------------------------------------------ records
+
+    def _write(self, records: list, request_id: int | None, reply: object, out: list[Effect]) -> None:
+        base = self.next_offset
+        for i, record in enumerate(records):
+            self._apply(record, base + i)
+        self.next_offset = base + len(records)
+        out.append(WriteRecords(base, tuple(records), request_id, reply))
+
+    def _apply(self, record: object, offset: int) -> None:
+        """What a record means for the controller's state (replayed or just written)."""
+        match record:
+            case r.RegisterBrokerRecord():
+                self.brokers[record.broker_id] = Broker(
+                    record.broker_id, record.incarnation_id, record.broker_epoch, record.rack, record.fenced,
+                    tuple(record.end_points),
+                )
+            case r.FenceBrokerRecord():
+                broker = self.brokers.get(record.id)
+                if broker is not None and broker.broker_epoch == record.epoch:
+                    broker.fenced = True
+            case r.UnfenceBrokerRecord():
+                broker = self.brokers.get(record.id)
+                if broker is not None and broker.broker_epoch == record.epoch:
+                    broker.fenced = False
+            case r.TopicRecord():
+                self.topics[record.name] = Topic(record.name, record.topic_id)
+                self.topics_by_id[record.topic_id] = record.name
+            case r.PartitionRecord():
+                topic = self.topics[self.topics_by_id[record.topic_id]]
+                topic.partitions[record.partition_id] = Partition(
+                    tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch
+                )
+            case r.PartitionChangeRecord():
+                p = self.topics[self.topics_by_id[record.topic_id]].partitions[record.partition_id]
+                if record.isr is not None:
+                    p.isr = tuple(record.isr)
+                if record.replicas is not None:
+                    p.replicas = tuple(record.replicas)
+                if record.leader != NO_LEADER_CHANGE:
+                    if record.leader != p.leader:
+                        p.leader_epoch += 1
+                    p.leader = record.leader
+                p.partition_epoch += 1
+            case r.RemoveTopicRecord():
+                name = self.topics_by_id.pop(record.topic_id, None)
+                if name is not None:
+                    del self.topics[name]
+            case r.UnregisterBrokerRecord():
+                broker = self.brokers.get(record.broker_id)
+                if broker is not None and broker.broker_epoch == record.broker_epoch:
+                    del self.brokers[record.broker_id]
+            case r.ConfigRecord() | r.FeatureLevelRecord():
+                pass
+            case _:
+                raise TypeError(f"not a metadata record: {record!r}")
+
+    def _emit(self, out: list[Effect], cls: type[BrokerEvent], now_ms: int, broker: Broker, **fields) -> None:
+        if self.tracing:
+            out.append(Emit(cls(
+                time_ms=now_ms, replica=self.node_id, topic="__cluster_metadata", partition=0,
+                broker=broker.broker_id, broker_epoch=broker.broker_epoch, fenced=broker.fenced,
+                leader_epoch=self.leader_epoch, **fields,
+            )))
+
+    # ------------------------------------------------------------ membership
+
+    def _on_registration(self, e: BrokerRegistration, now_ms: int, out: list[Effect]) -> None:
+        existing = self.brokers.get(e.broker_id)
+        if existing is not None and existing.incarnation_id != e.incarnation_id:
+            alive = now_ms - self.last_heartbeat_ms.get(e.broker_id, -(10**18)) < self.broker_session_timeout_ms
+            if alive and not existing.fenced:
+                out.append(Reply(e.request_id, RegistrationReply(ErrorCode.DUPLICATE_BROKER_REGISTRATION)))
+                return
+        if existing is not None and existing.incarnation_id == e.incarnation_id:
+            # A retried registration of the same process: same answer.
+            out.append(Reply(e.request_id, RegistrationReply(ErrorCode.NONE, existing.broker_epoch)))
+            return
+        broker_epoch = self.next_offset
+        record = r.RegisterBrokerRecord(
+            broker_id=e.broker_id, incarnation_id=e.incarnation_id, broker_epoch=broker_epoch,
+            end_points=tuple(e.end_points), rack=e.rack, fenced=True,
+        )
+        records: list = [record]
+        if existing is not None:
+            # The old incarnation's partitions lose it as leader and isr member.
+            records += self._leave_partitions(existing.broker_id)
+        self._write(records, e.request_id, RegistrationReply(ErrorCode.NONE, broker_epoch), out)
+        self.last_heartbeat_ms[e.broker_id] = now_ms
+        self._emit(out, RegisterBroker, now_ms, self.brokers[e.broker_id])
+
+    def _on_heartbeat(self, e: BrokerHeartbeatRequest, now_ms: int, out: list[Effect]) -> None:
+        broker = self.brokers.get(e.broker_id)
+        if broker is None:
+            out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.BROKER_ID_NOT_REGISTERED)))
+            return
+        if broker.broker_epoch != e.broker_epoch:
+            out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.STALE_BROKER_EPOCH)))
+            return
+        self.last_heartbeat_ms[e.broker_id] = now_ms
+        self._emit(out, BrokerHeartbeat, now_ms, broker, metadata_offset=e.current_metadata_offset)
+        # The broker has applied its own registration (spec: broker_metadata_offset > RegistrationOffset).
+        caught_up = e.current_metadata_offset > broker.broker_epoch
+        if broker.fenced and caught_up:
+            records: list = [r.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.broker_epoch)]
+            records += self._elect_for_unfenced(broker.broker_id)
+            self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, True, False), out)
+            self._emit(out, UnfenceBroker, now_ms, broker, metadata_offset=e.current_metadata_offset)
+            return
+        out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, broker.fenced)))
+
+    def _on_tick(self, now_ms: int, out: list[Effect]) -> None:
+        for broker_id in sorted(self.brokers):
+            broker = self.brokers[broker_id]
+            last = self.last_heartbeat_ms.get(broker_id, now_ms)
+            if broker.fenced or now_ms - last < self.broker_session_timeout_ms:
+                continue
+            records: list = [r.FenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch)]
+            records += self._leave_partitions(broker_id)
+            self._write(records, None, None, out)
+            self._emit(out, FenceBroker, now_ms, broker)
+
+    def _leave_partitions(self, broker_id: int) -> list:
+        """One batch: every partition led by the broker gets a new leader from
+        its isr (leader_epoch + 1), and the broker leaves every isr."""
+        records = []
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            for pid in sorted(topic.partitions):
+                p = topic.partitions[pid]
+                if broker_id not in p.isr and p.leader != broker_id:
+                    continue
+                isr = tuple(b for b in p.isr if b != broker_id)
+                if p.leader == broker_id:
+                    leader = self._choose_leader(p.replicas, isr, exclude=broker_id)
+                    if leader == NO_LEADER:
+                        # No other isr member: keep the last one in the isr
+                        # (it holds every committed record) and go offline.
+                        isr = p.isr
+                    records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, isr=isr, leader=leader))
+                elif isr:
+                    records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, isr=isr))
+        return records
+
+    def _elect_for_unfenced(self, broker_id: int) -> list:
+        records = []
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            for pid in sorted(topic.partitions):
+                p = topic.partitions[pid]
+                if p.leader == NO_LEADER and broker_id in p.isr:
+                    records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, leader=broker_id))
+        return records
+
+    def _choose_leader(self, replicas: tuple[int, ...], isr: tuple[int, ...], exclude: int = NO_LEADER) -> int:
+        for b in replicas:
+            broker = self.brokers.get(b)
+            if b != exclude and b in isr and broker is not None and not broker.fenced:
+                return b
+        return NO_LEADER
+
+    # ------------------------------------------------------------ topics
+
+    def usable_brokers(self) -> list[Broker]:
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+
+    def assign_replicas(self, name: str, num_partitions: int, replication_factor: int, first_partition: int = 0) -> list[tuple[int, ...]] | None:
+        """Kafka's replica assignment over the unfenced brokers, racks alternated; None if too few."""
+        brokers = self.usable_brokers()
+        if replication_factor < 1 or replication_factor > len(brokers):
+            return None
+        ordered = _rack_alternated(brokers)
+        n = len(ordered)
+        start = zlib.crc32(name.encode()) % n
+        shift_base = zlib.crc32(name.encode()[::-1]) % n
+        out = []
+        for p in range(first_partition, first_partition + num_partitions):
+            first = (start + p) % n
+            shift = (shift_base + p // n) % max(1, n - 1)
+            replicas = [ordered[first]]
+            racks = {ordered[first].rack}
+            candidates = [ordered[(first + 1 + (shift + k) % (n - 1)) % n] for k in range(n - 1)] if n > 1 else []
+            # Distinct racks first while racks remain, then anything left.
+            for pick_new_rack in (True, False):
+                for b in candidates:
+                    if len(replicas) == replication_factor:
+                        break
+                    if b in replicas or (pick_new_rack and b.rack is not None and b.rack in racks):
+                        continue
+                    replicas.append(b)
+                    racks.add(b.rack)
+            out.append(tuple(b.broker_id for b in replicas))
+        return out
+
+    def _on_create_topic(self, e: CreateTopic, out: list[Effect]) -> None:
+        def fail(code: int, message: str) -> None:
+            out.append(Reply(e.request_id, TopicReply(code, message)))
+
+        if e.name in self.topics:
+            return fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {e.name} already exists")
+        if not 0 < e.num_partitions <= MAX_PARTITIONS_PER_REQUEST:
+            return fail(ErrorCode.INVALID_PARTITIONS, f"number of partitions {e.num_partitions} is invalid")
+        assignment = self.assign_replicas(e.name, e.num_partitions, e.replication_factor)
+        if assignment is None:
+            return fail(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {e.replication_factor} is larger than the {len(self.usable_brokers())} "
+                "unfenced brokers" if e.replication_factor >= 1 else "replication factor must be at least 1",
+            )
+        records: list = [r.TopicRecord(name=e.name, topic_id=e.topic_id)]
+        records += [
+            r.ConfigRecord(resource_type=r.TOPIC_RESOURCE, resource_name=e.name, name=k, value=v) for k, v in e.configs
+        ]
+        records += [
+            r.PartitionRecord(partition_id=pid, topic_id=e.topic_id, replicas=replicas, isr=replicas,
+                              leader=replicas[0], leader_epoch=0, partition_epoch=0)
+            for pid, replicas in enumerate(assignment)
+        ]
+        self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, e.topic_id), out)
+
+    def _on_create_partitions(self, e: CreatePartitions, out: list[Effect]) -> None:
+        topic = self.topics.get(e.name)
+        if topic is None:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {e.name}")))
+            return
+        current = len(topic.partitions)
+        if e.count <= current or e.count > MAX_PARTITIONS_PER_REQUEST:
+            out.append(Reply(e.request_id, TopicReply(
+                ErrorCode.INVALID_PARTITIONS, f"topic {e.name} has {current} partitions; {e.count} is not more")))
+            return
+        rf = len(topic.partitions[0].replicas)
+        assignment = self.assign_replicas(e.name, e.count - current, rf, first_partition=current)
+        if assignment is None:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.INVALID_REPLICATION_FACTOR, "too few unfenced brokers")))
+            return
+        records = [
+            r.PartitionRecord(partition_id=current + i, topic_id=topic.topic_id, replicas=replicas, isr=replicas,
+                              leader=replicas[0])
+            for i, replicas in enumerate(assignment)
+        ]
+        self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out)
+
+    def _on_delete_topic(self, e: DeleteTopic, out: list[Effect]) -> None:
+        topic = self.topics.get(e.name)
+        if topic is None:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {e.name}")))
+            return
+        self._write([r.RemoveTopicRecord(topic_id=topic.topic_id)], e.request_id,
+                    TopicReply(ErrorCode.NONE, None, topic.topic_id), out)
+
+    def _on_alter_partition(self, e: AlterPartition, out: list[Effect]) -> None:
+        def fail(code: int) -> None:
+            out.append(Reply(e.request_id, AlterPartitionReply(code)))
+
+        broker = self.brokers.get(e.broker_id)
+        if broker is None or broker.broker_epoch != e.broker_epoch:
+            return fail(ErrorCode.STALE_BROKER_EPOCH)
+        name = self.topics_by_id.get(e.topic_id)
+        p = self.topics[name].partitions.get(e.partition) if name is not None else None
+        if p is None:
+            return fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if p.leader != e.broker_id:
+            return fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if e.leader_epoch != p.leader_epoch:
+            return fail(ErrorCode.FENCED_LEADER_EPOCH)
+        if e.partition_epoch != p.partition_epoch:
+            return fail(ErrorCode.INVALID_UPDATE_VERSION)
+        isr = tuple(e.new_isr)
+        if e.broker_id not in isr or any(b not in p.replicas for b in isr):
+            return fail(ErrorCode.INVALID_REQUEST)
+        for b in isr:
+            member = self.brokers.get(b)
+            if member is None or member.fenced:
+                return fail(ErrorCode.INELIGIBLE_REPLICA)
+        if isr == p.isr:
+            out.append(Reply(e.request_id, AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, p.isr, p.partition_epoch)))
+            return
+        record = r.PartitionChangeRecord(partition_id=e.partition, topic_id=e.topic_id, isr=isr)
+        base_epoch = p.partition_epoch
+        self._write([record], e.request_id,
+                    AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, isr, base_epoch + 1), out)
+
+
+def _rack_alternated(brokers: list[Broker]) -> list[Broker]:
+    """Brokers ordered rack by rack in turn (Kafka's rack-alternated list), or by id without racks."""
+    if all(b.rack is None for b in brokers):
+        return list(brokers)
+    by_rack: dict[str, list[Broker]] = {}
+    for b in brokers:
+        by_rack.setdefault(b.rack or "", []).append(b)
+    racks = sorted(by_rack)
+    out = []
+    i = 0
+    while len(out) < len(brokers):
+        for rack in racks:
+            if i < len(by_rack[rack]):
+                out.append(by_rack[rack][i])
+        i += 1
+    return out
+
+
+def _not_controller(event: object) -> object:
+    match event:
+        case BrokerRegistration():
+            return RegistrationReply(ErrorCode.NOT_CONTROLLER)
+        case BrokerHeartbeatRequest():
+            return HeartbeatReply(ErrorCode.NOT_CONTROLLER)
+        case AlterPartition():
+            return AlterPartitionReply(ErrorCode.NOT_CONTROLLER)
+    return TopicReply(ErrorCode.NOT_CONTROLLER, "not the active controller")

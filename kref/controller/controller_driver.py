@@ -1,0 +1,374 @@
+"""Trio glue for the controller core, and the broker's side of membership.
+
+Theory of operation
+-------------------
+`ControllerDriver` runs kref/controller/controller.py's ControllerCore on
+every controller node, next to its RaftNode:
+
+- a standby replays committed metadata records (decoded with
+  kref/metadata/serde.py) as the quorum hands them over;
+- when its quorum core becomes leader it first replays the rest of its
+  own log (the uncommitted tail of earlier epochs, which this leader will
+  commit), then becomes active with a fresh heartbeat session per broker;
+- a request (BrokerRegistration, BrokerHeartbeat on the CONTROLLER
+  listener) is stepped through the core; records it writes are proposed to
+  the quorum as one batch and the reply waits until the high watermark
+  passes the batch (bounded by `REPLY_TIMEOUT_S`, then REQUEST_TIMED_OUT);
+- a tick fences brokers whose session expired (FenceBroker records);
+- on losing leadership the core is rebuilt from the committed log (its
+  optimistic state may hold records the quorum never committed) and every
+  waiting request is answered NOT_CONTROLLER.
+
+`BrokerLifecycle` is the broker side (Kafka's BrokerLifecycleManager):
+register with the active controller (found through the quorum: the leader
+id this node's quorum core knows, at its controller.quorum.voters address)
+with a new incarnation id, then heartbeat every
+broker.heartbeat.interval.ms with the metadata offset this node has
+applied; re-register on STALE_BROKER_EPOCH, look for the leader again on
+NOT_CONTROLLER or a connection error.
+
+The heartbeat's current_metadata_offset is Kafka's inclusive "last offset
+applied"; the core works with the exclusive end (the spec's
+broker_metadata_offset), so the two sides add and subtract one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import trio
+
+from kref.broker.config import BrokerConfig
+from kref.broker.router import RequestContext, Router
+from kref.controller import controller as c
+from kref.controller import quorum as q
+from kref.controller.raft_driver import RaftNode, _kio
+from kref.metadata import serde
+from kref.protocol.codec import decode_response, encode_request, response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.framing import FrameDecoder
+from kref.protocol.messages import build, nested
+
+log = logging.getLogger("kref.controller")
+
+BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
+REPLY_TIMEOUT_S = 10.0
+CONTROLLER_TICK_S = 0.05
+MAX_PENDING = 10_000
+MAX_CONTROLLER_RESPONSE_BYTES = 16 << 20
+
+
+class ControllerDriver:
+    def __init__(self, raft: RaftNode, config: BrokerConfig, trace_sink: Any = None) -> None:
+        self.raft = raft
+        self.config = config
+        self.trace_sink = trace_sink
+        self.core = self._new_core()
+        self.replayed_to = 0  # records below this offset are in the core's state
+        self.next_request_id = 0
+        # request id -> [last offset of its batch, reply, trio.Event]
+        self.pending: dict[int, list] = {}
+        raft.on_commit.append(self._on_commit)
+        raft.on_high_watermark.append(self._on_high_watermark)
+        raft.on_leader_change.append(self._on_leader_change)
+
+    def _new_core(self) -> c.ControllerCore:
+        tracing = self.trace_sink is not None and getattr(self.trace_sink, "enabled", False)
+        return c.ControllerCore(
+            self.config.node_id, broker_session_timeout_ms=self.config.broker_session_timeout_ms, tracing=tracing
+        )
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    # ------------------------------------------------------------ log -> core
+
+    def _replay(self, records: list[tuple[int, bytes]]) -> None:
+        for offset, value in records:
+            if offset < self.replayed_to:
+                continue
+            self.core.step(c.Replay(offset, (serde.decode(value),)), self.now_ms())
+            self.replayed_to = offset + 1
+
+    def _on_commit(self, records: list[tuple[int, bytes]]) -> None:
+        if not self.core.active:
+            self._replay(records)
+
+    def _on_high_watermark(self, high_watermark: int) -> None:
+        for request_id, entry in list(self.pending.items()):
+            if entry[0] < high_watermark:
+                del self.pending[request_id]
+                entry[2].set()
+
+    def _on_leader_change(self, leader_id: int, leader_epoch: int, state: q.State) -> None:
+        if state is q.State.LEADER and leader_id == self.config.node_id:
+            tail = self.raft.metadata_log.committed_records(self.replayed_to, self.raft.metadata_log.log_end_offset)
+            self._replay(tail)
+            # The quorum core's log end includes the LeaderChange record it is
+            # about to append (this callback runs before that effect).
+            self.replayed_to = self.raft.core.log_end_offset
+            self.core.step(c.BecomeActive(leader_epoch, self.raft.core.log_end_offset), self.now_ms())
+            log.info("node %d: active controller in epoch %d", self.config.node_id, leader_epoch)
+        elif self.core.active:
+            # Rebuild from what is committed: the optimistic state may hold
+            # records that the next leader truncates.
+            self.core = self._new_core()
+            self.replayed_to = 0
+            self._replay(self.raft.metadata_log.committed_records(0, self.raft.applied_offset))
+            for entry in self.pending.values():
+                entry[1] = _with_error(entry[1], ErrorCode.NOT_CONTROLLER)
+                entry[2].set()
+            self.pending.clear()
+
+    # ------------------------------------------------------------ core -> log
+
+    def _carry_out(self, effects: list[c.Effect]) -> list[tuple[int | None, object, trio.Event | None]]:
+        """Propose written records; the replies, each with an event to wait on (None: answer now)."""
+        replies = []
+        for effect in effects:
+            match effect:
+                case c.WriteRecords():
+                    base = self.raft.propose([serde.encode(record) for record in effect.records])
+                    if base != effect.base_offset:
+                        # Lost leadership between the decision and the write.
+                        log.warning("node %d: proposal at %s, expected %d", self.config.node_id, base, effect.base_offset)
+                        self._on_leader_change(-1, -1, q.State.RESIGNED)
+                        if effect.request_id is not None:
+                            replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.NOT_CONTROLLER), None))
+                        continue
+                    if effect.request_id is not None:
+                        done = trio.Event()
+                        last = effect.base_offset + len(effect.records) - 1
+                        if len(self.pending) >= MAX_PENDING:
+                            replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.THROTTLING_QUOTA_EXCEEDED), None))
+                            continue
+                        entry = [last, effect.reply, done]
+                        self.pending[effect.request_id] = entry
+                        replies.append((effect.request_id, entry, done))
+                        if last < self.raft.core.high_watermark:
+                            self._on_high_watermark(self.raft.core.high_watermark)
+                case c.Reply():
+                    replies.append((effect.request_id, effect.reply, None))
+                case c.Emit():
+                    if self.trace_sink is not None:
+                        self.trace_sink.emit(effect.event)
+        return replies
+
+    async def request(self, make_event) -> object:
+        self.next_request_id += 1
+        request_id = self.next_request_id
+        effects = self.core.step(make_event(request_id), self.now_ms())
+        for rid, reply, done in self._carry_out(effects):
+            if rid != request_id:
+                continue
+            if done is None:
+                return reply
+            with trio.move_on_after(REPLY_TIMEOUT_S):
+                await done.wait()
+                return reply[1]  # the pending entry: NOT_CONTROLLER if leadership was lost
+            self.pending.pop(request_id, None)
+            return _with_error(reply[1], ErrorCode.REQUEST_TIMED_OUT)
+        return c.TopicReply(ErrorCode.UNKNOWN_SERVER_ERROR, "no reply")
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            if self.core.active:
+                self._carry_out(self.core.step(c.Tick(), self.now_ms()))
+            await trio.sleep(CONTROLLER_TICK_S)
+
+    # ------------------------------------------------------------ RPCs
+
+    def register(self, router: Router) -> None:
+        router.register(BROKER_REGISTRATION, 0, 0, self._handle_registration)
+        router.register(BROKER_HEARTBEAT, 0, 0, self._handle_heartbeat)
+        router.register(CREATE_TOPICS, 2, 7, self._handle_create_topics)
+        router.register(DELETE_TOPICS, 1, 6, self._handle_delete_topics)
+        router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
+
+    async def _handle_delete_topics(self, ctx: RequestContext, request: Any) -> Any:
+        response_type = response_class(DELETE_TOPICS, ctx.api_version)
+        result_type = nested(response_type, "DeletableTopicResult")
+        if ctx.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in request.topics]
+        else:
+            wanted = [(name, None) for name in request.topic_names]
+        results = []
+        for name, topic_id in wanted:
+            if name is None and topic_id is not None:
+                name = self.core.topics_by_id.get(topic_id)
+            if name is None:
+                reply = c.TopicReply(ErrorCode.UNKNOWN_TOPIC_ID, "no topic with this id")
+            elif not self.config.delete_topic_enable:
+                reply = c.TopicReply(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled")
+            else:
+                reply = await self.request(lambda rid, n=name: c.DeleteTopic(rid, n))
+            results.append(build(
+                result_type, name=name, topic_id=getattr(reply, "topic_id", None) or topic_id or uuid.UUID(int=0),
+                error_code=reply.error_code, error_message=getattr(reply, "message", None),
+            ))
+        return build(response_type, responses=tuple(results))
+
+    async def _handle_create_partitions(self, ctx: RequestContext, request: Any) -> Any:
+        response_type = response_class(CREATE_PARTITIONS, ctx.api_version)
+        result_type = nested(response_type, "CreatePartitionsTopicResult")
+        results = []
+        for topic in request.topics:
+            if topic.assignments:
+                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
+            elif request.validate_only:
+                known = self.core.topics.get(topic.name)
+                reply = c.TopicReply(ErrorCode.NONE) if known and topic.count > len(known.partitions) else c.TopicReply(
+                    ErrorCode.INVALID_PARTITIONS, f"cannot grow {topic.name} to {topic.count} partitions")
+            else:
+                reply = await self.request(lambda rid, t=topic: c.CreatePartitions(rid, t.name, t.count))
+            results.append(build(result_type, name=topic.name, error_code=reply.error_code,
+                                 error_message=getattr(reply, "message", None)))
+        return build(response_type, results=tuple(results))
+
+    async def _handle_create_topics(self, ctx: RequestContext, request: Any) -> Any:
+        """CreateTopics forwarded by a broker (or sent by an admin tool to the controller)."""
+        response_type = response_class(CREATE_TOPICS, ctx.api_version)
+        result_type = nested(response_type, "CreatableTopicResult")
+        results = []
+        for topic in request.topics:
+            num_partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            rf = self.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
+            values = dict(name=topic.name, topic_id=uuid.UUID(int=0), num_partitions=num_partitions,
+                          replication_factor=rf, configs=None, error_message=None)
+            if topic.assignments:
+                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
+            elif request.validate_only:
+                usable = len(self.core.usable_brokers())
+                reply = c.TopicReply(ErrorCode.NONE) if 0 < rf <= usable else c.TopicReply(
+                    ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor {rf} with {usable} unfenced brokers")
+            else:
+                configs = tuple((cfg.name, cfg.value) for cfg in topic.configs if cfg.value is not None)
+                topic_id = uuid.uuid4()
+                reply = await self.request(lambda rid: c.CreateTopic(rid, topic.name, num_partitions, rf, topic_id, configs))
+            values.update(error_code=reply.error_code, error_message=getattr(reply, "message", None))
+            if reply.error_code == ErrorCode.NONE and getattr(reply, "topic_id", None) is not None:
+                values["topic_id"] = reply.topic_id
+            results.append(build(result_type, **values))
+        return build(response_type, topics=tuple(results))
+
+    async def _handle_registration(self, ctx: RequestContext, request: Any) -> Any:
+        cls, m = _kio(BROKER_REGISTRATION, 0, "response")
+        if request.cluster_id != self.raft.cluster_id:
+            return cls(throttle_time=_zero(), error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
+        from kref.metadata import records as r
+
+        end_points = tuple(
+            r.BrokerEndpoint(name=lst.name, host=lst.host, port=int(lst.port), security_protocol=int(lst.security_protocol))
+            for lst in request.listeners
+        )
+        reply = await self.request(lambda rid: c.BrokerRegistration(
+            rid, request.broker_id, request.incarnation_id, end_points, request.rack
+        ))
+        return cls(throttle_time=_zero(), error_code=reply.error_code, broker_epoch=getattr(reply, "broker_epoch", -1))
+
+    async def _handle_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
+        cls, m = _kio(BROKER_HEARTBEAT, 0, "response")
+        reply = await self.request(lambda rid: c.BrokerHeartbeatRequest(
+            rid, request.broker_id, request.broker_epoch, request.current_metadata_offset + 1
+        ))
+        return cls(
+            throttle_time=_zero(), error_code=reply.error_code, is_caught_up=getattr(reply, "is_caught_up", False),
+            is_fenced=getattr(reply, "is_fenced", True), should_shut_down=False,
+        )
+
+
+async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
+    """One request to the active controller's CONTROLLER listener (the leader
+    this node's quorum core knows, at its controller.quorum.voters address)."""
+    voter = raft.voters.get(raft.core.leader_id)
+    if voter is None:
+        raise ConnectionError("no known active controller")
+    with trio.fail_after(timeout_s):
+        stream = await trio.open_tcp_stream(voter.host or "127.0.0.1", voter.port)
+        try:
+            await stream.send_all(encode_request(body, 1, client_id))
+            decoder = FrameDecoder(MAX_CONTROLLER_RESPONSE_BYTES)
+            while (frame := decoder.next_frame()) is None:
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise ConnectionError("controller closed the connection")
+                decoder.feed(data)
+        finally:
+            await stream.aclose()
+    return decode_response(frame, response_class(type(body).__api_key__, type(body).__version__))[1]
+
+
+class BrokerLifecycle:
+    def __init__(self, raft: RaftNode, config: BrokerConfig, advertised) -> None:
+        self.raft = raft
+        self.config = config
+        self.advertised = advertised
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+
+    async def _rpc(self, body: Any) -> Any:
+        return await controller_rpc(
+            self.raft, body, self.config.broker_session_timeout_ms / 1000, f"kref-broker-{self.config.node_id}"
+        )
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        interval = self.config.broker_heartbeat_interval_ms / 1000
+        while True:
+            try:
+                if self.broker_epoch < 0:
+                    await self._register()
+                else:
+                    await self._heartbeat()
+            except (OSError, ConnectionError, trio.TooSlowError) as exc:
+                log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
+            await trio.sleep(interval if self.broker_epoch >= 0 else min(interval, 0.2))
+
+    async def _register(self) -> None:
+        cls, m = _kio(BROKER_REGISTRATION, 0, "request")
+        body = cls(
+            broker_id=self.config.node_id,
+            cluster_id=self.raft.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=tuple(m.Listener(name=lst.name, host=lst.host, port=lst.port, security_protocol=0)
+                            for lst in self.advertised),
+            features=(),
+            rack=self.config.broker_rack,
+        )
+        response = await self._rpc(body)
+        if response.error_code == ErrorCode.NONE:
+            self.broker_epoch = response.broker_epoch
+            log.info("broker %d: registered with broker epoch %d", self.config.node_id, self.broker_epoch)
+        else:
+            log.info("broker %d: registration refused: %s", self.config.node_id, ErrorCode(response.error_code).name)
+
+    async def _heartbeat(self) -> None:
+        cls, m = _kio(BROKER_HEARTBEAT, 0, "request")
+        body = cls(
+            broker_id=self.config.node_id, broker_epoch=self.broker_epoch,
+            current_metadata_offset=self.raft.applied_offset - 1, want_fence=False, want_shut_down=False,
+        )
+        response = await self._rpc(body)
+        if response.error_code == ErrorCode.STALE_BROKER_EPOCH or response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
+            self.broker_epoch = -1
+        elif response.error_code == ErrorCode.NONE and response.is_fenced != self.fenced:
+            self.fenced = response.is_fenced
+            log.info("broker %d: %s", self.config.node_id, "fenced" if self.fenced else "unfenced")
+
+
+def _zero():
+    import datetime
+
+    return datetime.timedelta(0)
+
+
+def _with_error(reply: object, code: int) -> object:
+    """The same kind of reply, carrying only an error (every reply type defaults the rest)."""
+    return type(reply)(code)
+

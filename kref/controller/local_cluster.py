@@ -1,0 +1,201 @@
+"""`kref cluster`: a local KRaft cluster in one command, and the helpers tests share.
+
+Theory of operation
+-------------------
+`plan` lays out N nodes in a base dir: node i (1-based) has the controller
+role if i <= --controllers and the broker role if i <= --brokers, so the
+default (3, 3) is three combined nodes. Each gets a free client port and a
+free CONTROLLER port on 127.0.0.1 (bound once to learn a free number, then
+released: a race with another program is possible and shows as a
+one-line "cannot listen" from that node), its own log dir, and a
+server.properties written with Kafka's property names. `format` runs what
+`kref storage format` does for every node with one cluster id. `start`
+runs `kref broker --config` for a node with stdout and stderr in
+node-<id>.log. `run` does all of it, prints the bootstrap servers, and on
+Ctrl-C (SIGINT) or SIGTERM stops every node with SIGTERM and waits.
+
+The processes are started only by this module and stopped by their pids.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["NodeSpec", "plan", "format_nodes", "start_node", "run", "add_arguments"]
+
+MAX_NODES = 16
+
+
+@dataclass
+class NodeSpec:
+    node_id: int
+    roles: tuple[str, ...]
+    client_port: int | None
+    controller_port: int | None
+    dir: Path
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / f"node-{self.node_id}.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def plan(
+    base_dir: str | Path,
+    controllers: int = 3,
+    brokers: int = 3,
+    *,
+    host: str = "127.0.0.1",
+    overrides: dict[str, str] | None = None,
+) -> list[NodeSpec]:
+    if controllers < 1:
+        raise ValueError("--controllers must be at least 1")
+    if brokers < 0 or max(controllers, brokers) > MAX_NODES:
+        raise ValueError(f"--brokers must be 0..{MAX_NODES} and --controllers at most {MAX_NODES}")
+    base = Path(base_dir)
+    specs = []
+    for node_id in range(1, max(controllers, brokers) + 1):
+        roles = tuple(r for r, n in (("broker", brokers), ("controller", controllers)) if node_id <= n)
+        specs.append(
+            NodeSpec(
+                node_id,
+                roles,
+                free_port(host) if "broker" in roles else None,
+                free_port(host) if "controller" in roles else None,
+                base / f"node-{node_id}",
+            )
+        )
+    voters = ",".join(f"{s.node_id}@{host}:{s.controller_port}" for s in specs if s.controller_port)
+    for s in specs:
+        listeners = []
+        if s.client_port:
+            listeners.append(f"PLAINTEXT://{host}:{s.client_port}")
+        if s.controller_port:
+            listeners.append(f"CONTROLLER://{host}:{s.controller_port}")
+        s.properties = {
+            "process.roles": ",".join(s.roles),
+            "node.id": str(s.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": ",".join(listeners),
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(s.data_dir),
+        }
+        if s.client_port:
+            s.properties["inter.broker.listener.name"] = "PLAINTEXT"
+        s.properties.update(overrides or {})
+        s.dir.mkdir(parents=True, exist_ok=True)
+        s.config_file.write_text("".join(f"{k}={v}\n" for k, v in s.properties.items()))
+    return specs
+
+
+def format_nodes(specs: list[NodeSpec], cluster_id: str) -> None:
+    from kref.broker.config import BrokerConfig
+    from kref.controller import meta_properties
+    from kref.controller.settings import all_log_dirs
+
+    for s in specs:
+        config = BrokerConfig.load(s.config_file)
+        meta_properties.format_dirs(all_log_dirs(config), cluster_id, s.node_id, ignore_formatted=True)
+
+
+def start_node(spec: NodeSpec, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    log_file = open(spec.log_file, "ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kref.cli", "broker", "--config", str(spec.config_file), *extra],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+    finally:
+        log_file.close()
+
+
+def bootstrap_servers(specs: list[NodeSpec], host: str = "127.0.0.1") -> str:
+    return ",".join(f"{host}:{s.client_port}" for s in specs if s.client_port)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--controllers", type=int, default=3, help="nodes with the controller role (default 3)")
+    parser.add_argument("--brokers", type=int, default=3, help="nodes with the broker role (default 3)")
+    parser.add_argument("--dir", default="./kref-cluster", help="base dir for the nodes' configs, data and logs")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a property for every node (repeatable)")
+
+
+def run(args) -> int:
+    from kref.controller import meta_properties
+
+    overrides = {}
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"kref cluster: --override expects key=value, got {item!r}", file=sys.stderr)
+            return 2
+        overrides[key.strip()] = value
+    try:
+        specs = plan(args.dir, args.controllers, args.brokers, overrides=overrides)
+    except ValueError as exc:
+        print(f"kref cluster: {exc}", file=sys.stderr)
+        return 2
+    existing = {meta_properties.read(s.data_dir) for s in specs} - {None}
+    cluster_id = next(iter(existing)).cluster_id if existing else meta_properties.random_uuid()
+    try:
+        format_nodes(specs, cluster_id)
+    except Exception as exc:  # a config or format error: one line
+        print(f"kref cluster: {exc}", file=sys.stderr)
+        return 2
+    processes = {s.node_id: start_node(s) for s in specs}
+    print(f"kref cluster {cluster_id}: {len(specs)} nodes in {Path(args.dir).resolve()}")
+    for s in specs:
+        print(f"  node {s.node_id} ({','.join(s.roles)}): log {s.log_file}")
+    if bootstrap_servers(specs):
+        print(f"bootstrap servers: {bootstrap_servers(specs)}", flush=True)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    status = 0
+    try:
+        while not stop:
+            for node_id, p in processes.items():
+                if p.poll() is not None:
+                    print(f"kref cluster: node {node_id} exited with {p.returncode}; see its log", file=sys.stderr)
+                    stop.append(1)
+                    status = 1
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    for p in processes.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for p in processes.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    print("kref cluster stopped")
+    return status

@@ -1,0 +1,188 @@
+"""The metadata log `__cluster_metadata-0` and the `quorum-state` file on disk.
+
+Theory of operation
+-------------------
+KRaft keeps the cluster's metadata in one partition, `__cluster_metadata-0`
+under metadata.log.dir, in the same segment format as every other Kafka
+partition: record batches v2 stamped with the leader epoch of the leader
+that wrote them, an offset index, a time index and a leader-epoch
+checkpoint. `MetadataLog` is that partition opened with kref.storage's Log,
+plus what the quorum core needs from it: the (epoch, start offset) list for
+QuorumCore.restore, appends as leader (one batch per proposal, or the
+LeaderChange control batch), appends as follower (the leader's batches
+unchanged), truncation, reads for Fetch responses, and the committed
+records for the metadata image. Every append and truncation is flushed
+(fsync) before the driver carries out the next effect: the quorum core
+counts an offset as replicated as soon as the node fetches past it.
+
+The log is opened with recovery point 0 (full validation of every batch
+at every start; the metadata log is small): its recovery state is not in
+the log dir's checkpoint files, which belong to the LogManager of the data
+partitions (that LogManager skips this directory).
+
+`quorum-state` is Kafka's small JSON file next to the log: the epoch, the
+vote cast in it and the known leader. It is written atomically (tmp file,
+fsync, rename, fsync dir) before any effect that follows it; a garbled
+file is a one-line start-up error, never silently reset (a reset could let
+the node vote twice in one epoch).
+
+The LeaderChange control record's value is Kafka's LeaderChangeMessage
+(version 0, flexible): leader id, the voters and the voters that granted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from kref.broker.config import ConfigError
+from kref.records.batch import Record, build_batch, decode_batch
+from kref.records.control import ControlRecordType, control_record_key
+from kref.records.header import iter_headers
+from kref.storage.checkpoint import write_atomically
+from kref.storage.config import LogConfig
+from kref.storage.log import Log
+from kref.storage.log_manager import METADATA_PARTITION_DIR  # the LogManager skips this dir
+
+METADATA_TOPIC = "__cluster_metadata"
+QUORUM_STATE_FILE = "quorum-state"
+MAX_QUORUM_STATE_BYTES = 64 * 1024
+# One Fetch response carries at most this much of the metadata log.
+MAX_FETCH_BYTES = 1024 * 1024
+
+
+class QuorumStateError(ConfigError):
+    """quorum-state cannot be read: the node must not guess its vote."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumState:
+    leader_epoch: int = 0
+    voted_for: int = -1
+    leader_id: int = -1
+
+
+def read_quorum_state(directory: str | Path) -> QuorumState:
+    path = Path(directory) / QUORUM_STATE_FILE
+    try:
+        if path.stat().st_size > MAX_QUORUM_STATE_BYTES:
+            raise QuorumStateError(f"{path} is garbled: too large")
+        data = json.loads(path.read_bytes())
+        return QuorumState(int(data["leaderEpoch"]), int(data["votedId"]), int(data["leaderId"]))
+    except FileNotFoundError:
+        return QuorumState()
+    except (ValueError, KeyError, TypeError) as exc:
+        raise QuorumStateError(f"{path} is garbled: {exc}") from None
+
+
+def write_quorum_state(directory: str | Path, state: QuorumState, voters: list[int]) -> None:
+    path = Path(directory) / QUORUM_STATE_FILE
+    data = {
+        "clusterId": "",
+        "leaderId": state.leader_id,
+        "leaderEpoch": state.leader_epoch,
+        "votedId": state.voted_for,
+        "appliedOffset": 0,
+        "currentVoters": [{"voterId": v} for v in sorted(voters)],
+        "data_version": 0,
+    }
+    write_atomically(str(path), json.dumps(data))
+
+
+def _write_unsigned_varint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def leader_change_value(leader_id: int, voters: list[int], granting_voters: list[int]) -> bytes:
+    """Kafka's LeaderChangeMessage v0 (flexible) as the control record's value."""
+    out = bytearray(struct.pack(">hi", 0, leader_id))
+    for group in (sorted(voters), sorted(granting_voters)):
+        _write_unsigned_varint(out, len(group) + 1)
+        for v in group:
+            out += struct.pack(">i", v)
+            out.append(0)  # no tagged fields
+    out.append(0)
+    return bytes(out)
+
+
+def parse_leader_change_value(value: bytes) -> int:
+    """The leader id of a LeaderChangeMessage (for tests and tools)."""
+    return struct.unpack_from(">hi", value)[1]
+
+
+class MetadataLog:
+    def __init__(self, metadata_log_dir: str, now_ms: int) -> None:
+        self.dir = os.path.join(metadata_log_dir, METADATA_PARTITION_DIR)
+        # Never roll by time and never delete: snapshots (not yet here) are
+        # what would let the metadata log start later than offset 0.
+        config = LogConfig.from_properties({"retention.ms": "-1", "retention.bytes": "-1"})
+        self.log = Log.open(
+            self.dir, config, now_ms, recovery_point=0, log_start_offset=0, had_clean_shutdown=False, high_watermark=0
+        )
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    def epochs(self) -> list[tuple[int, int]]:
+        return self.log.leader_epoch_cache.entries()
+
+    def append_as_leader(self, values: list[bytes], leader_epoch: int, now_ms: int, *, control_value: bytes | None = None) -> int:
+        if control_value is not None:
+            batch = build_batch(
+                [Record(timestamp=now_ms, key=control_record_key(ControlRecordType.LEADER_CHANGE), value=control_value)],
+                is_control_batch=True,
+                partition_leader_epoch=leader_epoch,
+            )
+        else:
+            batch = build_batch([Record(timestamp=now_ms, value=v) for v in values], partition_leader_epoch=leader_epoch)
+        info = self.log.append_as_leader(batch, leader_epoch, now_ms)
+        self.log.flush(now_ms)
+        return info.first_offset
+
+    def append_as_follower(self, records: bytes, now_ms: int) -> None:
+        self.log.append_as_follower(records, now_ms)
+        self.log.flush(now_ms)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.log.flush()
+
+    def read(self, from_offset: int, max_bytes: int = MAX_FETCH_BYTES) -> bytes:
+        if from_offset >= self.log.log_end_offset:
+            return b""
+        return bytes(self.log.read(from_offset, max_bytes).records)
+
+    def committed_records(self, from_offset: int, high_watermark: int) -> list[tuple[int, bytes]]:
+        """(offset, value) of the data records in [from_offset, high_watermark); control batches skipped."""
+        out: list[tuple[int, bytes]] = []
+        position = from_offset
+        while position < high_watermark:
+            data = self.log.read(position, MAX_FETCH_BYTES, max_offset=high_watermark).records
+            if not data:
+                break
+            for header in iter_headers(data):
+                position = header.next_offset
+                if header.is_control_batch:
+                    continue
+                for record in decode_batch(data, header.position).records:
+                    if from_offset <= record.offset < high_watermark and record.value is not None:
+                        out.append((record.offset, record.value))
+        return out
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def batch_spans(records: bytes) -> list[tuple[int, int, int, int, int]]:
+    """(base_offset, last_offset, leader_epoch, start, end) of each batch in wire bytes."""
+    return [
+        (h.base_offset, h.last_offset, h.partition_leader_epoch, h.position, h.next_position)
+        for h in iter_headers(records)
+    ]

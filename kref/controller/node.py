@@ -1,0 +1,172 @@
+"""`kref broker --config F` for a node with process.roles: the KRaft node runner.
+
+Theory of operation
+-------------------
+A node configured with process.roles runs what its roles name, as
+kafka-server-start does:
+
+- `controller`: a voter of the quorum (RaftNode), serving Vote,
+  BeginQuorumEpoch, EndQuorumEpoch, Fetch of `__cluster_metadata-0` and
+  DescribeQuorum on its CONTROLLER listener;
+- `broker`: the broker on its client listeners; a broker-only node follows
+  the metadata log as an observer (a RaftNode that never votes);
+- `broker,controller`: both in one process, sharing one RaftNode.
+
+Start-up refuses, with one line and exit 2, an inconsistent configuration
+(kref/controller/settings.py) and log dirs that are unformatted, of another
+cluster or node, or garbled (meta_properties.py), before anything is
+written. SIGTERM/SIGINT stop the node: a leader resigns (EndQuorumEpoch)
+first, then the logs are closed. A SIGKILL skips that; the next start
+recovers the metadata log and reads quorum-state.
+
+What the metadata log carries today is the quorum's own LeaderChange
+records; the controller (broker registration, topics) writes the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from kref.broker.config import BrokerConfig, ConfigError
+
+log = logging.getLogger("kref.node")
+
+
+class ControllerEndpoint:
+    """What kref.broker.server's connection handler needs from its owner."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.open_connections = 0
+
+
+async def serve_controller_listener(endpoint: ControllerEndpoint, router, *, task_status=trio.TASK_STATUS_IGNORED):
+    from kref.broker.server import ListenError, handle_connection
+
+    listeners = endpoint.config.controller_listeners
+    bound = []
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            try:
+                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+            except OSError as exc:
+                raise ListenError(f"cannot listen on {listener}: {exc.strerror or exc}") from None
+            bound.append(listener)
+
+            async def handler(stream, name=listener.name):
+                if endpoint.open_connections >= endpoint.config.max_connections:
+                    await stream.aclose()
+                    return
+                endpoint.open_connections += 1
+                try:
+                    await handle_connection(stream, endpoint, router, name)
+                finally:
+                    endpoint.open_connections -= 1
+
+            nursery.start_soon(trio.serve_listeners, handler, sockets)
+            log.info("node %d: controller listener %s", endpoint.node_id, listener)
+        task_status.started(bound)
+
+
+def run(args: Any, config: BrokerConfig) -> int:
+    """Run a node with process.roles; the exit status."""
+    from kref.broker.router import Router
+    from kref.broker.server import ListenError
+    from kref.controller import meta_properties
+    from kref.controller.raft_driver import RaftNode
+    from kref.controller.settings import all_log_dirs, metadata_log_dir
+
+    trace_sink = None
+    broker = None
+    client_router = None
+    try:
+        cluster_id = meta_properties.ensure_formatted(all_log_dirs(config), config.node_id, require_formatted=True)
+        if "broker" in config.process_roles:
+            from kref.broker.broker import Broker
+            from kref.broker.handlers import register_all
+
+            broker = Broker(config, trace_file=args.trace_file)
+            client_router = Router()
+            register_all(client_router, broker)
+            broker.open()
+        if args.trace_file and broker is None:
+            from kref.trace import NdjsonTraceSink
+
+            trace_sink = NdjsonTraceSink(args.trace_file)
+        elif broker is not None:
+            trace_sink = getattr(broker, "trace_sink", None)
+        # KREF_QUORUM_JITTER_SEED makes the election jitter reproducible
+        # (seeded fault tests); otherwise each start draws one.
+        seed = os.environ.get("KREF_QUORUM_JITTER_SEED")
+        raft = RaftNode(
+            config, cluster_id, metadata_log_dir(config), trace_sink=trace_sink,
+            jitter_seed=int(seed) if seed else None,
+        )
+    except ConfigError as exc:
+        print(f"kref broker: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    controller_router = Router()
+    raft.register(controller_router)
+    endpoint = ControllerEndpoint(config)
+    from kref.controller.controller_driver import BrokerLifecycle, ControllerDriver
+
+    controller = None
+    if "controller" in config.process_roles:
+        controller = ControllerDriver(raft, config, trace_sink)
+        controller.register(controller_router)
+    lifecycle = BrokerLifecycle(raft, config, broker.config.advertised) if broker is not None else None
+    if broker is not None:
+        from kref.controller.broker_view import ClusterView
+
+        ClusterView(raft, broker)  # hooks itself in as broker.kraft
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                if config.controller_listeners and "controller" in config.process_roles:
+                    await nursery.start(serve_controller_listener, endpoint, controller_router)
+                await nursery.start(raft.run)
+                if controller is not None:
+                    await nursery.start(controller.run)
+                if broker is not None:
+                    from kref.broker.server import serve
+
+                    await nursery.start(serve, broker, client_router)
+                    await nursery.start(lifecycle.run)
+                log.info(
+                    "kref node %d started (process.roles %s, cluster.id %s)",
+                    config.node_id, ",".join(config.process_roles), cluster_id,
+                )
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    raft.shutdown()
+                    # Let the EndQuorumEpoch requests leave before the senders stop.
+                    await trio.sleep(0.2)
+                    nursery.cancel_scope.cancel()
+                    return
+
+    status = 0
+    try:
+        trio.run(main)
+    except* ListenError as group:
+        for exc in group.exceptions:
+            print(f"kref broker: {exc}", file=sys.stderr)
+        status = 1
+    finally:
+        raft.close()
+        if broker is not None:
+            broker.shutdown()
+        if trace_sink is not None and broker is None:
+            trace_sink.close()
+        log.info("kref node %d stopped", config.node_id)
+    return status
+
+
+__all__ = ["run", "ControllerEndpoint", "serve_controller_listener"]

@@ -1,0 +1,505 @@
+"""The trio driver of the KRaft quorum core: real sockets, real files, real clock.
+
+Theory of operation
+-------------------
+`RaftNode` runs one QuorumCore (kref/controller/quorum.py) for a node in
+the controller quorum (a voter) or following it (an observer: a broker-only
+node). It decides nothing; it translates:
+
+- time: a tick task steps the core with Tick every `TICK_MS`;
+- inbound RPCs, on the CONTROLLER listener (a Router of its own, served by
+  kref.broker.server's connection handler): Vote, BeginQuorumEpoch,
+  EndQuorumEpoch, Fetch of `__cluster_metadata-0` and DescribeQuorum, as
+  Kafka's own messages (kio). A request becomes `Received(source, message)`;
+  the response the core addresses back to that source is the RPC's answer;
+- outbound RPCs: one sender task per peer with a bounded queue (a full
+  queue drops the message, which the protocol already survives as a lost
+  message) and one request in flight, over one connection that is
+  re-opened after a failure. Responses come back as `Received`; a failed
+  connection as `SendFailed`;
+- effects, carried out in list order inside the step, synchronously: the
+  quorum-state write (fsync) and log appends (fsync) happen before any
+  message of the same step is queued, which is what makes a granted vote
+  durable before the candidate can count it.
+
+Committed records (below the high watermark, control batches skipped) are
+handed, in offset order and once each, to the `on_commit` callbacks: the
+metadata image (and the active controller) read the log through them.
+
+A Fetch is answered at once (no long poll); a follower that got nothing
+fetches again after `fetch_backoff_ms`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from kref.broker.config import BrokerConfig, Voter
+from kref.broker.router import RequestContext, Router
+from kref.controller import quorum as q
+from kref.controller.metadata_log import (
+    METADATA_TOPIC,
+    MetadataLog,
+    QuorumState,
+    batch_spans,
+    leader_change_value,
+    read_quorum_state,
+    write_quorum_state,
+)
+from kref.protocol.codec import decode_response, encode_request, request_class, response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.framing import FrameDecoder
+
+log = logging.getLogger("kref.raft")
+
+TICK_MS = 10
+TRACE_FLUSH_TICKS = 10  # the trace reaches the file within ~100 ms (kill -9 loses at most that)
+MAX_QUEUED_PER_PEER = 64
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM = 52, 1, 53, 54, 55
+FETCH_VERSION = 12
+
+
+def _kio(api_key: int, version: int, kind: str):
+    """The kio message class and its module (for the nested entities)."""
+    cls = request_class(api_key, version) if kind == "request" else response_class(api_key, version)
+    return cls, sys.modules[cls.__module__]
+
+
+class RaftNode:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cluster_id: str,
+        metadata_log_dir: str,
+        *,
+        voters: tuple[Voter, ...] | None = None,
+        trace_sink: Any = None,
+        jitter_seed: int | None = None,
+        fetch_backoff_ms: int = 50,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.voters = {v.node_id: v for v in (voters or config.controller_quorum_voters)}
+        self.node_id = config.node_id
+        self.trace_sink = trace_sink
+        self.log_dir = metadata_log_dir
+        now = self.now_ms()
+        self.metadata_log = MetadataLog(metadata_log_dir, now)
+        self.quorum_config = q.QuorumConfig(
+            config.node_id,
+            frozenset(self.voters),
+            election_timeout_ms=config.controller_quorum_election_timeout_ms,
+            fetch_timeout_ms=config.controller_quorum_fetch_timeout_ms,
+            retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
+            fetch_backoff_ms=fetch_backoff_ms,
+            jitter_seed=random.getrandbits(63) if jitter_seed is None else jitter_seed,
+        )
+        state = read_quorum_state(self.metadata_log.dir)
+        self.core = q.QuorumCore.restore(
+            self.quorum_config,
+            leader_epoch=state.leader_epoch,
+            voted_for=state.voted_for,
+            leader_id=state.leader_id,
+            epochs=self.metadata_log.epochs(),
+            log_end_offset=self.metadata_log.log_end_offset,
+            now_ms=now,
+            tracing=trace_sink is not None and getattr(trace_sink, "enabled", False),
+        )
+        self.applied_offset = 0
+        self.on_commit: list[Callable[[list[tuple[int, bytes]]], None]] = []
+        self.on_leader_change: list[Callable[[int, int, q.State], None]] = []
+        # Called with the new high watermark after on_commit (pending replies wait on it).
+        self.on_high_watermark: list[Callable[[int], None]] = []
+        self._queues: dict[int, trio.MemorySendChannel] = {}
+        self._receivers: dict[int, trio.MemoryReceiveChannel] = {}
+        self.closed = False
+        for peer in self.voters:
+            if peer != self.node_id:
+                send, receive = trio.open_memory_channel(MAX_QUEUED_PER_PEER)
+                self._queues[peer], self._receivers[peer] = send, receive
+
+    @staticmethod
+    def now_ms() -> int:
+        # The monotonic clock: the core's timers must not jump with the wall clock.
+        return time.monotonic_ns() // 1_000_000
+
+    # ------------------------------------------------------------ stepping
+
+    def step(self, event: q.Event, reply_to: int | None = None) -> q.Message | None:
+        """Step the core and carry out its effects; the response addressed to `reply_to`, if any."""
+        if self.closed:
+            return None
+        now = self.now_ms()
+        effects = self.core.step(event, now)
+        return self._apply(effects, now, reply_to)
+
+    def _apply(self, effects: list[q.Effect], now: int, reply_to: int | None) -> q.Message | None:
+        reply = None
+        for effect in effects:
+            match effect:
+                case q.PersistQuorumState():
+                    write_quorum_state(
+                        self.metadata_log.dir,
+                        QuorumState(effect.leader_epoch, effect.voted_for, effect.leader_id),
+                        list(self.voters),
+                    )
+                case q.AppendAsLeader():
+                    if effect.control:
+                        value = leader_change_value(self.node_id, list(self.voters), sorted(self.voters))
+                        self.metadata_log.append_as_leader([], effect.leader_epoch, now, control_value=value)
+                    else:
+                        self.metadata_log.append_as_leader(list(effect.payload), effect.leader_epoch, now)
+                    if self.metadata_log.log_end_offset != effect.base_offset + effect.records_count:
+                        raise q.InvariantViolation(
+                            f"metadata log end {self.metadata_log.log_end_offset} after appending at {effect.base_offset}"
+                        )
+                case q.AppendAsFollower():
+                    self.metadata_log.append_as_follower(b"".join(b.payload for b in effect.batches), now)
+                case q.TruncateTo():
+                    self.metadata_log.truncate_to(effect.log_end_offset)
+                    self.applied_offset = min(self.applied_offset, effect.log_end_offset)
+                case q.Send():
+                    if reply_to is not None and effect.destination == reply_to and _is_response(effect.message):
+                        reply = effect.message
+                    else:
+                        self._enqueue(effect.destination, effect.message)
+                case q.SendFetchResponse():
+                    response = effect.response
+                    if effect.from_offset >= 0:
+                        response = _with_records(response, self.metadata_log.read(effect.from_offset))
+                    if reply_to is not None and effect.destination == reply_to:
+                        reply = response
+                    else:
+                        self._enqueue(effect.destination, response)
+                case q.HighWatermarkAdvanced():
+                    self._deliver_committed(effect.high_watermark)
+                case q.LeaderChanged():
+                    log.info(
+                        "node %d: %s, leader %s in epoch %d",
+                        self.node_id, effect.state.value, effect.leader_id, effect.leader_epoch,
+                    )
+                    for callback in self.on_leader_change:
+                        callback(effect.leader_id, effect.leader_epoch, effect.state)
+                case q.Emit():
+                    if self.trace_sink is not None:
+                        self.trace_sink.emit(effect.event)
+                case q.ProposeRejected():
+                    pass
+                case _:
+                    raise AssertionError(f"unknown effect {effect!r}")
+        return reply
+
+    def _deliver_committed(self, high_watermark: int) -> None:
+        if high_watermark <= self.applied_offset:
+            return
+        records = self.metadata_log.committed_records(self.applied_offset, high_watermark)
+        self.applied_offset = high_watermark
+        if records:
+            for callback in self.on_commit:
+                callback(records)
+        for callback in self.on_high_watermark:
+            callback(high_watermark)
+
+    def propose(self, values: list[bytes]) -> int | None:
+        """Append metadata records as leader; the base offset, or None when not the leader."""
+        effects = self.core.step(q.Propose(tuple(values), len(values)), self.now_ms())
+        base = next((e.base_offset for e in effects if isinstance(e, q.AppendAsLeader)), None)
+        self._apply(effects, self.now_ms(), None)
+        return base
+
+    # ------------------------------------------------------------ tasks
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for peer in self._receivers:
+                nursery.start_soon(self._sender, peer)
+            task_status.started()
+            ticks = 0
+            try:
+                while True:
+                    self.step(q.Tick())
+                    ticks += 1
+                    if ticks % TRACE_FLUSH_TICKS == 0 and self.trace_sink is not None:
+                        self.trace_sink.flush()
+                    await trio.sleep(TICK_MS / 1000)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    def shutdown(self) -> None:
+        """Graceful: a leader resigns (EndQuorumEpoch queued, sent if the senders still run)."""
+        if not self.closed:
+            self.step(q.Shutdown())
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.metadata_log.close()
+
+    def _enqueue(self, destination: int, message: q.Message) -> None:
+        queue = self._queues.get(destination)
+        if queue is None:
+            log.debug("node %d: no address for node %d, message dropped", self.node_id, destination)
+            return
+        try:
+            queue.send_nowait(message)
+        except trio.WouldBlock:
+            log.warning("node %d: queue to node %d full, %s dropped", self.node_id, destination, type(message).__name__)
+
+    async def _sender(self, peer: int) -> None:
+        voter = self.voters[peer]
+        receive = self._receivers[peer]
+        stream: trio.SocketStream | None = None
+        decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+        correlation_id = 0
+        timeout_s = self.quorum_config.fetch_timeout_ms / 1000
+        async for message in receive:
+            if self.closed:
+                return
+            try:
+                body = self._to_kio_request(message)
+                if body is None:
+                    continue
+                with trio.fail_after(timeout_s):
+                    if stream is None:
+                        stream = await trio.open_tcp_stream(voter.host or "127.0.0.1", voter.port)
+                        decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+                    correlation_id += 1
+                    await stream.send_all(encode_request(body, correlation_id, f"kref-raft-{self.node_id}"))
+                    frame = None
+                    while frame is None:
+                        frame = decoder.next_frame()
+                        if frame is None:
+                            data = await stream.receive_some(65536)
+                            if not data:
+                                raise ConnectionError("connection closed")
+                            decoder.feed(data)
+                    response_type = response_class(type(body).__api_key__, type(body).__version__)
+                    got, response = decode_response(frame, response_type)
+                    if got != correlation_id:
+                        raise ConnectionError(f"correlation id {got}, expected {correlation_id}")
+            except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                log.debug("node %d: request to node %d failed: %s", self.node_id, peer, exc)
+                if stream is not None:
+                    with trio.CancelScope(shield=True):
+                        await stream.aclose()
+                stream = None
+                self.step(q.SendFailed(peer))
+                await trio.sleep(self.quorum_config.retry_backoff_ms / 1000)
+                continue
+            core_response = self._from_kio_response(message, response)
+            if core_response is not None:
+                self.step(q.Received(peer, core_response))
+
+    # ------------------------------------------------------------ wire <-> core
+
+    def _to_kio_request(self, message: q.Message) -> Any:
+        def topic(module, **partition):
+            return (module.TopicData(topic_name=METADATA_TOPIC, partitions=(module.PartitionData(partition_index=0, **partition),)),)
+
+        match message:
+            case q.VoteRequest():
+                cls, m = _kio(VOTE, 0, "request")
+                return cls(cluster_id=self.cluster_id, topics=topic(
+                    m, replica_epoch=message.candidate_epoch, replica_id=message.candidate_id,
+                    last_offset_epoch=message.last_offset_epoch, last_offset=message.last_offset,
+                ))
+            case q.BeginQuorumEpochRequest():
+                cls, m = _kio(BEGIN_QUORUM_EPOCH, 0, "request")
+                return cls(cluster_id=self.cluster_id, topics=topic(m, leader_id=message.leader_id, leader_epoch=message.leader_epoch))
+            case q.EndQuorumEpochRequest():
+                cls, m = _kio(END_QUORUM_EPOCH, 0, "request")
+                return cls(cluster_id=self.cluster_id, topics=topic(
+                    m, leader_id=message.leader_id, leader_epoch=message.leader_epoch,
+                    preferred_successors=tuple(message.preferred_successors),
+                ))
+            case q.FetchRequest():
+                import datetime
+
+                cls, m = _kio(FETCH, FETCH_VERSION, "request")
+                return cls(
+                    cluster_id=self.cluster_id,
+                    replica_id=message.replica_id,
+                    max_wait=datetime.timedelta(milliseconds=0),
+                    min_bytes=0,
+                    topics=(m.FetchTopic(topic=METADATA_TOPIC, partitions=(m.FetchPartition(
+                        partition=0, current_leader_epoch=message.current_leader_epoch,
+                        fetch_offset=message.fetch_offset, last_fetched_epoch=message.last_fetched_epoch,
+                        partition_max_bytes=1024 * 1024,
+                    ),)),),
+                    forgotten_topics_data=(),
+                )
+        return None  # responses never travel on the sender's connection
+
+    def _from_kio_response(self, request: q.Message, response: Any) -> q.Message | None:
+        try:
+            p = response.topics[0].partitions[0] if not isinstance(request, q.FetchRequest) else response.responses[0].partitions[0]
+        except (IndexError, AttributeError):
+            code = getattr(response, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
+            log.warning("node %d: %s answered with error %s and no partition", self.node_id, type(response).__name__, code)
+            return None
+        match request:
+            case q.VoteRequest():
+                return q.VoteResponse(int(p.error_code), p.leader_id, p.leader_epoch, p.vote_granted)
+            case q.BeginQuorumEpochRequest():
+                return q.BeginQuorumEpochResponse(int(p.error_code), p.leader_id, p.leader_epoch)
+            case q.EndQuorumEpochRequest():
+                return q.EndQuorumEpochResponse(int(p.error_code), p.leader_id, p.leader_epoch)
+            case q.FetchRequest():
+                records = bytes(p.records or b"")
+                batches = tuple(
+                    q.Batch(base, last, epoch, records[start:end]) for base, last, epoch, start, end in batch_spans(records)
+                )
+                return q.FetchResponse(
+                    int(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch, p.high_watermark,
+                    p.diverging_epoch.epoch, p.diverging_epoch.end_offset, batches, request.fetch_offset,
+                )
+        return None
+
+    # ------------------------------------------------------------ server side
+
+    def register(self, router: Router) -> None:
+        router.register(VOTE, 0, 0, self._handle_vote)
+        router.register(BEGIN_QUORUM_EPOCH, 0, 0, self._handle_begin_quorum_epoch)
+        router.register(END_QUORUM_EPOCH, 0, 0, self._handle_end_quorum_epoch)
+        router.register(FETCH, FETCH_VERSION, FETCH_VERSION, self._handle_fetch)
+        router.register(DESCRIBE_QUORUM, 0, 0, self._handle_describe_quorum)
+
+    def _wrong_cluster(self, request: Any) -> bool:
+        cluster_id = getattr(request, "cluster_id", None)
+        return cluster_id is not None and cluster_id != self.cluster_id
+
+    @staticmethod
+    def _partition(request: Any) -> Any:
+        topics = request.topics
+        if len(topics) != 1 or topics[0].topic_name != METADATA_TOPIC or len(topics[0].partitions) != 1:
+            return None
+        p = topics[0].partitions[0]
+        return p if p.partition_index == 0 else None
+
+    def _respond(self, api_key: int, top_error: int, reply: Any, **partition: Any) -> Any:
+        cls, m = _kio(api_key, 0, "response")
+        if reply is None:
+            return cls(error_code=top_error, topics=())
+        return cls(error_code=ErrorCode.NONE, topics=(m.TopicData(topic_name=METADATA_TOPIC, partitions=(
+            m.PartitionData(partition_index=0, **partition),
+        )),))
+
+    async def _handle_vote(self, ctx: RequestContext, request: Any) -> Any:
+        p = self._partition(request)
+        if self._wrong_cluster(request) or p is None:
+            code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
+            return self._respond(VOTE, code, None)
+        reply = self.step(
+            q.Received(p.replica_id, q.VoteRequest(p.replica_epoch, p.replica_id, p.last_offset_epoch, p.last_offset)),
+            reply_to=p.replica_id,
+        )
+        if not isinstance(reply, q.VoteResponse):
+            reply = q.VoteResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch, False)
+        return self._respond(VOTE, 0, reply, error_code=reply.error_code, leader_id=reply.leader_id,
+                             leader_epoch=reply.leader_epoch, vote_granted=reply.vote_granted)
+
+    async def _handle_begin_quorum_epoch(self, ctx: RequestContext, request: Any) -> Any:
+        p = self._partition(request)
+        if self._wrong_cluster(request) or p is None:
+            code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
+            return self._respond(BEGIN_QUORUM_EPOCH, code, None)
+        reply = self.step(q.Received(p.leader_id, q.BeginQuorumEpochRequest(p.leader_id, p.leader_epoch)), reply_to=p.leader_id)
+        if reply is None:
+            reply = q.BeginQuorumEpochResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch)
+        return self._respond(BEGIN_QUORUM_EPOCH, 0, reply, error_code=reply.error_code, leader_id=reply.leader_id,
+                             leader_epoch=reply.leader_epoch)
+
+    async def _handle_end_quorum_epoch(self, ctx: RequestContext, request: Any) -> Any:
+        p = self._partition(request)
+        if self._wrong_cluster(request) or p is None:
+            code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
+            return self._respond(END_QUORUM_EPOCH, code, None)
+        reply = self.step(
+            q.Received(p.leader_id, q.EndQuorumEpochRequest(p.leader_id, p.leader_epoch, tuple(p.preferred_successors))),
+            reply_to=p.leader_id,
+        )
+        if reply is None:
+            reply = q.EndQuorumEpochResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch)
+        return self._respond(END_QUORUM_EPOCH, 0, reply, error_code=reply.error_code, leader_id=reply.leader_id,
+                             leader_epoch=reply.leader_epoch)
+
+    async def _handle_fetch(self, ctx: RequestContext, request: Any) -> Any:
+        cls, m = _kio(FETCH, FETCH_VERSION, "response")
+        topics = request.topics
+        valid = (
+            len(topics) == 1 and topics[0].topic == METADATA_TOPIC
+            and len(topics[0].partitions) == 1 and topics[0].partitions[0].partition == 0
+        )
+        if self._wrong_cluster(request) or not valid:
+            code = ErrorCode.INCONSISTENT_CLUSTER_ID if valid else ErrorCode.INVALID_REQUEST
+            return cls(throttle_time=_zero(), error_code=code, responses=())
+        fp = topics[0].partitions[0]
+        source = request.replica_id
+        reply = self.step(
+            q.Received(source, q.FetchRequest(source, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch)),
+            reply_to=source,
+        )
+        if not isinstance(reply, q.FetchResponse):
+            reply = q.FetchResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch, self.core.high_watermark)
+        records = reply.batches[0].payload if reply.batches else b""
+        partition = m.PartitionData(
+            partition_index=0,
+            error_code=reply.error_code,
+            high_watermark=reply.high_watermark,
+            log_start_offset=0,
+            diverging_epoch=m.EpochEndOffset(epoch=reply.diverging_epoch, end_offset=reply.diverging_end_offset),
+            current_leader=m.LeaderIdAndEpoch(leader_id=reply.leader_id, leader_epoch=reply.leader_epoch),
+            aborted_transactions=None,
+            records=records,
+        )
+        return cls(throttle_time=_zero(), error_code=ErrorCode.NONE,
+                   responses=(m.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),))
+
+    async def _handle_describe_quorum(self, ctx: RequestContext, request: Any) -> Any:
+        cls, m = _kio(DESCRIBE_QUORUM, 0, "response")
+        if self._partition(request) is None:
+            return cls(error_code=ErrorCode.INVALID_REQUEST, topics=())
+        core = self.core
+        if not core.is_leader():
+            return cls(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, topics=())
+        voters = tuple(
+            m.ReplicaState(replica_id=v, log_end_offset=core.log_end_offset if v == self.node_id else core.end_offsets.get(v, -1))
+            for v in sorted(self.voters)
+        )
+        observers = tuple(
+            m.ReplicaState(replica_id=o, log_end_offset=offset) for o, offset in sorted(core.observer_offsets.items())
+        )
+        return cls(error_code=ErrorCode.NONE, topics=(m.TopicData(topic_name=METADATA_TOPIC, partitions=(
+            m.PartitionData(partition_index=0, error_code=ErrorCode.NONE, leader_id=self.node_id,
+                            leader_epoch=core.leader_epoch, high_watermark=core.high_watermark,
+                            current_voters=voters, observers=observers),
+        )),))
+
+
+def _zero():
+    import datetime
+
+    return datetime.timedelta(0)
+
+
+def _is_response(message: q.Message) -> bool:
+    return isinstance(message, (q.VoteResponse, q.BeginQuorumEpochResponse, q.EndQuorumEpochResponse, q.FetchResponse))
+
+
+def _with_records(response: q.FetchResponse, records: bytes) -> q.FetchResponse:
+    """The leader's answer with the log bytes it read, as one opaque 'batch' for the wire."""
+    if not records:
+        return response
+    return q.FetchResponse(
+        response.error_code, response.leader_id, response.leader_epoch, response.high_watermark,
+        response.diverging_epoch, response.diverging_end_offset,
+        (q.Batch(-1, -1, -1, records),), response.fetch_offset,
+    )

@@ -1,0 +1,1 @@
+"""Cluster metadata: Kafka's metadata records (records.py) and their framing in the log (serde.py)."""

@@ -1,0 +1,859 @@
+"""The log cleaner's I/O: map the dirty part, write cleaned segments, swap them in.
+
+Theory of operation. cleaner_planner.py decides; this module reads and
+writes. A cleaning of one log (`Cleaner.clean`) runs in three parts:
+
+1. `capture(log)` (on the broker's thread, instant): a frozen picture of
+   the segments to clean — paths, sizes, offsets — and the offsets of every
+   idempotent producer's last batch. The log keeps serving meanwhile.
+2. `build_offset_map` and `build_cleaned_group` (on a worker thread, the
+   bulk of the work): read the picture's files through descriptors of their
+   own (never the log's shared descriptor cache, which is single-threaded),
+   map keys to last offsets, and write `<base>.log.cleaned` with its
+   `.index.cleaned` and `.timeindex.cleaned` for each group of segments,
+   fsynced. Batches keep their base offset, last offset delta, producer
+   fields, leader epoch and attributes; only dropped records leave.
+3. `swap_in` (back on the broker's thread, instant): if the log still has
+   exactly the segments the picture showed, Kafka's swap protocol:
+   rename the cleaned files to `.swap` (the log file first: the commit
+   point), rename the replaced segments to `.deleted`, rename the `.swap`
+   files to their final names, open the new segment. Otherwise nothing is
+   swapped and the cleaned files are removed (the log changed under us:
+   truncation, retention, deletion).
+
+Crash safety (`recover_swap_files`, called by the loader before it lists
+segments): `.cleaned` files are deleted (the swap never committed: the old
+segments are intact); a `.log.swap` file committed its swap, so every
+segment whose base offset lies in [swap base, swap next offset) is deleted
+and the swap files are renamed into place. An old segment past the swap's
+last offset held only records the cleaner dropped; should it survive such a
+crash it is simply uncompacted data, in order, and the next run drops it
+again. Everything the cleaner reads and writes is bounded: one batch, one
+I/O buffer (log.cleaner.io.buffer.size) or one segment's index at a time.
+
+log.cleaner.io.max.bytes.per.second throttles reads and writes together
+(`Throttler`, pure arithmetic; the worker sleeps what it says).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import crc32c
+
+from kref.records import header as h
+from kref.records.batch import build_batch, decode_records, records_section
+from kref.records.compression import CompressionType, compress
+from kref.records.errors import CorruptRecordError
+from kref.records.header import BatchHeader, read_header
+from kref.records.varint import read_varint
+from kref.storage.checkpoint import fsync_dir, read_offset_checkpoint_or_empty, write_offset_checkpoint
+from kref.storage.cleaner_planner import (
+    BatchAction,
+    LogSummary,
+    LogToClean,
+    OffsetMap,
+    SegmentSummary,
+    group_segments_by_size,
+    plan_batch,
+    retain_deletes,
+    retain_records,
+)
+from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+
+logger = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+DOUBLE_MAX = 1.7976931348623157e308
+MAX_CLEANER_BATCH_BYTES = 1 << 31  # a segment bounds a batch; this only guards the header read
+MAX_UNCOMPRESSED_BATCH_BYTES = 256 * 1024 * 1024  # bound on decompressing one batch while cleaning
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class CleaningAbortedError(Exception):
+    """The log changed under the cleaner, or the broker is stopping: nothing was swapped."""
+
+
+# ---------------------------------------------------------------------------
+# configuration
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """Kafka's log.cleaner.* broker settings (defaults as Kafka's)."""
+
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_size: int = 512 * 1024
+    io_buffer_load_factor: float = 0.9
+    io_max_bytes_per_second: float = DOUBLE_MAX
+    backoff_ms: int = 15_000
+
+
+# ---------------------------------------------------------------------------
+# throttling
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Throttler:
+    """Keeps the cleaner's I/O under `max_bytes_per_second` (Kafka's Throttler).
+
+    Pure: `observe(bytes, now_s)` returns how long to sleep now so that the
+    bytes done since the period began never run ahead of the rate.
+    """
+
+    max_bytes_per_second: float
+    period_s: float = 0.3
+    _start: float | None = None
+    _bytes: int = 0
+
+    def observe(self, n: int, now_s: float) -> float:
+        if self.max_bytes_per_second >= DOUBLE_MAX:
+            return 0.0
+        if self._start is None:
+            self._start = now_s
+        self._bytes += n
+        elapsed = now_s - self._start
+        if elapsed < self.period_s:
+            return 0.0
+        wanted = self._bytes / self.max_bytes_per_second
+        sleep = max(0.0, wanted - elapsed)
+        self._start, self._bytes = now_s + sleep, 0
+        return sleep
+
+
+# ---------------------------------------------------------------------------
+# the picture of a log the worker cleans
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    base_offset: int
+    path: str
+    size: int
+    next_offset: int
+    summary: SegmentSummary
+    segment: LogSegment  # identity only: swap_in checks the log still holds it
+
+
+@dataclass(frozen=True)
+class LogPicture:
+    dir: str
+    key: tuple[str, int]
+    segments: tuple[SegmentFile, ...]  # every segment but the active one
+    active_base_offset: int
+    segment_bytes: int
+    max_index_size: int
+    index_interval_bytes: int
+    delete_retention_ms: int
+    producer_last_offsets: frozenset[int] | None  # None: unknown, scan for them
+
+
+def summarize(log) -> LogSummary:
+    """The planner's view of a Log (instant: metadata already in memory)."""
+    segs = []
+    for s in log.segments:
+        segs.append(
+            SegmentSummary(
+                base_offset=s.base_offset,
+                next_offset=s.next_offset,
+                size=s.size,
+                largest_timestamp=s.max_timestamp_so_far if s.max_timestamp_so_far >= 0 else -1,
+                first_batch_timestamp=s.rolling_based_timestamp if s.rolling_based_timestamp is not None else -1,
+                offset_index_bytes=len(s.offset_index) * _OFFSET_ENTRY.size,
+                time_index_bytes=len(s.time_index) * _TIME_ENTRY.size,
+            )
+        )
+    cfg = log.config
+    return LogSummary(
+        key=(log.topic, log.partition),
+        log_start_offset=log.log_start_offset,
+        log_end_offset=log.log_end_offset,
+        segments=tuple(segs),
+        compact=cfg.compact_enabled,
+        min_cleanable_dirty_ratio=cfg.min_cleanable_dirty_ratio,
+        min_compaction_lag_ms=cfg.min_compaction_lag_ms,
+        max_compaction_lag_ms=cfg.max_compaction_lag_ms,
+    )
+
+
+def capture(log) -> LogPicture:
+    cfg = log.config
+    files = []
+    for s, summary in zip(log.segments[:-1], summarize(log).segments):
+        files.append(SegmentFile(s.base_offset, s.log_path, s.size, s.next_offset, summary, s))
+    last_offsets = None
+    producers = getattr(log.producer_state, "producers", None)
+    if isinstance(producers, dict):
+        last_offsets = frozenset(e.batches[-1].last_offset for e in producers.values() if e.batches)
+    return LogPicture(
+        dir=log.dir,
+        key=(log.topic, log.partition),
+        segments=tuple(files),
+        active_base_offset=log.active_segment.base_offset,
+        segment_bytes=cfg.segment_bytes,
+        max_index_size=cfg.max_index_size,
+        index_interval_bytes=cfg.index_interval_bytes,
+        delete_retention_ms=cfg.delete_retention_ms,
+        producer_last_offsets=last_offsets,
+    )
+
+
+# ---------------------------------------------------------------------------
+# reading segments on the worker
+# ---------------------------------------------------------------------------
+
+
+class _Reader:
+    """Sequential batch reader over one segment file with its own descriptor."""
+
+    def __init__(self, path: str, size: int, buffer_size: int, account: Callable[[int], None]) -> None:
+        try:
+            self.fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise CleaningAbortedError(f"{path} was removed while cleaning") from None
+        self.size = size
+        self.buffer_size = max(buffer_size, h.HEADER_SIZE)
+        self.account = account
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def batches(self) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """(header, bytes of the whole batch) of every batch, headers' positions absolute."""
+        position = 0
+        while position < self.size:
+            want = min(self.buffer_size, self.size - position)
+            data = os.pread(self.fd, want, position)
+            self.account(len(data))
+            view = memoryview(data)
+            p = 0
+            while p + h.HEADER_SIZE <= len(view):
+                length = struct.unpack_from(">i", view, p + 8)[0]
+                total = h.LOG_OVERHEAD + length
+                if p + total > len(view):
+                    break
+                header = read_header(view, p, max_batch_size=MAX_CLEANER_BATCH_BYTES)
+                yield header, view[p : p + total]
+                p += total
+            if p == 0:
+                # A batch larger than the buffer: read exactly that batch.
+                if self.size - position < h.HEADER_SIZE:
+                    raise CorruptRecordError(f"torn batch header at position {position}", position)
+                length = struct.unpack_from(">i", os.pread(self.fd, 12, position), 8)[0]
+                total = h.LOG_OVERHEAD + length
+                if total > self.size - position or length < h.HEADER_SIZE - h.LOG_OVERHEAD:
+                    raise CorruptRecordError(f"batch at position {position} runs past the segment", position)
+                data = os.pread(self.fd, total, position)
+                self.account(len(data))
+                yield read_header(data, 0, max_batch_size=MAX_CLEANER_BATCH_BYTES), memoryview(data)
+                p = total
+            position += p
+
+
+def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | None, bool, int, int, int]]:
+    """(offset, key, has_value, start, end, timestamp_delta) of each record in a records section.
+
+    Only what compaction needs is parsed; headers and values are skipped.
+    Bounds are checked (a bad length raises CorruptRecordError): these
+    bytes passed CRC checks on append, so a failure here is a real fault.
+    """
+    out = []
+    append = out.append
+    pos, end = 0, len(section)
+    try:
+        while pos < end:
+            start = pos
+            b = section[pos]
+            if b < 0x80:
+                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            elif section[pos + 1] < 0x80:  # records of 64 B to 8 KiB
+                v = (b & 0x7F) | (section[pos + 1] << 7)
+                length, pos = (v >> 1) ^ -(v & 1), pos + 2
+            else:
+                length, pos = read_varint(section, pos, end)
+            record_end = pos + length
+            if length <= 0 or record_end > end:
+                raise CorruptRecordError(f"record length {length} runs past the records section")
+            b = section[pos + 1]
+            if b < 0x80:
+                ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, pos = read_varint(section, pos + 1, record_end, 10)
+            b = section[pos]
+            if b < 0x80:
+                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                offset_delta, pos = read_varint(section, pos, record_end)
+            b = section[pos]
+            if b < 0x80:
+                key_length, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                key_length, pos = read_varint(section, pos, record_end)
+            if key_length >= 0:
+                if pos + key_length > record_end:
+                    raise CorruptRecordError("record key runs past its record")
+                key = section[pos : pos + key_length]
+                pos += key_length
+            else:
+                key = None
+            b = section[pos]
+            has_value = b != 1  # zigzag(-1): a null value, a tombstone
+            append((base_offset + offset_delta, key, has_value, start, record_end, ts_delta))
+            pos = record_end
+    except IndexError:
+        raise CorruptRecordError("record runs past the records section") from None
+    return out
+
+
+def _records_of(batch: memoryview, header: BatchHeader) -> bytes:
+    local = header if header.position == 0 else _at_zero(header)
+    section = records_section(batch, local, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES)
+    return section if isinstance(section, bytes) else bytes(section)
+
+
+def _at_zero(header: BatchHeader) -> BatchHeader:
+    from dataclasses import replace
+
+    return replace(header, position=0)
+
+
+# ---------------------------------------------------------------------------
+# writing batches and cleaned segments
+# ---------------------------------------------------------------------------
+
+
+def _pack_batch(
+    header: BatchHeader, section: bytes, records_count: int, base_timestamp: int, max_timestamp: int, attributes: int
+) -> bytes:
+    out = bytearray(h.HEADER_SIZE)
+    out += section
+    _HEADER.pack_into(
+        out, 0,
+        header.base_offset, len(out) - h.LOG_OVERHEAD, header.partition_leader_epoch, 2, 0, attributes,
+        header.last_offset_delta, base_timestamp, max_timestamp, header.producer_id, header.producer_epoch,
+        header.base_sequence, records_count,
+    )  # fmt: skip
+    struct.pack_into(">I", out, h.CRC_OFFSET, crc32c.crc32c(memoryview(out)[h.ATTRIBUTES_OFFSET :]))
+    return bytes(out)
+
+
+@dataclass
+class CleaningStats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    batches_read: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    batches_emptied: int = 0
+    map_entries: int = 0
+    groups: int = 0
+    seconds: float = 0.0
+
+
+class _CleanedWriter:
+    """Appends batches to `<base>.log.cleaned` and keeps its index entries in memory,
+    added by the same rule as LogSegment.append (one per index.interval.bytes)."""
+
+    buffer_limit = 1 << 20  # bytes gathered before one write
+
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, max_index_size: int, account: Callable[[int], None]) -> None:
+        self.base_offset = base_offset
+        self.path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
+        self.index_path = os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX) + CLEANED_SUFFIX)
+        self.time_index_path = os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX) + CLEANED_SUFFIX)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.index_interval_bytes = index_interval_bytes
+        self.max_entries_offset = max(1, max_index_size // _OFFSET_ENTRY.size)
+        self.max_entries_time = max(1, max_index_size // _TIME_ENTRY.size)
+        self.account = account
+        self.size = 0
+        self.pending = bytearray()
+        self.bytes_since_index = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.offset_entries: list[tuple[int, int]] = []
+        self.time_entries: list[tuple[int, int]] = []
+
+    def append(self, batch: bytes | memoryview, last_offset: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+        if self.bytes_since_index > self.index_interval_bytes:
+            self._index(last_offset, self.size + len(self.pending))
+            self.bytes_since_index = 0
+        self.bytes_since_index += len(batch)
+        self.pending += batch
+        if len(self.pending) >= self.buffer_limit:
+            self._write()
+
+    def _index(self, last_offset: int, position: int) -> None:
+        relative = last_offset - self.base_offset
+        if len(self.offset_entries) < self.max_entries_offset and (not self.offset_entries or relative > self.offset_entries[-1][0]):
+            self.offset_entries.append((relative, position))
+        self._time_entry()
+
+    def _time_entry(self) -> None:
+        ts, relative = self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
+        if ts < 0 or len(self.time_entries) >= self.max_entries_time:
+            return
+        if self.time_entries and (ts <= self.time_entries[-1][0] or relative < self.time_entries[-1][1]):
+            return
+        self.time_entries.append((ts, relative))
+
+    def _write(self) -> None:
+        view = memoryview(self.pending)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self.fd, view[written:], self.size + written)
+        self.account(len(view))
+        self.size += len(view)
+        self.pending = bytearray()
+
+    def finish(self) -> None:
+        """Write the rest and both indexes, fsync all three (before any rename)."""
+        self._write()
+        self._time_entry()  # the segment's final max timestamp, as on roll
+        os.fsync(self.fd)
+        os.close(self.fd)
+        for path, entries, entry in (
+            (self.index_path, self.offset_entries, _OFFSET_ENTRY),
+            (self.time_index_path, self.time_entries, _TIME_ENTRY),
+        ):
+            data = b"".join(entry.pack(a, b) for a, b in entries)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def abandon(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        for path in (self.path, self.index_path, self.time_index_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+@dataclass(frozen=True)
+class CleanedGroup:
+    base_offset: int
+    replaced: tuple[SegmentFile, ...]
+    size: int
+
+
+# ---------------------------------------------------------------------------
+# the cleaner
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Cleaner:
+    """One cleaner thread's worker state: its offset map and throttler."""
+
+    offset_map: OffsetMap
+    throttler: Throttler
+    io_buffer_size: int = 512 * 1024
+    stop: threading.Event = field(default_factory=threading.Event)
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    stats: CleaningStats = field(default_factory=CleaningStats)
+
+    def _account(self, n: int) -> None:
+        if self.stop.is_set():
+            raise CleaningAbortedError("the cleaner is stopping")
+        pause = self.throttler.observe(n, self.clock())
+        if pause > 0:
+            self.sleep(pause)
+
+    def _account_read(self, n: int) -> None:
+        self.stats.bytes_read += n
+        self._account(n)
+
+    def _account_write(self, n: int) -> None:
+        self.stats.bytes_written += n
+        self._account(n)
+
+    # -- step 1: the map -----------------------------------------------------
+
+    def build_offset_map(self, picture: LogPicture, first_dirty_offset: int, first_uncleanable_offset: int) -> int:
+        """Map keys of [first_dirty, first_uncleanable) to their last offsets; returns the
+        end offset actually mapped (less when the map filled up)."""
+        om = self.offset_map
+        om.clear()
+        end_offset = first_dirty_offset
+        for seg in picture.segments:
+            if seg.next_offset <= first_dirty_offset or seg.size == 0:
+                continue
+            if seg.base_offset >= first_uncleanable_offset:
+                break
+            reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
+            try:
+                for header, batch in reader.batches():
+                    if header.last_offset < first_dirty_offset:
+                        continue
+                    if header.base_offset >= first_uncleanable_offset:
+                        break
+                    if not header.is_control_batch:
+                        records = _scan_records(_records_of(batch, header), header.base_offset)
+                        if not om.put_records(records):
+                            if end_offset == first_dirty_offset:
+                                raise CleaningAbortedError(
+                                    f"log.cleaner.dedupe.buffer.size holds {om.capacity} keys, "
+                                    f"too few for one batch of {len(records)} at offset {header.base_offset}"
+                                )
+                            self.stats.map_entries = len(om)
+                            return end_offset
+                    om.advance(header.last_offset)
+                    end_offset = header.next_offset
+            finally:
+                reader.close()
+        # Everything below first_uncleanable was mapped: the whole dirty part is clean after this run.
+        om.advance(first_uncleanable_offset - 1)
+        self.stats.map_entries = len(om)
+        return max(end_offset, first_uncleanable_offset)
+
+    # -- producers' last batches ---------------------------------------------------
+
+    def producer_last_offsets(self, picture: LogPicture, active_path: str | None = None, active_size: int = 0) -> frozenset[int]:
+        if picture.producer_last_offsets is not None:
+            return picture.producer_last_offsets
+        last: dict[int, int] = {}
+        files = [(s.path, s.size) for s in picture.segments]
+        if active_path is not None:
+            files.append((active_path, active_size))
+        for path, size in files:
+            reader = _Reader(path, size, self.io_buffer_size, self._account_read)
+            try:
+                for header, _ in reader.batches():
+                    if header.producer_id >= 0:
+                        last[header.producer_id] = header.last_offset
+            finally:
+                reader.close()
+        return frozenset(last.values())
+
+    # -- step 2: rewrite one group ------------------------------------------------
+
+    def groups(self, picture: LogPicture, end_offset: int) -> list[list[SegmentFile]]:
+        """Every non-active segment below end_offset, grouped to fit one segment."""
+        todo = [s for s in picture.segments if s.base_offset < end_offset]
+        by_base = {s.base_offset: s for s in todo}
+        grouped = group_segments_by_size([s.summary for s in todo], picture.segment_bytes, picture.max_index_size)
+        return [[by_base[s.base_offset] for s in g] for g in grouped]
+
+    def build_cleaned_group(self, picture: LogPicture, group: list[SegmentFile], now_ms: int, producer_last: frozenset[int]) -> tuple[CleanedGroup, int]:
+        """Write the group's surviving batches to `<base>.log.cleaned` (+ indexes).
+
+        Returns the group and the earliest delete horizon it carries (-1: none).
+        """
+        om = self.offset_map
+        writer = _CleanedWriter(picture.dir, group[0].base_offset, picture.index_interval_bytes, picture.max_index_size, self._account_write)
+        earliest_horizon = -1
+        stats = self.stats
+        try:
+            for seg in group:
+                reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
+                try:
+                    for header, batch in reader.batches():
+                        stats.batches_read += 1
+                        if header.is_control_batch:
+                            writer.append(batch, header.last_offset, header.max_timestamp)
+                            continue
+                        section = _records_of(batch, header)
+                        records = _scan_records(section, header.base_offset)
+                        stats.records_read += len(records)
+                        kept = retain_records(records, om, retain_deletes(header, now_ms))
+                        stats.records_kept += len(kept)
+                        tombstones = sum(1 for r in kept if not r[2])
+                        plan = plan_batch(
+                            header, len(kept), tombstones, header.producer_id >= 0 and header.last_offset in producer_last,
+                            now_ms, picture.delete_retention_ms,
+                        )  # fmt: skip
+                        if plan.delete_horizon_ms is not None and tombstones:
+                            if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
+                                earliest_horizon = plan.delete_horizon_ms
+                        if plan.action is BatchAction.DROP:
+                            continue
+                        if plan.action is BatchAction.COPY:
+                            writer.append(batch, header.last_offset, header.max_timestamp)
+                            continue
+                        if plan.action is BatchAction.EMPTY:
+                            stats.batches_emptied += 1
+                            attributes = header.attributes & ~h.COMPRESSION_CODEC_MASK & ~h.DELETE_HORIZON_FLAG_MASK
+                            out = _pack_batch(header, b"", 0, header.max_timestamp, header.max_timestamp, attributes)
+                            writer.append(out, header.last_offset, header.max_timestamp)
+                            continue
+                        out, max_ts = self._rewrite(header, batch, section, kept, plan.delete_horizon_ms)
+                        writer.append(out, header.last_offset, max_ts)
+                finally:
+                    reader.close()
+            writer.finish()
+        except BaseException:
+            writer.abandon()
+            raise
+        stats.groups += 1
+        return CleanedGroup(group[0].base_offset, tuple(group), writer.size), earliest_horizon
+
+    @staticmethod
+    def _rewrite(header: BatchHeader, batch: memoryview, section: bytes, kept: list, horizon: int | None) -> tuple[bytes, int]:
+        """The batch with only the `kept` records, header fields preserved."""
+        log_append_time = header.is_log_append_time
+        has_horizon = header.has_delete_horizon_ms
+        if horizon is not None and not has_horizon:
+            # A new delete horizon moves baseTimestamp, so every timestamp delta changes.
+            wanted = {r[0] for r in kept}
+            records = [r for r in decode_records(batch, _at_zero(header), max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES) if r.offset in wanted]
+            out = build_batch(
+                records,
+                base_offset=header.base_offset,
+                compression=header.compression_type,
+                producer_id=header.producer_id,
+                producer_epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                is_transactional=header.is_transactional,
+                partition_leader_epoch=header.partition_leader_epoch,
+                timestamp_type=1 if log_append_time else 0,
+                max_timestamp=header.max_timestamp if log_append_time else None,
+                delete_horizon_ms=horizon,
+                last_offset_delta=header.last_offset_delta,
+            )
+            max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in records)
+            return out, max_ts
+        # Same baseTimestamp: the kept records' bytes are valid as they are.
+        body = b"".join(section[r[3] : r[4]] for r in kept)
+        if header.compression_type != CompressionType.NONE:
+            body = compress(header.compression_type, body)
+        if log_append_time:
+            max_ts = header.max_timestamp
+        else:
+            max_ts = header.base_timestamp + max(r[5] for r in kept)
+        return _pack_batch(header, body, len(kept), header.base_timestamp, max_ts, header.attributes), max_ts
+
+
+# ---------------------------------------------------------------------------
+# swapping in, and recovering a swap after a crash
+# ---------------------------------------------------------------------------
+
+
+def _rename_suffix(base_path_no_suffix: str, old: str, new: str) -> bool:
+    try:
+        os.rename(base_path_no_suffix + old, base_path_no_suffix + new)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def discard_cleaned(directory: str, base_offset: int) -> None:
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        try:
+            os.unlink(os.path.join(directory, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX))
+        except FileNotFoundError:
+            pass
+
+
+def still_holds(log, group: CleanedGroup) -> bool:
+    """Does the log still have exactly the segments this group replaces, unchanged?"""
+    if log.closed:
+        return False
+    segments = log.segments
+    by_id = {id(s): s for s in segments[:-1]}
+    for f in group.replaced:
+        seg = by_id.get(id(f.segment))
+        if seg is not f.segment or seg.size != f.size or seg.next_offset != f.next_offset:
+            return False
+    return True
+
+
+def swap_in(log, group: CleanedGroup, *, step: Callable[[str], None] | None = None) -> bool:
+    """Kafka's replaceSegments for one cleaned group; False (and cleaned files removed)
+    when the log no longer holds the group's segments.
+
+    `step(name)` is called between the protocol's steps (tests crash there).
+    """
+    directory = log.dir
+    base = group.base_offset
+    if not still_holds(log, group):
+        discard_cleaned(directory, base)
+        return False
+    note = step or (lambda name: None)
+    stem = {suffix: os.path.join(directory, segment_file_name(base, suffix)) for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
+    fsync_dir(directory)
+    note("cleaned-written")
+    # The log file's rename is the commit point: recovery completes the swap from here on.
+    _rename_suffix(stem[LOG_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX)
+    note("log-swap-renamed")
+    _rename_suffix(stem[INDEX_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX)
+    _rename_suffix(stem[TIME_INDEX_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX)
+    fsync_dir(directory)
+    note("swap-renamed")
+    old = [f.segment for f in group.replaced]
+    replace_segments(log, old, lambda: _open_swapped(log, base, stem, note))
+    note("done")
+    return True
+
+
+def replace_segments(log, old: list[LogSegment], make_new: Callable[[], LogSegment]) -> None:
+    """Swap `old` (consecutive, inactive) for the segment `make_new` opens, in memory and on disk.
+
+    The old segments are renamed to `.deleted` first (readers holding them
+    keep reading the same bytes until file.delete.delay.ms passes), then
+    `make_new` renames the swap files into place and opens the result.
+    """
+    index = log.segments.index(old[0])
+    assert log.segments[index : index + len(old)] == old, "cleaned segments must be consecutive"
+    log._read_hint = None
+    del log.segments[index : index + len(old)]
+    del log._base_offsets[index : index + len(old)]
+    log._schedule_delete(old)
+    new = make_new()
+    log.segments.insert(index, new)
+    log._base_offsets.insert(index, new.base_offset)
+
+
+def _open_swapped(log, base: int, stem: dict[str, str], note: Callable[[str], None]) -> LogSegment:
+    """After the old segments became `.deleted`: drop the `.swap` suffixes and open the segment."""
+    note("old-deleted")
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+        _rename_suffix(stem[suffix], SWAP_SUFFIX, "")
+        if suffix == INDEX_SUFFIX:
+            note("index-renamed")
+    fsync_dir(log.dir)
+    return open_segment(log.dir, base, log.config, log._now_ms)
+
+
+def open_segment(directory: str, base: int, config, now_ms: int) -> LogSegment:
+    args = (directory, base, config.max_index_size, config.index_interval_bytes, now_ms)
+    try:
+        return LogSegment.load(*args)
+    except Exception:  # an index that fails its sanity check is rebuilt, as on load
+        seg = LogSegment.open_for_recovery(*args)
+        seg.recover(max(config.segment_bytes, config.max_message_bytes) + 1024)
+        seg.on_become_inactive()
+        return seg
+
+
+def recover_swap_files(directory: str) -> list[int]:
+    """The loader's first step in a partition directory: finish or roll back a swap.
+
+    Deletes every `.cleaned` file; for each `<base>.log.swap`, deletes the
+    segments (and their indexes) whose base offset lies in [base, the swap's
+    next offset) and renames the swap files into place. Index `.swap` files
+    without their log are renamed only if their log was already renamed
+    (a crash between the final renames), else deleted. Returns the bases of
+    swaps completed.
+    """
+    names = os.listdir(directory)
+    for name in names:
+        if name.endswith(CLEANED_SUFFIX):
+            os.unlink(os.path.join(directory, name))
+    log_swaps = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX) and n[:20].isdigit())
+    completed = []
+    for base in log_swaps:
+        swap_path = os.path.join(directory, segment_file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
+        next_offset = _next_offset_of(swap_path, base)
+        for name in os.listdir(directory):
+            stem, ext = os.path.splitext(name)
+            if ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX) and len(stem) == 20 and stem.isdigit():
+                offset = int(stem)
+                if offset == base or base <= offset < next_offset:
+                    os.unlink(os.path.join(directory, name))
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            _rename_suffix(os.path.join(directory, segment_file_name(base, suffix)), SWAP_SUFFIX, "")
+        completed.append(base)
+        logger.info("%s: completed the swap of cleaned segment %020d (offsets %d..%d) after a crash", directory, base, base, next_offset)
+    for name in os.listdir(directory):
+        if name.endswith(SWAP_SUFFIX):
+            stem = name[:20]
+            final = os.path.join(directory, name[: -len(SWAP_SUFFIX)])
+            if stem.isdigit() and os.path.exists(os.path.join(directory, stem + LOG_SUFFIX)) and int(stem) in completed:
+                os.rename(os.path.join(directory, name), final)
+            else:
+                # An index whose log's rename was the last thing done: the log is
+                # in place and an index is only a cache — rebuilding beats guessing.
+                os.unlink(os.path.join(directory, name))
+    if log_swaps:
+        fsync_dir(directory)
+    return completed
+
+
+def _next_offset_of(path: str, base: int) -> int:
+    """The offset after the last whole batch of a segment file (headers only)."""
+    next_offset = base
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        position = 0
+        while position + h.HEADER_SIZE <= size:
+            data = os.pread(fd, h.HEADER_SIZE, position)
+            base_offset, length = struct.unpack_from(">qi", data, 0)
+            total = h.LOG_OVERHEAD + length
+            if length < h.HEADER_SIZE - h.LOG_OVERHEAD or position + total > size:
+                break
+            last_delta = struct.unpack_from(">i", data, 23)[0]
+            next_offset = max(next_offset, base_offset + last_delta + 1)
+            position += total
+    finally:
+        os.close(fd)
+    return next_offset
+
+
+# ---------------------------------------------------------------------------
+# the cleaner-offset-checkpoint
+# ---------------------------------------------------------------------------
+
+
+def read_cleaner_checkpoints(log_dirs: list[str]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    for d in log_dirs:
+        out.update(read_offset_checkpoint_or_empty(os.path.join(d, CLEANER_CHECKPOINT_FILE)))
+    return out
+
+
+def write_cleaner_checkpoints(log_dirs_of: dict[tuple[str, int], str], offsets: dict[tuple[str, int], int], log_dirs: list[str]) -> None:
+    """One cleaner-offset-checkpoint per log dir, holding that dir's partitions."""
+    for d in log_dirs:
+        mine = {k: v for k, v in offsets.items() if log_dirs_of.get(k) == d}
+        path = os.path.join(d, CLEANER_CHECKPOINT_FILE)
+        if mine or os.path.exists(path):
+            write_offset_checkpoint(path, mine)
+
+
+# ---------------------------------------------------------------------------
+# one whole cleaning, synchronously (tests, bench, and the driver's pieces)
+# ---------------------------------------------------------------------------
+
+
+def clean_log_now(log, cleaner: Cleaner, to_clean: LogToClean, now_ms: int) -> tuple[int, int]:
+    """Clean `log` in the calling thread; returns (end offset, earliest delete horizon or -1)."""
+    picture = capture(log)
+    start = time.monotonic()
+    end_offset = cleaner.build_offset_map(picture, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset)
+    producer_last = cleaner.producer_last_offsets(picture, log.active_segment.log_path, log.active_segment.size)
+    horizon = -1
+    for group in cleaner.groups(picture, end_offset):
+        cleaned, group_horizon = cleaner.build_cleaned_group(picture, group, now_ms, producer_last)
+        if not swap_in(log, cleaned):
+            raise CleaningAbortedError(f"{log.dir} changed while cleaning")
+        if group_horizon >= 0 and (horizon < 0 or group_horizon < horizon):
+            horizon = group_horizon
+    cleaner.stats.seconds += time.monotonic() - start
+    return end_offset, horizon
