@@ -408,6 +408,18 @@ FenceBroker(l, b) ==
     /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
                    crash_count, pause_count>>
 
+\* b's heartbeats stop reaching l (the broker died, or a partition) for
+\* broker.session.timeout.ms: its session at l expires.  Disruptive: no
+\* fairness; it is what lets FenceBroker happen without a paused leader.
+ExpireBrokerSession(l, b) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ b \in broker_sessions[l]
+    /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \ {b}]
+    /\ UNCHANGED raft_vars
+    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
 \* b heartbeats and has caught up with the metadata log past its own
 \* registration: l appends an UnfenceBroker record.
 UnfenceBroker(l, b) ==
@@ -486,6 +498,30 @@ Pause(v) ==
     /\ pause_count' = pause_count + 1
     /\ UNCHANGED <<elections, committed, deposed_writes, crash_count>>
 
+\* The leader resigns gracefully (controlled shutdown, or it is no longer a
+\* voter): it becomes Resigned in its epoch and will not lead it again.
+\* Disruptive: MCKRaft bounds it with the pauses.
+Resign(l) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ state' = [state EXCEPT ![l] = Resigned]
+    /\ broker_sessions' = [broker_sessions EXCEPT ![l] = {}]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, high_watermark,
+                   end_offsets, votes_granted>>
+    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ pause_count' = pause_count + 1
+    /\ UNCHANGED <<elections, committed, deposed_writes, crash_count>>
+
+\* The resigned leader l sends EndQuorumEpoch to its follower v (KIP-595):
+\* v does not wait for its fetch timeout and stands for election at once.
+EndQuorumEpoch(l, v) ==
+    /\ l # v
+    /\ Live(l)
+    /\ state[l] = Resigned
+    /\ state[v] = Follower /\ leader_id[v] = l
+    /\ leader_epoch[v] = leader_epoch[l]
+    /\ RequestVote(v)
+
 \* The process continues where it stopped, unaware of the time that passed:
 \* every broker's heartbeat session at v has timed out.
 Resume(v) ==
@@ -502,7 +538,8 @@ Resume(v) ==
    Protocol and recovery actions are never bounded. *)
 
 ControllerWrite(l) ==
-    \E b \in Brokers : RegisterBroker(l, b) \/ FenceBroker(l, b) \/ UnfenceBroker(l, b)
+    \E b \in Brokers : \/ RegisterBroker(l, b) \/ FenceBroker(l, b) \/ UnfenceBroker(l, b)
+                      \/ ExpireBrokerSession(l, b)
 
 ProtocolNext ==
     \/ \E v, c \in Voters : GrantVote(v, c) \/ BecomeUnattached(v, c)
@@ -516,7 +553,9 @@ RecoveryNext ==
     \E v \in Voters : Restart(v) \/ Resume(v)
 
 Next ==
-    \/ \E v \in Voters : RequestVote(v) \/ Crash(v) \/ Pause(v) \/ ControllerWrite(v)
+    \/ \E v \in Voters : RequestVote(v) \/ Crash(v) \/ Pause(v) \/ Resign(v)
+                        \/ ControllerWrite(v)
+    \/ \E l, v \in Voters : EndQuorumEpoch(l, v)
     \/ ProtocolNext
     \/ RecoveryNext
 

@@ -100,6 +100,15 @@ ZombieNeverFencesBroker ==
           /\ log[v][w.offset + 1].epoch = w.epoch
           /\ log[v][w.offset + 1].type = "FenceBroker"
 
+\* Non-vacuity witness for MCKRaftBrokers (MUST FAIL): some log holds an
+\* UnfenceBroker record after a FenceBroker record of the same broker.
+BrokerNeverUnfenced ==
+    \A v \in Voters : \A i, j \in 1..Len(log[v]) :
+        ~ /\ i < j
+          /\ log[v][i].type = "FenceBroker"
+          /\ log[v][j].type = "UnfenceBroker"
+          /\ log[v][i].broker = log[v][j].broker
+
 -----------------------------------------------------------------------------
 (* Symmetry: voters are interchangeable (Init treats them alike, no action *)
 (* or property names one), and so are brokers.  Used by the safety         *)

@@ -23,6 +23,82 @@ FaultBudget ==
 \* picks one by name (Init has no leader yet; CHOOSE is used on numbers
 \* only).  Sound only for safety checking, which is all these
 \* configurations do; never combine it with a liveness property.
+-----------------------------------------------------------------------------
+(* Liveness.  Faults (Crash, ShrinkIsr, ElectPreferredLeader) and produce  *)
+(* are bounded by guards here, not by a CONSTRAINT (a constraint would cut *)
+(* a step that ENABLED still sees, and weak fairness would then discard   *)
+(* the stuck behaviour instead of reporting it).  Every recovery action is *)
+(* weakly fair; none of the faults is.  A fetch may be answered with no    *)
+(* records any number of times, so the answer with everything the leader   *)
+(* has is strongly fair: a follower that keeps asking eventually gets it.  *)
+
+LiveNext ==
+    \/ \E l \in Replicas, b \in Batches(Values), acks \in AcksModes :
+          LeaderAppend(l, b, acks)
+    \/ \E l, f \in Replicas : LeaderHandleFetch(l, f)
+    \/ \E l \in Replicas : AdvanceHighWatermark(l)
+    \/ faults.shrink < MaxIsrShrinks
+       /\ \E l \in Replicas, out \in SUBSET Replicas : ShrinkIsr(l, out)
+    \/ \E l, f \in Replicas : ExpandIsr(l, f)
+    \/ \E l \in Replicas : CommitAlterPartition(l)
+    \/ \E l \in Replicas : HandleAlterPartitionResponse(l)
+    \/ \E f \in Replicas : FollowerFetch(f) \/ FetchError(f) \/ FollowerAppend(f)
+                           \/ TruncateToEpochEndOffset(f)
+    \/ \E r \in Replicas : BecomeLeader(r) \/ BecomeFollower(r) \/ ElectLeader(r)
+                           \/ UncleanElectLeader(r) \/ FenceBroker(r)
+                           \/ UnfenceBroker(r) \/ Restart(r)
+    \/ faults.preferred < MaxPreferredElections
+       /\ \E r \in Replicas : ElectPreferredLeader(r)
+    \/ faults.crash < MaxCrashes /\ \E r \in Replicas : Crash(r)
+
+\* The fetch answer that carries everything the leader has.
+FullFetchAnswer(l, f) ==
+    /\ LeaderHandleFetch(l, f)
+    /\ fetch'[f].type = "FetchResponse" =>
+          Len(fetch'[f].records) = Len(log[l]) - fetch[f].fetch_offset
+
+Fairness ==
+    /\ \A l, f \in Replicas : /\ WF_vars(LeaderHandleFetch(l, f))
+                             /\ SF_vars(FullFetchAnswer(l, f))
+                             /\ WF_vars(ExpandIsr(l, f))
+    /\ \A l \in Replicas : /\ WF_vars(AdvanceHighWatermark(l))
+                          /\ WF_vars(CommitAlterPartition(l))
+                          /\ WF_vars(HandleAlterPartitionResponse(l))
+    /\ \A r \in Replicas : /\ WF_vars(FollowerFetch(r)) /\ WF_vars(FetchError(r))
+                          /\ WF_vars(FollowerAppend(r))
+                          /\ WF_vars(TruncateToEpochEndOffset(r))
+                          /\ WF_vars(BecomeLeader(r)) /\ WF_vars(BecomeFollower(r))
+                          /\ WF_vars(ElectLeader(r)) /\ WF_vars(FenceBroker(r))
+                          /\ WF_vars(UnfenceBroker(r)) /\ WF_vars(Restart(r))
+
+LiveSpec == Init /\ [][LiveNext]_vars /\ Fairness
+
+\* The same behaviours without fairness: the properties below must fail
+\* here (a behaviour may stop anywhere), so passing them under LiveSpec is
+\* due to fairness, not vacuous.
+LiveSpecWithoutFairness == Init /\ [][LiveNext]_vars
+
+\* An acknowledged record eventually reaches every live ISR member.
+AckedRecordReachesIsr ==
+    \A v \in Values :
+        (\E e \in acked : e.value = v)
+            ~> (\E e \in acked : e.value = v
+                   /\ \A r \in controller.isr : role[r] # "Offline" => InLog(r, e))
+
+\* Once faults and producers stop, the replicas converge: every replica is
+\* up, there is a leader, and every log is the leader's log for good.
+ReplicasConverge ==
+    <>[](/\ controller.leader # NoLeader
+         /\ \A r \in Replicas : /\ role[r] # "Offline"
+                                /\ log[r] = log[controller.leader])
+
+\* ... and the leader's high watermark catches up with its log end offset.
+HighWatermarkCatchesUp ==
+    <>[](/\ controller.leader # NoLeader
+         /\ role[controller.leader] = "Leader"
+         /\ high_watermark[controller.leader] = Len(log[controller.leader]))
+
+-----------------------------------------------------------------------------
 \* Smaller models may override Batches and AcksModes (`Batches <- ...` in a
 \* .cfg): one-record batches only, acks=all only.
 SingleRecordBatches(S) == {<<v>> : v \in S}
