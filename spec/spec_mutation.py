@@ -97,19 +97,39 @@ CATALOGUE: list[Mutation] = [
              "               ELSE /\\ FALSE\n"),
     Mutation("the leader ignores the fetch's current_leader_epoch", R,
              "    /\\ fetch[f].current_leader_epoch = leader_epoch[l]\n    /\\ LET req",
-             "    /\\ LET req"),
+             "    /\\ LET req",
+             uncatchable="needs 3 replicas: a stale-epoch fetch that does harm is "
+                         "answered by a zombie leader while a third replica leads; "
+                         "with 2 the answering leader's log is validated by the "
+                         "last fetched epoch and is the newer one. Only "
+                         "MCReplication3 (tlc-full, ~10 minutes) has 3 replicas"),
     Mutation("AlterPartition ignores the leader and its epoch", R,
              "    IF controller.leader # l \\/ controller.leader_epoch # req.leader_epoch",
-             "    IF FALSE"),
+             "    IF FALSE",
+             uncatchable="equivalent while the partition-epoch check stays: every "
+                         "election bumps the partition epoch, so a request from a "
+                         "deposed leader or another epoch always carries an older "
+                         "one (INVALID_UPDATE_VERSION instead of FENCED_LEADER_EPOCH)"),
     Mutation("AlterPartition ignores the partition epoch", R,
              "    ELSE IF controller.partition_epoch # req.partition_epoch",
-             "    ELSE IF FALSE"),
+             "    ELSE IF FALSE",
+             uncatchable="needs 3 replicas: the harm is a leader whose stale ISR "
+                         "still holds a fenced follower f asking to add a third "
+                         "replica g, which re-adds f unchecked; with 2 replicas every "
+                         "stale request is a harmless shrink or adds f itself, which "
+                         "the fenced and broker-epoch checks refuse. Only "
+                         "MCReplication3 (tlc-full) has 3 replicas"),
     Mutation("AlterPartition adds a replica of an older incarnation (KIP-903)", R,
              "               \\/ req.broker_epochs[r] # controller.broker_epoch[r]",
              "               \\/ FALSE"),
     Mutation("the leader applies a stale AlterPartition response", R,
              "              /\\ resp.partition_epoch > partition_epoch[l]",
-             "              /\\ TRUE"),
+             "              /\\ TRUE",
+             uncatchable="equivalent in the spec: applying newer metadata drops the "
+                         "pending AlterPartition (BecomeLeader), so a response still "
+                         "pending is always newer than what the leader applied; in "
+                         "the code a late response can arrive after the metadata, "
+                         "which is why the check is there"),
     Mutation("KIP-279: a follower lacking the epoch keeps its log", R,
              "             ELSE mine.end_offset",
              "             ELSE Len(log[f])"),
