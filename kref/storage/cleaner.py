@@ -328,6 +328,15 @@ def _records_of(batch: memoryview, header: BatchHeader) -> bytes:
     return section if isinstance(section, bytes) else bytes(section)
 
 
+def has_keyless_record(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    """Does this data batch hold a record without a key? A compacted topic refuses
+    such batches at append (Kafka's LogValidator), since the cleaner could only drop them."""
+    if header.is_control_batch:
+        return False
+    batch = memoryview(buf)[header.position : header.next_position]
+    return any(r[1] is None for r in _scan_records(_records_of(batch, header), header.base_offset))
+
+
 def _at_zero(header: BatchHeader) -> BatchHeader:
     from dataclasses import replace
 

@@ -152,3 +152,18 @@ def test_log_cleaner_properties_are_accepted_and_reach_topic_defaults():
     assert topic.compact_enabled and topic.delete_enabled
     with pytest.raises(ConfigError):
         BrokerConfig.from_properties({"log.cleaner.min.cleanable.ratio": "1.5"})
+
+
+def test_a_compacted_log_refuses_records_without_a_key(tmp_path):
+    from kref.storage.errors import InvalidRecordError
+    from kref.storage.log import Log
+
+    config = LogConfig.from_properties({"cleanup.policy": "compact,delete"})
+    log = Log.open(str(tmp_path / "t-0"), config, 0)
+    try:
+        log.append_as_leader(build_batch([Record(timestamp=1, key=b"k", value=b"v")]), 0, 1)
+        with pytest.raises(InvalidRecordError, match="without key"):
+            log.append_as_leader(build_batch([Record(timestamp=1, key=b"k", value=b"v"), Record(timestamp=1, value=b"x")]), 0, 1)
+        assert log.log_end_offset == 1  # nothing of the refused batch was appended
+    finally:
+        log.close()
