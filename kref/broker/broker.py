@@ -267,6 +267,7 @@ class Broker:
         *,
         validate_only: bool = False,
         allow_internal: bool = False,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicMetadata:
         validate_topic_name(name)
         if name in self.topics:
@@ -293,14 +294,16 @@ class Broker:
             raise BrokerError(
                 ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0, or -1."
             )
-        if replication_factor > 1:
+        # In a KRaft cluster (process.roles) the controller decided the
+        # replicas; this broker stores the partitions it is told about.
+        if replication_factor > 1 and self.config.process_roles is None:
             raise BrokerError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Unable to replicate the partition {replication_factor} time(s): "
                 f"The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
             )
         topic_configs = self.validate_topic_configs(dict(configs or {}))
-        topic = TopicMetadata(name, uuid.uuid4(), num_partitions, topic_configs)
+        topic = TopicMetadata(name, topic_id or uuid.uuid4(), num_partitions, topic_configs)
         if validate_only:
             return topic
         self._attach_partitions(topic, 0, num_partitions)

@@ -486,7 +486,7 @@ class BrokerConfig:
                     raise ConfigError(f"advertised.listeners: {lst.name} is not one of the listeners")
         if values["group_min_session_timeout_ms"] > values["group_max_session_timeout_ms"]:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
-        if values["default_replication_factor"] > 1:
+        if values["default_replication_factor"] > 1 and values["process_roles"] is None:
             raise ConfigError("default.replication.factor: a single kref broker can only host 1 replica")
         return cls(
             **values,

@@ -38,6 +38,7 @@ from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
 from kref.coordinator.producer_id import ProducerIdManager
 from kref.protocol.errors import ErrorCode
+from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
 from kref.storage.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)
@@ -84,18 +85,45 @@ def install(broker) -> None:
     config = broker.config
     core = g.GroupCoordinator(_group_config(config), member_id_nonce=secrets.token_hex(4))
 
-    def append(partition: int, batch: bytes) -> None:
+    def append(partition: int, batch: bytes) -> int | None:
+        """Append with acks=all (Kafka's coordinator writes); the offset the high
+        watermark must reach before the write counts as committed, or None if it does."""
         driver = broker.partitions.get((OFFSETS_TOPIC, partition))
         if driver is None:
             raise CoordinatorWriteError(f"{OFFSETS_TOPIC}-{partition} does not exist")
         if hasattr(driver, "append_records_as_leader"):
-            result = driver.append_records_as_leader(batch, 1, _record_count(batch), broker.now_ms())
+            result = driver.append_records_as_leader(batch, -1, _record_count(batch), broker.now_ms())
             if result.error_code != 0:
                 raise CoordinatorWriteError(f"append to {OFFSETS_TOPIC}-{partition} failed: {result.error_code}")
-        else:
-            driver.append_as_leader(batch, 0, broker.now_ms())
+            return result.required_offset
+        driver.append_as_leader(batch, 0, broker.now_ms())
+        return None  # a bare Log is its only replica
 
-    broker.group_coordinator = GroupCoordinatorDriver(core, now_ms=broker.now_ms, append=append)
+    async def wait_committed(partition: int, required_offset: int, timeout_ms: int) -> bool:
+        key = (OFFSETS_TOPIC, partition)
+
+        def check(key_, offset: int) -> int | None:
+            driver = broker.partitions.get(key_)
+            return 6 if driver is None else driver.check_produce_completion(offset)  # NOT_LEADER_OR_FOLLOWER
+
+        op = DelayedProduce({key: ProducePartitionStatus(required_offset)}, check)
+        await wait_for(broker.produce_purgatory, op, timeout_ms)
+        return op.partitions[key].error_code == 0
+
+    def trace(event) -> None:
+        sink = getattr(broker, "trace_sink", None)
+        if sink is not None and sink.enabled:
+            sink.emit(event)
+
+    broker.group_coordinator = GroupCoordinatorDriver(
+        core,
+        now_ms=broker.now_ms,
+        append=append,
+        wait_committed=wait_committed,
+        start_soon=broker.start_soon,
+        trace=trace,
+        commit_timeout_ms=config.offsets_commit_timeout_ms,
+    )
     expiration_ms = config.producer_id_expiration_ms
     broker.producer_state_factory = lambda path, partition, topic: ProducerStateManager(
         path, producer_id_expiration_ms=expiration_ms

@@ -7,8 +7,16 @@ shell only carries out its effects:
   come much later (a JoinGroup waits for the whole group to rejoin), when the
   core emits `Respond` for that request id;
 - `WriteRecords` becomes one v2 batch appended to the `__consumer_offsets`
-  partition through the broker's `append(partition, batch_bytes)` callback,
-  and its outcome is fed back as `WriteCompleted`;
+  partition through the broker's `append(partition, batch_bytes)` callback
+  (acks=all, as Kafka's coordinator writes). The write is *committed* once
+  the partition's high watermark covers it: `append` returns None when that
+  is already so (one replica), or the offset the high watermark must reach,
+  which `wait_committed` awaits (bounded by offsets.commit.timeout.ms). Only
+  then is `WriteCommitted` stepped, in log order per partition, so the core
+  answers an OffsetCommit only for a commit that survives a leader change;
+  a failed or timed-out write is stepped as `WriteFailed` with Kafka's
+  mapping of the append error;
+- `Emit`: trace events go to the broker's trace sink (`trace`);
 - timers: one background task sleeps until the core's earliest deadline and
   steps the expired timers (`run_timers`), woken early when a nearer one is set;
 - loading: `load_partition` steps BeginLoad, reads the partition from its log
@@ -21,9 +29,10 @@ concurrently.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import trio
 
@@ -46,14 +55,25 @@ class GroupCoordinatorDriver:
         core: g.GroupCoordinator,
         *,
         now_ms: Callable[[], int],
-        append: Callable[[int, bytes], None],
+        append: Callable[[int, bytes], int | None],
+        wait_committed: Callable[[int, int, int], Awaitable[bool]] | None = None,
+        start_soon: Callable[..., None] | None = None,
+        trace: Callable[[object], None] | None = None,
+        commit_timeout_ms: int = 5000,
     ) -> None:
         self.core = core
         self.now_ms = now_ms
         self.append = append
+        self.wait_committed = wait_committed
+        self.start_soon = start_soon
+        self.trace = trace
+        self.commit_timeout_ms = commit_timeout_ms
         self._ids = itertools.count(1)
         self._waiting: dict[int, list] = {}  # request id -> [trio.Event, response]
         self._wakeup = trio.Event()
+        # per partition, writes appended but not yet committed, in log order:
+        # [required_offset, token, outcome (None while waiting, else True/False)]
+        self._uncommitted: dict[int, collections.deque[list]] = {}
 
     # --- requests -------------------------------------------------------------------
 
@@ -82,22 +102,52 @@ class GroupCoordinatorDriver:
                     slot[1] = effect.response
                     slot[0].set()
             elif isinstance(effect, g.WriteRecords):
-                error = self._write(effect)
-                queue.extend(self.core.step(g.WriteCompleted(effect.token, error), self.now_ms()))
+                queue.extend(self._write(effect))
             elif isinstance(effect, g.SetTimer):
                 self._wakeup.set()
+            elif isinstance(effect, g.Emit):
+                if self.trace is not None:
+                    self.trace(effect.event)
 
-    def _write(self, effect: g.WriteRecords) -> g.Errors:
+    def _write(self, effect: g.WriteRecords) -> list:
         now = self.now_ms()
         batch = build_batch([Record(timestamp=now, key=key, value=value) for key, value in effect.records])
         try:
-            self.append(effect.partition, batch)
+            required = self.append(effect.partition, batch)
         except (RecordTooLargeError, RecordBatchTooLargeError):
-            return g.Errors.UNKNOWN_SERVER_ERROR
+            return self.core.step(g.WriteFailed(effect.token, g.Errors.UNKNOWN_SERVER_ERROR), now)
         except Exception:  # the log failed us: the client retries elsewhere or later
             log.exception("append to __consumer_offsets-%d failed", effect.partition)
-            return g.Errors.COORDINATOR_NOT_AVAILABLE
-        return g.Errors.NONE
+            return self.core.step(g.WriteFailed(effect.token, g.Errors.COORDINATOR_NOT_AVAILABLE), now)
+        pending = self._uncommitted.setdefault(effect.partition, collections.deque())
+        if required is None and not pending:
+            # Already below the high watermark (the only replica is the leader).
+            return self.core.step(g.WriteCommitted(effect.token), now)
+        entry = [required, effect.token, None if required is not None else True]
+        pending.append(entry)
+        if required is not None:
+            if self.wait_committed is None or self.start_soon is None:
+                raise RuntimeError("a write that must wait for its commit needs wait_committed and start_soon")
+            self.start_soon(self._await_commit, effect.partition, entry)
+        return self._drain(effect.partition)
+
+    async def _await_commit(self, partition: int, entry: list) -> None:
+        entry[2] = await self.wait_committed(partition, entry[0], self.commit_timeout_ms)
+        self._apply(self._drain(partition))
+
+    def _drain(self, partition: int) -> list:
+        """Step the outcomes known at the head of the partition's queue, in log order."""
+        effects: list = []
+        pending = self._uncommitted.get(partition)
+        while pending and pending[0][2] is not None:
+            _, token, committed = pending.popleft()
+            now = self.now_ms()
+            if committed:
+                effects.extend(self.core.step(g.WriteCommitted(token), now))
+            else:
+                # Kafka's coordinator maps a timed-out append to COORDINATOR_NOT_AVAILABLE
+                effects.extend(self.core.step(g.WriteFailed(token, g.Errors.COORDINATOR_NOT_AVAILABLE), now))
+        return effects
 
     # --- timers ----------------------------------------------------------------------
 

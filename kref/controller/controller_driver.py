@@ -50,13 +50,15 @@ from kref.metadata import serde
 from kref.protocol.codec import decode_response, encode_request, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder
+from kref.protocol.messages import build, nested
 
 log = logging.getLogger("kref.controller")
 
-BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
+BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS = 62, 63, 19
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
+MAX_CONTROLLER_RESPONSE_BYTES = 16 << 20
 
 
 class ControllerDriver:
@@ -184,6 +186,33 @@ class ControllerDriver:
     def register(self, router: Router) -> None:
         router.register(BROKER_REGISTRATION, 0, 0, self._handle_registration)
         router.register(BROKER_HEARTBEAT, 0, 0, self._handle_heartbeat)
+        router.register(CREATE_TOPICS, 2, 7, self._handle_create_topics)
+
+    async def _handle_create_topics(self, ctx: RequestContext, request: Any) -> Any:
+        """CreateTopics forwarded by a broker (or sent by an admin tool to the controller)."""
+        response_type = response_class(CREATE_TOPICS, ctx.api_version)
+        result_type = nested(response_type, "CreatableTopicResult")
+        results = []
+        for topic in request.topics:
+            num_partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+            rf = self.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
+            values = dict(name=topic.name, topic_id=uuid.UUID(int=0), num_partitions=num_partitions,
+                          replication_factor=rf, configs=None, error_message=None)
+            if topic.assignments:
+                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
+            elif request.validate_only:
+                usable = len(self.core.usable_brokers())
+                reply = c.TopicReply(ErrorCode.NONE) if 0 < rf <= usable else c.TopicReply(
+                    ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor {rf} with {usable} unfenced brokers")
+            else:
+                configs = tuple((cfg.name, cfg.value) for cfg in topic.configs if cfg.value is not None)
+                topic_id = uuid.uuid4()
+                reply = await self.request(lambda rid: c.CreateTopic(rid, topic.name, num_partitions, rf, topic_id, configs))
+            values.update(error_code=reply.error_code, error_message=getattr(reply, "message", None))
+            if reply.error_code == ErrorCode.NONE and getattr(reply, "topic_id", None) is not None:
+                values["topic_id"] = reply.topic_id
+            results.append(build(result_type, **values))
+        return build(response_type, topics=tuple(results))
 
     async def _handle_registration(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(BROKER_REGISTRATION, 0, "response")
@@ -211,6 +240,27 @@ class ControllerDriver:
         )
 
 
+async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
+    """One request to the active controller's CONTROLLER listener (the leader
+    this node's quorum core knows, at its controller.quorum.voters address)."""
+    voter = raft.voters.get(raft.core.leader_id)
+    if voter is None:
+        raise ConnectionError("no known active controller")
+    with trio.fail_after(timeout_s):
+        stream = await trio.open_tcp_stream(voter.host or "127.0.0.1", voter.port)
+        try:
+            await stream.send_all(encode_request(body, 1, client_id))
+            decoder = FrameDecoder(MAX_CONTROLLER_RESPONSE_BYTES)
+            while (frame := decoder.next_frame()) is None:
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise ConnectionError("controller closed the connection")
+                decoder.feed(data)
+        finally:
+            await stream.aclose()
+    return decode_response(frame, response_class(type(body).__api_key__, type(body).__version__))[1]
+
+
 class BrokerLifecycle:
     def __init__(self, raft: RaftNode, config: BrokerConfig, advertised) -> None:
         self.raft = raft
@@ -221,23 +271,9 @@ class BrokerLifecycle:
         self.fenced = True
 
     async def _rpc(self, body: Any) -> Any:
-        leader = self.raft.core.leader_id
-        voter = self.raft.voters.get(leader)
-        if voter is None:
-            raise ConnectionError("no known active controller")
-        with trio.fail_after(self.config.broker_session_timeout_ms / 1000):
-            stream = await trio.open_tcp_stream(voter.host or "127.0.0.1", voter.port)
-            try:
-                await stream.send_all(encode_request(body, 1, f"kref-broker-{self.config.node_id}"))
-                decoder = FrameDecoder(1 << 20)
-                while (frame := decoder.next_frame()) is None:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        raise ConnectionError("controller closed the connection")
-                    decoder.feed(data)
-            finally:
-                await stream.aclose()
-        return decode_response(frame, response_class(type(body).__api_key__, type(body).__version__))[1]
+        return await controller_rpc(
+            self.raft, body, self.config.broker_session_timeout_ms / 1000, f"kref-broker-{self.config.node_id}"
+        )
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

@@ -122,6 +122,10 @@ def run(args: Any, config: BrokerConfig) -> int:
         controller = ControllerDriver(raft, config, trace_sink)
         controller.register(controller_router)
     lifecycle = BrokerLifecycle(raft, config, broker.config.advertised) if broker is not None else None
+    if broker is not None:
+        from kref.controller.broker_view import ClusterView
+
+        ClusterView(raft, broker)  # hooks itself in as broker.kraft
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

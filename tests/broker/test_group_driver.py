@@ -3,7 +3,11 @@
 Checks that group writes land in the log as Kafka-format key/value records,
 that a fresh coordinator loaded from that log serves the committed offsets and
 generation (restart), and that session expiry fires from the driver's timer
-task (trio MockClock, virtual time).
+task (trio MockClock, virtual time). With a high watermark that lags the
+append (what replication will bring), an OffsetCommit is answered only once
+the driver reports the write committed, commits are applied in log order,
+and a write that never commits fails the commit with COORDINATOR_NOT_AVAILABLE
+and leaves the cache as the committed log says.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ def make_driver(tmp_path, clock_ms):
     core = g.GroupCoordinator(
         g.GroupConfig(group_initial_rebalance_delay_ms=3000, offsets_topic_num_partitions=1), member_id_nonce="t"
     )
-    driver = GroupCoordinatorDriver(core, now_ms=clock_ms, append=lambda p, batch: log.append_as_leader(batch, 0, clock_ms()))
+    def append(partition, batch):
+        log.append_as_leader(batch, 0, clock_ms())
+        return None  # the Log is its only replica: committed once appended
+
+    driver = GroupCoordinatorDriver(core, now_ms=clock_ms, append=append)
     return driver, log
 
 
@@ -109,5 +117,66 @@ def test_requests_during_load_get_coordinator_load_in_progress(tmp_path):
         answers.append(await fresh.call(g.OffsetFetch, group_id="grp", partitions=None))
         assert answers[0].error is g.Errors.COORDINATOR_LOAD_IN_PROGRESS
         assert answers[1].partitions == (g.FetchedOffset("t", 0, 5, -1, ""),)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_offset_commit_is_answered_only_once_committed(tmp_path):
+    async def main():
+        now = lambda: int(trio.current_time() * 1000)  # noqa: E731
+        log = Log.open(str(tmp_path / "__consumer_offsets-0"), LogConfig(cleanup_policy="compact"), 0)
+        high_watermark = [0]
+        advanced = trio.Condition()
+
+        def append(partition, batch):
+            log.append_as_leader(batch, 0, now())
+            return log.log_end_offset  # the high watermark must reach this
+
+        async def wait_committed(partition, required_offset, timeout_ms):
+            with trio.move_on_after(timeout_ms / 1000):
+                async with advanced:
+                    while high_watermark[0] < required_offset:
+                        await advanced.wait()
+                    return True
+            return False
+
+        async def advance_to(offset):
+            async with advanced:
+                high_watermark[0] = offset
+                advanced.notify_all()
+
+        async with trio.open_nursery() as nursery:
+            core = g.GroupCoordinator(g.GroupConfig(offsets_topic_num_partitions=1), member_id_nonce="t")
+            driver = GroupCoordinatorDriver(
+                core, now_ms=now, append=append, wait_committed=wait_committed,
+                start_soon=nursery.start_soon, commit_timeout_ms=5000,
+            )
+            await driver.load_partition(0, log)
+            answers = []
+
+            async def commit(offset):
+                answers.append(await driver.call(g.OffsetCommit, group_id="solo", generation_id=-1, member_id="",
+                                                 partitions=(g.OffsetCommitPartition("t", 0, offset),)))
+
+            nursery.start_soon(commit, 5)
+            await trio.sleep(0.1)  # trio runs spawned tasks in any order: append 5 first
+            nursery.start_soon(commit, 6)
+            await trio.sleep(1)
+            assert answers == []  # appended, not committed: nobody is told yet
+            assert "solo" not in core.groups or not core.groups["solo"].offsets
+            first_end = 1  # the first commit's batch holds offset 0
+            await advance_to(first_end)
+            await trio.sleep(0.1)
+            assert len(answers) == 1 and core.groups["solo"].offsets[("t", 0)].offset == 5
+            await advance_to(log.log_end_offset)
+            await trio.sleep(0.1)
+            assert len(answers) == 2 and core.groups["solo"].offsets[("t", 0)].offset == 6
+
+            # A write whose high watermark never comes fails after offsets.commit.timeout.ms.
+            nursery.start_soon(commit, 7)
+            await trio.sleep(6)
+            assert answers[-1].partitions == (("t", 0, g.Errors.COORDINATOR_NOT_AVAILABLE),)
+            assert core.groups["solo"].offsets[("t", 0)].offset == 6
+            nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -8,8 +8,9 @@ from kref.coordinator import group as g
 class Harness:
     """Drives a GroupCoordinator the way the broker does, but with a virtual clock.
 
-    Writes to __consumer_offsets succeed at once (or fail with `write_error`)
-    and are kept in `log`, so a second coordinator can be loaded from them.
+    Writes to __consumer_offsets are appended to `log` and committed at once
+    (or fail with `write_error`, or wait for commit_writes() with
+    `hold_commits`), so a second coordinator can be loaded from `log`.
     """
 
     def __init__(self, config: g.GroupConfig | None = None, *, load: bool = True) -> None:
@@ -19,6 +20,11 @@ class Harness:
         self.responses: dict[object, object] = {}
         self.log: list[tuple[int, bytes, bytes | None]] = []
         self.write_error = g.Errors.NONE
+        # With hold_commits, appended writes wait in `uncommitted` until
+        # commit_writes() (a high watermark that has not reached them yet).
+        self.hold_commits = False
+        self.uncommitted: list[int] = []
+        self.trace: list[object] = []
         self._next_request = 0
         if load:
             for p in range(self.config.offsets_topic_num_partitions):
@@ -33,9 +39,22 @@ class Harness:
                 assert effect.request_id not in self.responses, f"answered twice: {effect}"
                 self.responses[effect.request_id] = effect.response
             elif isinstance(effect, g.WriteRecords):
-                if self.write_error is g.Errors.NONE:
-                    self.log.extend((effect.partition, k, v) for k, v in effect.records)
-                queue.extend(self.coordinator.step(g.WriteCompleted(effect.token, self.write_error), self.now))
+                if self.write_error is not g.Errors.NONE:
+                    queue.extend(self.coordinator.step(g.WriteFailed(effect.token, self.write_error), self.now))
+                    continue
+                self.log.extend((effect.partition, k, v) for k, v in effect.records)
+                if self.hold_commits:
+                    self.uncommitted.append(effect.token)
+                else:
+                    queue.extend(self.coordinator.step(g.WriteCommitted(effect.token), self.now))
+            elif isinstance(effect, g.Emit):
+                self.trace.append(effect.event)
+
+    def commit_writes(self) -> None:
+        """The high watermark passes every held write: report them committed, in log order."""
+        tokens, self.uncommitted = self.uncommitted, []
+        for token in tokens:
+            self.step(g.WriteCommitted(token))
 
     def advance(self, ms: int) -> None:
         """Move the clock, firing due timers in deadline order as the broker would."""
@@ -88,6 +107,21 @@ class Harness:
             group_instance_id=group_instance_id,
         )
         return self.response(rid).error
+
+    def form_group(self, n=2, **join_kwargs):
+        """n dynamic members join and sync; returns (member_ids, generation, leader)."""
+        rids = [self.join(client_id=f"c{i}", **join_kwargs) for i in range(n)]
+        self.advance(0)
+        results = [self.response(r) for r in rids]
+        assert all(r.error is g.Errors.NONE for r in results), results
+        generation = results[0].generation_id
+        leader = results[0].leader
+        ids = [r.member_id for r in results]
+        assignments = tuple((mid, f"assign-{mid}".encode()) for mid in ids)
+        sync_rids = [self.sync(mid, generation, assignments=assignments if mid == leader else ()) for mid in ids]
+        for mid, r in zip(ids, sync_rids):
+            assert self.response(r) == g.SyncResult(g.Errors.NONE, f"assign-{mid}".encode(), "consumer", "range")
+        return ids, generation, leader
 
     def group(self, group_id="g") -> g.Group:
         return self.coordinator.groups[group_id]

@@ -17,18 +17,7 @@ E = g.Errors
 
 def form_group(h, n=2, **join_kwargs):
     """n dynamic members join and sync; returns (member_ids, generation, leader)."""
-    rids = [h.join(client_id=f"c{i}", **join_kwargs) for i in range(n)]
-    h.advance(0)
-    results = [h.response(r) for r in rids]
-    assert all(r.error is E.NONE for r in results), results
-    generation = results[0].generation_id
-    leader = results[0].leader
-    ids = [r.member_id for r in results]
-    assignments = tuple((mid, f"assign-{mid}".encode()) for mid in ids)
-    sync_rids = [h.sync(mid, generation, assignments=assignments if mid == leader else ()) for mid in ids]
-    for mid, r in zip(ids, sync_rids):
-        assert h.response(r) == g.SyncResult(E.NONE, f"assign-{mid}".encode(), "consumer", "range")
-    return ids, generation, leader
+    return h.form_group(n, **join_kwargs)
 
 
 def test_member_id_required_then_join_completes(make_harness):

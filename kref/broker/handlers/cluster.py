@@ -41,15 +41,25 @@ async def handle_describe_cluster(ctx, request):
             brokers=(),
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
-    node_id, host, port = brokers_of(broker, ctx.listener_name)
+    view = getattr(broker, "kraft", None)  # a KRaft cluster: kref/controller/broker_view.py
+    if view is not None:
+        controller_id = view.controller_id()
+        brokers = tuple(
+            build(broker_type, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=False)
+            for node_id, host, port, rack in view.brokers(ctx.listener_name)
+        )
+    else:
+        node_id, host, port = brokers_of(broker, ctx.listener_name)
+        controller_id = broker.node_id
+        brokers = (build(broker_type, broker_id=node_id, host=host, port=port, rack=None, is_fenced=False),)
     return build(
         response_type,
         error_code=ErrorCode.NONE,
         error_message=None,
         endpoint_type=ENDPOINT_TYPE_BROKER,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        brokers=(build(broker_type, broker_id=node_id, host=host, port=port, rack=None, is_fenced=False),),
+        controller_id=controller_id,
+        brokers=brokers,
         cluster_authorized_operations=(
             CLUSTER_AUTHORIZED_OPERATIONS
             if request.include_cluster_authorized_operations

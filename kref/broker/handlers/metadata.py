@@ -57,22 +57,38 @@ async def handle_metadata(ctx, request):
     include_cluster_ops = getattr(request, "include_cluster_authorized_operations", False)
     allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
 
+    # In a KRaft cluster the committed metadata says who leads what
+    # (kref/controller/broker_view.py); alone, this broker leads everything.
+    view = getattr(broker, "kraft", None)
+
+    def partition_entry(name, p):
+        kraft = view.partition(name, p) if view is not None else None
+        if kraft is not None:
+            return build(
+                partition_type,
+                error_code=ErrorCode.NONE if kraft.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=p,
+                leader_id=kraft.leader,
+                leader_epoch=kraft.leader_epoch,
+                replica_nodes=kraft.replicas,
+                isr_nodes=kraft.isr,
+                offline_replicas=(),
+            )
+        return build(
+            partition_type,
+            error_code=ErrorCode.NONE,
+            partition_index=p,
+            leader_id=broker.node_id,
+            leader_epoch=partition_leader_epoch(broker, name, p),
+            replica_nodes=(broker.node_id,),
+            isr_nodes=(broker.node_id,),
+            offline_replicas=(),
+        )
+
     def topic_entry(error_code, name, topic_id, metadata=None):
         partitions = ()
         if metadata is not None:
-            partitions = tuple(
-                build(
-                    partition_type,
-                    error_code=ErrorCode.NONE,
-                    partition_index=p,
-                    leader_id=broker.node_id,
-                    leader_epoch=partition_leader_epoch(broker, metadata.name, p),
-                    replica_nodes=(broker.node_id,),
-                    isr_nodes=(broker.node_id,),
-                    offline_replicas=(),
-                )
-                for p in range(metadata.num_partitions)
-            )
+            partitions = tuple(partition_entry(metadata.name, p) for p in range(metadata.num_partitions))
         return build(
             topic_type,
             error_code=error_code,
@@ -113,7 +129,9 @@ async def handle_metadata(ctx, request):
                 topics.append(topic_entry(exc.error_code, name, ZERO_UUID))
                 continue
             metadata = broker.get_topic(name)
-            if metadata is None and allow_auto_create:
+            if metadata is None and allow_auto_create and view is not None:
+                metadata = await view.auto_create(name)
+            elif metadata is None and allow_auto_create:
                 try:
                     metadata = broker.maybe_auto_create(name)
                 except BrokerError as exc:
@@ -123,12 +141,21 @@ async def handle_metadata(ctx, request):
                 topics.append(topic_entry(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name, ZERO_UUID))
             else:
                 topics.append(topic_entry(ErrorCode.NONE, metadata.name, metadata.topic_id, metadata))
-    node_id, host, port = brokers_of(broker, ctx.listener_name)
+    if view is not None:
+        brokers = tuple(
+            build(broker_type, node_id=node_id, host=host, port=port, rack=rack)
+            for node_id, host, port, rack in view.brokers(ctx.listener_name)
+        )
+        controller_id = view.controller_id()
+    else:
+        node_id, host, port = brokers_of(broker, ctx.listener_name)
+        brokers = (build(broker_type, node_id=node_id, host=host, port=port, rack=None),)
+        controller_id = broker.node_id
     return build(
         response_type,
-        brokers=(build(broker_type, node_id=node_id, host=host, port=port, rack=None),),
+        brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=controller_id,
         topics=tuple(topics),
         cluster_authorized_operations=(
             CLUSTER_AUTHORIZED_OPERATIONS if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED

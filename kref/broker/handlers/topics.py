@@ -53,6 +53,19 @@ def _num_partitions_from_assignments(broker, topic) -> tuple[int, int]:
 
 async def handle_create_topics(ctx, request):
     broker = ctx.broker
+    view = getattr(broker, "kraft", None)
+    if view is not None:
+        # A KRaft cluster: the active controller decides (kref/controller/broker_view.py).
+        forwarded = await view.create_topics(request)
+        if forwarded is not None:
+            return forwarded
+        response_type = response_class(CREATE_TOPICS, ctx.api_version)
+        result_type = nested(response_type, "CreatableTopicResult")
+        return build(response_type, topics=tuple(
+            build(result_type, name=t.name, topic_id=ZERO_UUID, error_code=ErrorCode.NOT_CONTROLLER,
+                  error_message="no active controller reachable", configs=None)
+            for t in request.topics
+        ))
     response_type = response_class(CREATE_TOPICS, ctx.api_version)
     result_type = nested(response_type, "CreatableTopicResult")
     config_type = nested(response_type, "CreatableTopicConfigs")
