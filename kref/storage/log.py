@@ -61,7 +61,7 @@ from kref.storage.checkpoint import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from kref.storage.cleaner import recover_swap_files
+from kref.storage.cleaner import has_keyless_record, recover_swap_files
 from kref.storage.config import LogConfig
 from kref.storage.errors import (
     CorruptIndexError,
@@ -514,6 +514,12 @@ class Log:
                             f"timestamp {ts} is out of range for now={now_ms} "
                             f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
                         )
+        if cfg.compact_enabled:
+            for h in headers:
+                if has_keyless_record(buf, h):
+                    raise InvalidRecordError(
+                        f"Compacted topic cannot accept message without key in topic partition {self.topic}-{self.partition}"
+                    )
         ps = self.producer_state
         if ps is not None:
             for h in headers:
