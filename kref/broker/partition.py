@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
@@ -44,15 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-# Kafka error codes used by the driver itself.
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-NOT_LEADER_OR_FOLLOWER = 6
-UNKNOWN_SERVER_ERROR = -1
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-INVALID_RECORD = 87
 
 # ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
 LATEST_TIMESTAMP = -1
@@ -68,10 +60,10 @@ def error_code_for(exc: BaseException) -> int:
     if isinstance(code, int):
         return code
     if isinstance(exc, (InvalidMagicError, InvalidRecordError)):
-        return INVALID_RECORD
+        return ErrorCode.INVALID_RECORD
     if isinstance(exc, CorruptRecordError):
-        return CORRUPT_MESSAGE
-    return UNKNOWN_SERVER_ERROR
+        return ErrorCode.CORRUPT_MESSAGE
+    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 @dataclass(slots=True)
@@ -231,7 +223,7 @@ class Partition:
         request_id = self._request_ids
         self.core.min_insync_replicas = self._min_insync_replicas()
         answers = self._apply(self.core.step(core.ClientProduce(request_id, acks, records_count), now_ms))
-        result = AppendResult(NONE)
+        result = AppendResult(ErrorCode.NONE)
         for answer in answers:
             if isinstance(answer, core.ProduceResult):
                 return AppendResult(answer.error_code, log_start_offset=self.log.log_start_offset)
@@ -240,7 +232,7 @@ class Partition:
                     info = self.log.append_as_leader(records, answer.leader_epoch, now_ms, crc_verified=crc_verified)
                 except Exception as exc:  # typed storage / record errors become error codes
                     code = error_code_for(exc)
-                    if code == UNKNOWN_SERVER_ERROR:
+                    if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                         log.exception("append to %s-%d failed", self.topic, self.partition)
                     return AppendResult(code, log_start_offset=self.log.log_start_offset, error_message=str(exc))
                 if not info.duplicate:
@@ -267,10 +259,10 @@ class Partition:
     def _check_leader_epoch(self, current_leader_epoch: int) -> int:
         """KIP-320: a client that names an epoch must name ours."""
         if not self.core.is_leader:
-            return NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if current_leader_epoch < 0 or current_leader_epoch == self.core.leader_epoch:
-            return NONE
-        return FENCED_LEADER_EPOCH if current_leader_epoch < self.core.leader_epoch else UNKNOWN_LEADER_EPOCH
+            return ErrorCode.NONE
+        return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.core.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
     def read(
         self, fetch_offset: int, max_bytes: int, *, min_one_message: bool, current_leader_epoch: int = -1
@@ -283,22 +275,22 @@ class Partition:
         """
         hw = self.core.high_watermark
         error = self._check_leader_epoch(current_leader_epoch)
-        if error != NONE:
+        if error != ErrorCode.NONE:
             return ReadResult(error, -1, -1, -1)
         lso = self.log.log_start_offset
         if fetch_offset < lso or fetch_offset > self.log.log_end_offset:
-            return ReadResult(OFFSET_OUT_OF_RANGE, hw, hw, lso)
+            return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, lso)
         if fetch_offset >= hw or max_bytes <= 0:
-            return ReadResult(NONE, hw, hw, lso)
+            return ReadResult(ErrorCode.NONE, hw, hw, lso)
         try:
             data = self.log.read(fetch_offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
         except Exception as exc:
             code = error_code_for(exc)
-            if code == UNKNOWN_SERVER_ERROR:
+            if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                 log.exception("read of %s-%d at %d failed", self.topic, self.partition, fetch_offset)
             return ReadResult(code, hw, hw, lso)
         records = data.records
-        return ReadResult(NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
+        return ReadResult(ErrorCode.NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
 
     # ------------------------------------------------------------ list offsets
 
@@ -311,23 +303,23 @@ class Partition:
         read_committed, equal to the HW while kref has no transactions).
         """
         error = self._check_leader_epoch(current_leader_epoch)
-        if error != NONE:
+        if error != ErrorCode.NONE:
             return error, -1, -1, -1
         hw = self.core.high_watermark
         if timestamp == LATEST_TIMESTAMP:
-            return NONE, -1, hw, self._epoch_at(hw)
+            return ErrorCode.NONE, -1, hw, self._epoch_at(hw)
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             lso = self.log.log_start_offset
-            return NONE, -1, lso, self._epoch_at(lso)
+            return ErrorCode.NONE, -1, lso, self._epoch_at(lso)
         if timestamp == LATEST_TIERED_TIMESTAMP:
-            return NONE, -1, -1, -1  # nothing is tiered
+            return ErrorCode.NONE, -1, -1, -1  # nothing is tiered
         found = self.log.fetch_offset_by_timestamp(timestamp)
         if found is None:
-            return NONE, -1, -1, -1
+            return ErrorCode.NONE, -1, -1, -1
         ts, offset, epoch = found
         if offset >= hw:
-            return NONE, -1, -1, -1
-        return NONE, ts, offset, epoch
+            return ErrorCode.NONE, -1, -1, -1
+        return ErrorCode.NONE, ts, offset, epoch
 
     def _epoch_at(self, offset: int) -> int:
         """The leader epoch of the record before `offset` (Kafka's epoch for LATEST)."""
@@ -342,18 +334,18 @@ class Partition:
     def delete_records_before(self, offset: int, now_ms: int) -> tuple[int, int]:
         """DeleteRecords: (error_code, low_watermark). -1 means "up to the high watermark"."""
         if not self.core.is_leader:
-            return NOT_LEADER_OR_FOLLOWER, -1
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
         hw = self.core.high_watermark
         if offset == -1:
             offset = hw
         if offset < 0 or offset > hw:
-            return OFFSET_OUT_OF_RANGE, self.log.log_start_offset
+            return ErrorCode.OFFSET_OUT_OF_RANGE, self.log.log_start_offset
         try:
             self.log.maybe_increment_log_start_offset(offset)
         except Exception as exc:
             return error_code_for(exc), self.log.log_start_offset
         self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
-        return NONE, self.log.log_start_offset
+        return ErrorCode.NONE, self.log.log_start_offset
 
     # ------------------------------------------------------------ lifecycle
 

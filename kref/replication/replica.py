@@ -24,7 +24,7 @@ named after the action, carrying the post-state):
   log_end_offset (effect AssignLeaderEpoch for the epoch cache), reset the
   followers' fetch state, give ISR members a full replica_lag_time_max_ms.
 - ClientProduce       -> reject (not leader; acks=all with fewer than
-  min_insync_replicas in the isr: NOT_ENOUGH_REPLICAS) or AppendToLog.
+  min_insync_replicas in the isr: ErrorCode.NOT_ENOUGH_REPLICAS) or AppendToLog.
 - LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
   min log_end_offset over the isr moved; acks=1 answers now, acks=all either
   answers (high watermark already past the batch) or DelayProduce.
@@ -58,18 +58,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from kref.protocol.errors import ErrorCode
 from kref.trace import events as trace
 
-# Kafka error codes the core decides on (values from Kafka's Errors table).
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-INVALID_REQUIRED_ACKS = 21
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
@@ -330,12 +321,12 @@ class PartitionReplica:
         Like Kafka's checkEnoughReplicasReachOffset: done once the high
         watermark passed the batch; if meanwhile the isr fell below
         min_insync_replicas the records are in but under-replicated, which
-        the producer learns as NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+        the producer learns as ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND.
         """
         if not self.is_leader:
-            return NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark >= required_offset:
-            return NONE if len(self.isr) >= self.min_insync_replicas else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NONE if len(self.isr) >= self.min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
 
     # ------------------------------------------------------------ step
@@ -441,12 +432,12 @@ class PartitionReplica:
 
     def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
         if e.acks not in (0, 1, -1):
-            out.append(ProduceResult(e.request_id, INVALID_REQUIRED_ACKS))
+            out.append(ProduceResult(e.request_id, ErrorCode.INVALID_REQUIRED_ACKS))
         elif not self.is_leader:
-            out.append(ProduceResult(e.request_id, NOT_LEADER_OR_FOLLOWER))
+            out.append(ProduceResult(e.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
         elif e.acks == -1 and len(self.isr) < self.min_insync_replicas:
             # Refused before the append: nothing of it reaches the log.
-            out.append(ProduceResult(e.request_id, NOT_ENOUGH_REPLICAS))
+            out.append(ProduceResult(e.request_id, ErrorCode.NOT_ENOUGH_REPLICAS))
         else:
             out.append(AppendToLog(e.request_id, self.leader_epoch, e.acks))
 
@@ -477,19 +468,19 @@ class PartitionReplica:
             else:
                 out.append(ProduceResult(e.request_id, error))
         else:
-            out.append(ProduceResult(e.request_id, NONE))
+            out.append(ProduceResult(e.request_id, ErrorCode.NONE))
 
     def _on_follower_fetch(self, e: FetchFromFollower, now_ms: int, out: list[Effect]) -> None:
         def reject(code: int) -> None:
             out.append(RespondFollowerFetch(e.replica_id, code, self.high_watermark, self.log_start_offset))
 
         if not self.is_leader or e.replica_id not in self.followers:
-            return reject(NOT_LEADER_OR_FOLLOWER)
+            return reject(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if e.current_leader_epoch != NO_EPOCH:
             if e.current_leader_epoch < self.leader_epoch:
-                return reject(FENCED_LEADER_EPOCH)
+                return reject(ErrorCode.FENCED_LEADER_EPOCH)
             if e.current_leader_epoch > self.leader_epoch:
-                return reject(UNKNOWN_LEADER_EPOCH)
+                return reject(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if e.last_fetched_epoch != NO_EPOCH and e.epoch_end_offset is not None:
             end_epoch, end_offset = e.epoch_end_offset
             if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
@@ -498,12 +489,12 @@ class PartitionReplica:
                 self._emit_handle_fetch(e, now_ms, out, UNKNOWN_OFFSET, end_epoch, end_offset)
                 out.append(
                     RespondFollowerFetch(
-                        e.replica_id, NONE, self.high_watermark, self.log_start_offset, end_epoch, end_offset
+                        e.replica_id, ErrorCode.NONE, self.high_watermark, self.log_start_offset, end_epoch, end_offset
                     )
                 )
                 return None
         if e.fetch_offset > self.log_end_offset or e.fetch_offset < self.log_start_offset:
-            return reject(OFFSET_OUT_OF_RANGE)
+            return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
 
         state = self.followers[e.replica_id]
         if e.fetch_offset >= self.log_end_offset:
@@ -522,7 +513,7 @@ class PartitionReplica:
         ):
             self._change_isr(self.isr | {e.replica_id}, now_ms, out, added=e.replica_id)
         self._maybe_advance_high_watermark(now_ms, out)
-        out.append(RespondFollowerFetch(e.replica_id, NONE, self.high_watermark, self.log_start_offset))
+        out.append(RespondFollowerFetch(e.replica_id, ErrorCode.NONE, self.high_watermark, self.log_start_offset))
         return None
 
     def _emit_handle_fetch(

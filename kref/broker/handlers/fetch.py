@@ -25,7 +25,7 @@ and max_wait_ms.
 Fetch sessions (KIP-227) are not kept: the response's session_id is 0, which
 tells clients to send full fetch requests, as Kafka does when its session
 cache is full. Follower fetches (replica_id >= 0) are refused with
-NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
+ErrorCode.NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kref.broker.handlers.fetch_response import encode_fetch_response
-from kref.broker.partition import NONE, NOT_LEADER_OR_FOLLOWER, ReadResult, install
+from kref.broker.partition import ReadResult, install
 from kref.protocol.codec import PreEncoded, response_class
+from kref.protocol.errors import ErrorCode
 from kref.replication.purgatory import DelayedFetch, wait_for
 
 FETCH = 1
@@ -45,8 +46,6 @@ MIN_VERSION, MAX_VERSION = 4, 17
 MAX_RESPONSE_BYTES = 55 * 1024 * 1024
 MAX_WAIT_MS = 30_000
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
 
 
 @dataclass(slots=True)
@@ -82,11 +81,11 @@ def _wanted(broker, request) -> list[_Wanted]:
     for i, topic in enumerate(request.topics):
         name = getattr(topic, "topic", None)
         topic_id = getattr(topic, "topic_id", None)
-        unknown = UNKNOWN_TOPIC_OR_PARTITION
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if name is None:
             meta = broker.topic_by_id(topic_id) if topic_id is not None else None
             name = meta.name if meta is not None else None
-            unknown = UNKNOWN_TOPIC_ID
+            unknown = ErrorCode.UNKNOWN_TOPIC_ID
         for p in topic.partitions:
             out.append(
                 _Wanted(i, name, topic_id, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes),
@@ -105,7 +104,7 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, replica_id: int) ->
             results.append(ReadResult(w.unknown_error, -1, -1, -1))
             continue
         if replica_id >= 0:
-            results.append(ReadResult(NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
+            results.append(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
             continue
         limit = min(w.partition_max_bytes, remaining)
         result = part.read(w.fetch_offset, limit, min_one_message=(total == 0),
@@ -125,7 +124,7 @@ async def fetch(broker, api_version: int, request) -> Any:
 
     max_wait_ms = max(0, min(int(request.max_wait.total_seconds() * 1000), MAX_WAIT_MS))
     min_bytes = int(request.min_bytes)
-    has_error = any(r.error_code != NONE for r in results)
+    has_error = any(r.error_code != ErrorCode.NONE for r in results)
     if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
         parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
         start = [p.bytes_appended for p in parts]
@@ -155,5 +154,5 @@ def _response(api_version: int, request, wanted: list[_Wanted], results: list[Re
         (getattr(topic, "topic", None), getattr(topic, "topic_id", None), per_topic.get(i, ()))
         for i, topic in enumerate(request.topics)
     ]
-    body = encode_fetch_response(api_version, NONE, 0, topics)
+    body = encode_fetch_response(api_version, ErrorCode.NONE, 0, topics)
     return PreEncoded(response_class(FETCH, api_version), body)
