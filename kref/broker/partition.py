@@ -36,6 +36,7 @@ import trio
 
 from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
+from kref.records.header import BatchHeader
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NullTraceSink, TraceSink
@@ -212,12 +213,19 @@ class Partition:
     # ------------------------------------------------------------ produce
 
     def append_records_as_leader(
-        self, records: bytes | bytearray, acks: int, records_count: int, now_ms: int, *, crc_verified: bool = False
+        self,
+        records: bytes | bytearray,
+        acks: int,
+        records_count: int,
+        now_ms: int,
+        *,
+        validated: list[BatchHeader] | None = None,
     ) -> AppendResult:
-        """Append one validated produce payload; see the module docstring for the steps.
+        """Append one produce payload; see the module docstring for the steps.
 
-        `crc_verified`: the caller already checked the batch CRC (produce's
-        framing validation), so the Log does not check it a second time.
+        `validated`: the produce handler's headers of exactly these bytes
+        (parsed once, CRC and max.message.bytes checked), handed on so the Log
+        does not parse or check them again.
         """
         self._request_ids += 1
         request_id = self._request_ids
@@ -229,7 +237,7 @@ class Partition:
                 return AppendResult(answer.error_code, log_start_offset=self.log.log_start_offset)
             if isinstance(answer, core.AppendToLog):
                 try:
-                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms, crc_verified=crc_verified)
+                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms, validated=validated)
                 except Exception as exc:  # typed storage / record errors become error codes
                     code = error_code_for(exc)
                     if code == ErrorCode.UNKNOWN_SERVER_ERROR:

@@ -34,6 +34,7 @@ memory is bounded by the number of segments and index entries.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import logging
 import os
@@ -50,9 +51,9 @@ from kref.records.header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     iter_headers,
-    read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -311,8 +312,7 @@ class Log:
         checking it again cost a second pass over the payload per produce.
         """
         cfg = self.config
-        if len(buf) > cfg.segment_bytes:
-            raise RecordBatchTooLargeError(f"append of {len(buf)} bytes exceeds segment.bytes={cfg.segment_bytes}")
+        self._check_append_size(len(buf))
         headers = []
         for h in iter_headers(buf, verify=not crc_verified, max_batch_size=MAX_APPEND_BYTES):
             if h.size_in_bytes > cfg.max_message_bytes:
@@ -326,17 +326,32 @@ class Log:
 
     @_disk_errors_as_storage_errors
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, crc_verified: bool = False
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        crc_verified: bool = False,
+        validated: list[BatchHeader] | None = None,
     ) -> AppendInfo:
         """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append.
 
         `crc_verified=True` only when the caller checked the CRC of exactly
-        these bytes; every other check still runs here.
+        these bytes. `validated`: the caller (the produce handler) already
+        parsed these very bytes into headers, verified their CRCs and checked
+        max.message.bytes, so the headers are not parsed or size-checked
+        again; the remaining checks (offsets, timestamps, idempotence) run here.
         """
         self._ensure_open()
         self._now_ms = now_ms
         buf = bytearray(records)
-        headers = self._validate(buf, crc_verified=crc_verified)
+        if validated is None:
+            headers = self._validate(buf, crc_verified=crc_verified)
+        else:
+            self._check_append_size(len(buf))
+            headers = validated
+            if any(h.last_offset_delta < 0 for h in headers):
+                raise InvalidRecordError("negative lastOffsetDelta")
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
         cfg = self.config
@@ -370,9 +385,13 @@ class Log:
         for h in headers:
             set_base_offset(buf, h, next_offset)
             set_partition_leader_epoch(buf, h, leader_epoch)
+            h = dataclasses.replace(h, base_offset=next_offset, partition_leader_epoch=leader_epoch)
             if log_append_time:
-                set_log_append_time(buf, h, now_ms)
-            stamped.append(read_header(buf, h.position))
+                crc = set_log_append_time(buf, h, now_ms)
+                h = dataclasses.replace(
+                    h, attributes=h.attributes | TIMESTAMP_TYPE_MASK, max_timestamp=now_ms, crc=crc
+                )
+            stamped.append(h)  # the header as stamped, without parsing the bytes a third time
             next_offset += h.last_offset_delta + 1
         info = self._append(buf, stamped, now_ms)
         if log_append_time:
@@ -380,6 +399,10 @@ class Log:
             info.max_timestamp = now_ms
             info.offset_of_max_timestamp = info.first_offset
         return info
+
+    def _check_append_size(self, size: int) -> None:
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self.config.segment_bytes}")
 
     @_disk_errors_as_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:

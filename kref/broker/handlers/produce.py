@@ -39,6 +39,7 @@ from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidRecordError
 from kref.records.framing_validation import validate_records_framing
+from kref.records.header import BatchHeader
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 
-def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> int:
-    """Check a partition's produce payload; returns its record count.
+def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> list[BatchHeader]:
+    """Check a partition's produce payload; returns its one batch header.
 
     Raises the typed record errors (CorruptRecordError family), or
     PayloadTooLarge for a batch above max.message.bytes.
@@ -61,8 +62,9 @@ def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> i
         raise InvalidRecordError("produce request carries no record batch")
     if len(records) > max_message_bytes:
         raise PayloadTooLarge(f"{len(records)} bytes exceed max.message.bytes {max_message_bytes}")
-    headers = validate_records_framing(records, max_batch_size=max_message_bytes, require_single_batch=True)
-    return headers[0].records_count
+    # The one max.message.bytes check of a produce: the payload is a single
+    # batch, so its length is the batch's size (the bound below is framing).
+    return validate_records_framing(records, max_batch_size=len(records), require_single_batch=True)
 
 
 class PayloadTooLarge(Exception):
@@ -107,12 +109,15 @@ async def produce(broker, api_version: int, request) -> Any:
                 continue
             try:
                 max_message_bytes = int(getattr(part.log.config, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
-                count = validate_produce_payload(pd.records, max_message_bytes)
+                headers = validate_produce_payload(pd.records, max_message_bytes)
             except (CorruptRecordError, PayloadTooLarge) as exc:
                 per_partition[pd.index] = AppendResult(error_code_for(exc), error_message=str(exc))
                 continue
-            # validate_produce_payload checked the CRC: the Log need not again.
-            result = part.append_records_as_leader(pd.records, acks, count, now_ms, crc_verified=True)
+            # The headers parsed here (CRC and size checked) travel to the Log:
+            # the batch header is parsed once per produce.
+            result = part.append_records_as_leader(
+                pd.records, acks, headers[0].records_count, now_ms, validated=headers
+            )
             per_partition[pd.index] = result
             if result.required_offset is not None:
                 waiting[part.key] = ProducePartitionStatus(result.required_offset)
