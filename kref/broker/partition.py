@@ -6,7 +6,8 @@ kref/replication/replica.py decides (who leads, what the high watermark is,
 when an acks=all produce is done); this module does (appends bytes to the
 segment files, reads them back, stamps the leader-epoch cache, writes trace
 lines, wakes the purgatories). One `Partition` per hosted TopicPartition,
-kept in `broker.partitions[(topic, partition)]`.
+kept by the replica manager (kref/broker/replica_manager.py), which
+calls become_leader / become_follower with the metadata image's epochs.
 
 The data path of a produce (ARCHITECTURE.md): the handler validates the
 payload, calls `append_records_as_leader`, which steps the core with
@@ -178,27 +179,65 @@ class Partition:
 
     # ------------------------------------------------------------ leadership
 
-    def become_leader(self, now_ms: int, *, leader_epoch: int | None = None, high_watermark: int = 0) -> None:
-        """Lead the partition alone (replicas = isr = {self}).
+    def become_leader(
+        self,
+        now_ms: int,
+        *,
+        leader_epoch: int | None = None,
+        partition_epoch: int = 0,
+        isr: tuple[int, ...] | None = None,
+        replicas: tuple[int, ...] | None = None,
+        high_watermark: int | None = None,
+    ) -> None:
+        """BecomeLeader with the metadata image's epochs (the replica manager calls this).
 
-        Without a controller, each start of the broker begins a new leader
-        epoch, as KRaft does when the only replica comes back: one more than
-        the latest epoch in the log's epoch cache.
+        `high_watermark` defaults to the Log's checkpointed one. Without an
+        epoch (a Partition used on its own, in tests) the partition leads
+        alone in the epoch after the latest of its log's epoch cache.
         """
         if leader_epoch is None:
             latest = self.log.leader_epoch_cache.latest_epoch
             leader_epoch = (latest if latest is not None and latest >= 0 else -1) + 1
         me = self.core.replica_id
+        if high_watermark is None:
+            high_watermark = self.log.high_watermark or 0
         self._apply(
             self.core.step(
                 core.BecomeLeader(
                     leader_epoch=leader_epoch,
-                    partition_epoch=max(self.core.partition_epoch, 0),
-                    isr=frozenset({me}),
-                    replicas=(me,),
+                    partition_epoch=partition_epoch,
+                    isr=frozenset(isr if isr is not None else (me,)),
+                    replicas=tuple(replicas if replicas is not None else (me,)),
                     log_start_offset=self.log.log_start_offset,
                     log_end_offset=self.log.log_end_offset,
                     high_watermark=high_watermark,
+                ),
+                now_ms,
+            )
+        )
+
+    def become_follower(
+        self,
+        now_ms: int,
+        *,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: tuple[int, ...],
+        replicas: tuple[int, ...],
+    ) -> None:
+        """BecomeFollower with the metadata image's leader and epochs."""
+        self._apply(
+            self.core.step(
+                core.BecomeFollower(
+                    leader=leader_id,
+                    leader_epoch=leader_epoch,
+                    partition_epoch=partition_epoch,
+                    isr=frozenset(isr),
+                    replicas=tuple(replicas),
+                    log_start_offset=self.log.log_start_offset,
+                    log_end_offset=self.log.log_end_offset,
+                    high_watermark=self.log.high_watermark or 0,
                 ),
                 now_ms,
             )
@@ -367,68 +406,11 @@ MAX_DELAYED_PRODUCES = 10_000
 MAX_DELAYED_FETCHES = 10_000
 
 
-def install(broker) -> None:
-    """Give `broker` the partition area: purgatories, trace sink, partition drivers.
-
-    Idempotent: each handler module of the area calls it from `register`.
-    Partitions the broker attached before (plain Logs) are wrapped too.
-    """
-    if broker is None:
-        # A router built only to list API ranges (codec tests) has no broker.
-        return
-    if getattr(broker, "produce_purgatory", None) is not None:
-        return
-    from kref.trace.sink import NdjsonTraceSink
-
-    broker.produce_purgatory = Purgatory("produce", max_operations=MAX_DELAYED_PRODUCES)
-    broker.fetch_purgatory = Purgatory("fetch", max_operations=MAX_DELAYED_FETCHES)
-    trace_file = getattr(broker, "trace_file", None)
-    broker.trace_sink = NdjsonTraceSink(trace_file, node=broker.node_id) if trace_file else NullTraceSink()
-    broker.partition_factory = make_partition
-    for key, existing in list(broker.partitions.items()):
-        if existing is not None and not isinstance(existing, Partition):
-            broker.partitions[key] = make_partition(broker, key[0], key[1], existing)
-
-    def wake_deleted(broker_, topic: str) -> None:
-        # Parked fetches on a deleted topic answer now instead of at max_wait.
-        for purgatory in (broker_.fetch_purgatory, broker_.produce_purgatory):
-            for key in purgatory.watched_keys():
-                if key[0] == topic:
-                    purgatory.check_and_complete(key)
-
-    hooks = getattr(broker, "on_topic_deleted", None)
-    if hooks is not None:
-        hooks.append(wake_deleted)
-    shutdown_hooks = getattr(broker, "on_shutdown", None)
-    if shutdown_hooks is not None:
-        shutdown_hooks.append(broker.trace_sink.close)
-    serving_hooks = getattr(broker, "on_serving", None)
-    if serving_hooks is not None and broker.trace_sink.enabled:
-        serving_hooks.append(lambda: broker.start_soon(_flush_trace_periodically, broker.trace_sink))
-
-
 TRACE_FLUSH_INTERVAL_S = 1.0
 
 
-async def _flush_trace_periodically(sink: TraceSink) -> None:
+async def flush_trace_periodically(sink: TraceSink) -> None:
     """Keep a running broker's trace file readable; a SIGKILL loses at most a second."""
     while True:
         await trio.sleep(TRACE_FLUSH_INTERVAL_S)
         sink.flush()
-
-
-def make_partition(broker, topic: str, partition: int, log_) -> Partition | None:
-    """The broker's partition_factory: a driver leading `log_` on this node."""
-    if log_ is None:
-        return None
-    config = getattr(broker, "config", None)
-    driver = Partition(
-        log_,
-        replica_id=int(getattr(broker, "node_id", 0)),
-        produce_purgatory=broker.produce_purgatory,
-        fetch_purgatory=broker.fetch_purgatory,
-        trace=broker.trace_sink,
-        replica_lag_time_max_ms=int(getattr(config, "replica_lag_time_max_ms", 30_000)),
-    )
-    driver.become_leader(broker.now_ms(), high_watermark=getattr(log_, "high_watermark", None) or 0)
-    return driver

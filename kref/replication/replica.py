@@ -375,6 +375,14 @@ class PartitionReplica:
             raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
         if self.replica_id not in e.isr:
             raise InvariantViolation(f"replica {self.replica_id} asked to lead but not in isr {sorted(e.isr)}")
+        if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
+            # The same term (a change of isr or replicas committed by the
+            # controller): Kafka keeps the term's state and takes the new
+            # assignment; only a new leader_epoch starts a new term.
+            self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
+            self.replicas = tuple(e.replicas)
+            self.isr = frozenset(e.isr)
+            return
         self.role = Role.LEADER
         self.leader = self.replica_id
         self.leader_epoch = e.leader_epoch

@@ -20,7 +20,6 @@ from kio.static.primitive import i32Timedelta
 
 from kref.broker.broker import INTERNAL_TOPICS
 from kref.broker.handlers._responses import build, error, response_types
-from kref.broker.partition import install
 from kref.protocol.errors import ErrorCode
 
 DELETE_RECORDS = 21
@@ -30,7 +29,6 @@ _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_delete_records(ctx, request) -> Any:
         return delete_records(ctx.broker, ctx.api_version, request)
@@ -50,7 +48,7 @@ def delete_records(broker, api_version: int, request) -> Any:
                 # Kafka's ReplicaManager refuses too: deleting records of
                 # __consumer_offsets would lose every group's offsets.
                 code, low_watermark = ErrorCode.INVALID_TOPIC_EXCEPTION, -1
-            elif part is None or not hasattr(part, "delete_records_before"):
+            elif part is None:
                 code, low_watermark = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
             else:
                 code, low_watermark = part.delete_records_before(int(p.offset), now_ms)

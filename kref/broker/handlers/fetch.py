@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kref.broker.handlers.fetch_response import encode_fetch_response
-from kref.broker.partition import ReadResult, install
+from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
 from kref.replication.purgatory import DelayedFetch, wait_for
@@ -61,7 +61,6 @@ class _Wanted:
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_fetch(ctx, request) -> Any:
         return await fetch(ctx.broker, ctx.api_version, request)
@@ -100,7 +99,7 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, replica_id: int) ->
     total = 0
     for w in wanted:
         part = broker.partitions.get((w.name, w.partition)) if w.name is not None else None
-        if part is None or not hasattr(part, "read"):
+        if part is None:
             results.append(ReadResult(w.unknown_error, -1, -1, -1))
             continue
         if replica_id >= 0:

@@ -22,7 +22,6 @@ from typing import Any
 from kio.static.primitive import i32Timedelta
 
 from kref.broker.handlers._responses import build, error, response_types
-from kref.broker.partition import install
 from kref.protocol.errors import ErrorCode
 
 LIST_OFFSETS = 2
@@ -32,7 +31,6 @@ _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_list_offsets(ctx, request) -> Any:
         return list_offsets(ctx.broker, ctx.api_version, request)
@@ -48,7 +46,7 @@ def list_offsets(broker, api_version: int, request) -> Any:
         partitions = []
         for p in topic.partitions:
             part = broker.partitions.get((topic.name, int(p.partition_index)))
-            if part is None or not hasattr(part, "fetch_offset_for_timestamp"):
+            if part is None:
                 code, ts, offset, epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
             else:
                 code, ts, offset, epoch = part.fetch_offset_for_timestamp(

@@ -34,7 +34,7 @@ from typing import Any
 
 from kref.broker.broker import INTERNAL_TOPICS
 from kref.broker.handlers.produce_response import encode_produce_response
-from kref.broker.partition import AppendResult, error_code_for, install
+from kref.broker.partition import AppendResult, error_code_for
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidRecordError
@@ -72,7 +72,6 @@ class PayloadTooLarge(Exception):
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_produce(ctx, request) -> Any:
         return await produce(ctx.broker, ctx.api_version, request)
@@ -104,7 +103,7 @@ async def produce(broker, api_version: int, request) -> Any:
                                                        error_message=f"cannot produce to internal topic {name}")
                 continue
             part = broker.partitions.get((name, pd.index)) if name is not None else None
-            if part is None or not hasattr(part, "append_records_as_leader"):
+            if part is None:
                 per_partition[pd.index] = AppendResult(unknown)
                 continue
             try:
