@@ -252,13 +252,21 @@ class Broker:
     async def _run_periodic(self) -> None:
         cleanup_every = self.config.log_retention_check_interval_ms / 1000
         checkpoint_every = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        # Kafka's isr-expiration task runs every replica.lag.time.max.ms / 2.
+        isr_check_every = max(self.config.replica_lag_time_max_ms / 2000, 0.01)
         next_cleanup = trio.current_time() + cleanup_every
         next_checkpoint = trio.current_time() + checkpoint_every
+        next_isr_check = trio.current_time() + isr_check_every
         while True:
-            await trio.sleep_until(min(next_cleanup, next_checkpoint))
+            await trio.sleep_until(min(next_cleanup, next_checkpoint, next_isr_check))
             now = trio.current_time()
+            if now >= next_isr_check:
+                self.replica_manager.tick(self.now_ms())
+                next_isr_check = now + isr_check_every
             if now >= next_cleanup:
                 self.log_manager.cleanup(self.now_ms())
+                # Retention moved log start offsets: the replica cores own them.
+                self.replica_manager.report_log_start_offsets(self.now_ms())
                 next_cleanup = now + cleanup_every
             if now >= next_checkpoint:
                 self.log_manager.checkpoint()

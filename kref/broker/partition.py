@@ -29,6 +29,7 @@ task interleaving.
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,14 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from kref.storage.log import Log
 
 log = logging.getLogger(__name__)
-
-
-# ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
 
 
 def error_code_for(exc: BaseException) -> int:
@@ -118,10 +111,12 @@ class Partition:
             tracing=self.trace.enabled,
         )
         self._request_ids = 0
-        # Bytes appended so far: a parked fetch compares it with the value it
-        # saw to estimate whether min_bytes have arrived (leader-only today,
-        # where the high watermark follows every append at once).
-        self.bytes_appended = 0
+        # Bytes that became readable by consumers (below the high watermark)
+        # so far: a parked fetch compares it with the value it saw to tell
+        # whether min_bytes have arrived. Appends wait in `_above_hw` (last
+        # offset, size) until the high watermark passes them.
+        self.visible_bytes = 0
+        self._above_hw: collections.deque[tuple[int, int]] = collections.deque()
 
     # ------------------------------------------------------------ state
 
@@ -159,8 +154,10 @@ class Partition:
                 if self.trace.enabled:
                     self.trace.emit(effect.event)
             elif isinstance(effect, core.HighWatermarkAdvanced):
-                # The Log bounds DeleteRecords by it and checkpoints it.
+                # The Log bounds retention by it and checkpoints it.
                 self.log.update_high_watermark(effect.high_watermark)
+                while self._above_hw and self._above_hw[0][0] < effect.high_watermark:
+                    self.visible_bytes += self._above_hw.popleft()[1]
                 woke = True
             elif isinstance(effect, core.LogEndOffsetAdvanced):
                 woke = True
@@ -268,8 +265,8 @@ class Partition:
         """
         self._request_ids += 1
         request_id = self._request_ids
-        self.core.min_insync_replicas = self._min_insync_replicas()
-        answers = self._apply(self.core.step(core.ClientProduce(request_id, acks, records_count), now_ms))
+        answers = self._apply(self.core.step(
+            core.ClientProduce(request_id, acks, records_count, self._min_insync_replicas()), now_ms))
         result = AppendResult(ErrorCode.NONE)
         for answer in answers:
             if isinstance(answer, core.ProduceResult):
@@ -283,7 +280,9 @@ class Partition:
                         log.exception("append to %s-%d failed", self.topic, self.partition)
                     return AppendResult(code, log_start_offset=self.log.log_start_offset, error_message=str(exc))
                 if not info.duplicate:
-                    self.bytes_appended += len(records)
+                    if len(self._above_hw) >= MAX_BATCHES_ABOVE_HW:
+                        self.visible_bytes += self._above_hw.popleft()[1]  # bounded: may wake a fetch early
+                    self._above_hw.append((info.last_offset, len(records)))
                 result.base_offset = info.first_offset
                 result.log_append_time = info.log_append_time
                 result.log_start_offset = self.log.log_start_offset
@@ -303,34 +302,25 @@ class Partition:
 
     # ------------------------------------------------------------ fetch
 
-    def _check_leader_epoch(self, current_leader_epoch: int) -> int:
-        """KIP-320: a client that names an epoch must name ours."""
-        if not self.core.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch < 0 or current_leader_epoch == self.core.leader_epoch:
-            return ErrorCode.NONE
-        return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.core.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
-
     def read(
         self, fetch_offset: int, max_bytes: int, *, min_one_message: bool, current_leader_epoch: int = -1
     ) -> ReadResult:
-        """Consumer read: whole batches from `fetch_offset`, below the high watermark.
+        """Consumer read: the core says what is visible, the Log supplies the bytes.
 
         The bytes are the segment's bytes, unchanged: a batch that starts
         before `fetch_offset` comes whole and the client skips the records
         it did not ask for.
         """
-        hw = self.core.high_watermark
-        error = self._check_leader_epoch(current_leader_epoch)
+        error, upper = self.core.consumer_read(fetch_offset, current_leader_epoch)
+        hw, lso = self.core.high_watermark, self.core.log_start_offset
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return ReadResult(error, hw, hw, lso)
         if error != ErrorCode.NONE:
             return ReadResult(error, -1, -1, -1)
-        lso = self.log.log_start_offset
-        if fetch_offset < lso or fetch_offset > self.log.log_end_offset:
-            return ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, hw, lso)
-        if fetch_offset >= hw or max_bytes <= 0:
+        if upper <= fetch_offset or max_bytes <= 0:
             return ReadResult(ErrorCode.NONE, hw, hw, lso)
         try:
-            data = self.log.read(fetch_offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+            data = self.log.read(fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message)
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.UNKNOWN_SERVER_ERROR:
@@ -339,60 +329,72 @@ class Partition:
         records = data.records
         return ReadResult(ErrorCode.NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
 
+    def read_as_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
+                         current_leader_epoch: int, max_bytes: int, now_ms: int) -> ReadResult:
+        """A follower's fetch (Fetch with replica_id >= 0) goes to the core (FetchFromFollower).
+
+        The driver only looks up the epoch end offset the core asks about and
+        reads the bytes; the core decides (not leader, fenced, unknown
+        follower, diverging epoch, or read up to the log end offset).
+        """
+        end = None
+        if last_fetched_epoch >= 0:
+            end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, self.log.log_end_offset)
+        answers = self._apply(self.core.step(core.FetchFromFollower(
+            replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end), now_ms))
+        for answer in answers:
+            if isinstance(answer, core.RespondFollowerFetch):
+                if answer.error_code != ErrorCode.NONE or answer.diverging_epoch != core.NO_EPOCH:
+                    return ReadResult(answer.error_code, answer.high_watermark, answer.high_watermark,
+                                      answer.log_start_offset)
+                try:
+                    data = self.log.read(fetch_offset, max_bytes, min_one_message=True)
+                except Exception as exc:
+                    return ReadResult(error_code_for(exc), answer.high_watermark, answer.high_watermark,
+                                      answer.log_start_offset)
+                return ReadResult(ErrorCode.NONE, answer.high_watermark, answer.high_watermark,
+                                  answer.log_start_offset, bytes(data.records))
+        return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)
+
     # ------------------------------------------------------------ list offsets
 
     def fetch_offset_for_timestamp(
         self, timestamp: int, *, current_leader_epoch: int = -1, isolation_level: int = 0
     ) -> tuple[int, int, int, int]:
-        """(error_code, timestamp, offset, leader_epoch) for ListOffsets.
-
-        Consumers only see offsets below the high watermark (LSO under
-        read_committed, equal to the HW while kref has no transactions).
-        """
-        error = self._check_leader_epoch(current_leader_epoch)
+        """(error_code, timestamp, offset, leader_epoch) for ListOffsets; the core decides."""
+        error, offset = self.core.list_offsets(timestamp, current_leader_epoch)
         if error != ErrorCode.NONE:
             return error, -1, -1, -1
-        hw = self.core.high_watermark
-        if timestamp == LATEST_TIMESTAMP:
-            return ErrorCode.NONE, -1, hw, self._epoch_at(hw)
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            lso = self.log.log_start_offset
-            return ErrorCode.NONE, -1, lso, self._epoch_at(lso)
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            return ErrorCode.NONE, -1, -1, -1  # nothing is tiered
+        if offset is not None:
+            return ErrorCode.NONE, -1, offset, self._epoch_at(offset) if offset >= 0 else -1
         found = self.log.fetch_offset_by_timestamp(timestamp)
-        if found is None:
+        if found is None or not self.core.is_visible(found[1]):
             return ErrorCode.NONE, -1, -1, -1
         ts, offset, epoch = found
-        if offset >= hw:
-            return ErrorCode.NONE, -1, -1, -1
         return ErrorCode.NONE, ts, offset, epoch
 
     def _epoch_at(self, offset: int) -> int:
         """The leader epoch of the record before `offset` (Kafka's epoch for LATEST)."""
-        cache = self.log.leader_epoch_cache
-        epoch_for = getattr(cache, "epoch_for_offset", None)
-        if epoch_for is not None:
-            return epoch_for(offset)
-        return self.core.leader_epoch
+        return self.log.leader_epoch_cache.epoch_for_offset(offset)
 
     # ------------------------------------------------------------ delete records
 
     def delete_records_before(self, offset: int, now_ms: int) -> tuple[int, int]:
-        """DeleteRecords: (error_code, low_watermark). -1 means "up to the high watermark"."""
-        if not self.core.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
-        hw = self.core.high_watermark
-        if offset == -1:
-            offset = hw
-        if offset < 0 or offset > hw:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, self.log.log_start_offset
+        """DeleteRecords: (error_code, low_watermark); the core decides, the Log carries it out."""
+        error, new_start = self.core.delete_records(offset)
+        if error != ErrorCode.NONE:
+            return error, new_start
         try:
-            self.log.maybe_increment_log_start_offset(offset)
+            self.log.maybe_increment_log_start_offset(new_start)
         except Exception as exc:
             return error_code_for(exc), self.log.log_start_offset
-        self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
-        return ErrorCode.NONE, self.log.log_start_offset
+        self.report_log_start_offset(now_ms)
+        return ErrorCode.NONE, self.core.log_start_offset
+
+    def report_log_start_offset(self, now_ms: int) -> None:
+        """DeleteRecords or retention moved the Log's start: the core hears of it."""
+        if self.log.log_start_offset != self.core.log_start_offset:
+            self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -400,6 +402,9 @@ class Partition:
         """Write out the trace (the broker also closes the sink on shutdown)."""
         self.trace.flush()
 
+
+# Bound on appended batches remembered until the high watermark passes them.
+MAX_BATCHES_ABOVE_HW = 100_000
 
 # Bounds of the two purgatories (operations parked at once, broker-wide).
 MAX_DELAYED_PRODUCES = 10_000

@@ -118,3 +118,15 @@ class ReplicaManager:
                 isr=after.isr,
                 replicas=after.replicas,
             )
+
+    # ------------------------------------------------------------ periodic
+
+    def tick(self, now_ms: int) -> None:
+        """Kafka's isr-expiration task: every partition's core checks for lagging followers."""
+        for part in list(self.partitions.values()):
+            part.tick(now_ms)
+
+    def report_log_start_offsets(self, now_ms: int) -> None:
+        """After a retention pass: each core hears where its log now starts."""
+        for part in list(self.partitions.values()):
+            part.report_log_start_offset(now_ms)

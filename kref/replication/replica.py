@@ -65,6 +65,13 @@ from kref.trace import events as trace
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
 
+# ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
 
 class Role(enum.Enum):
     NONE = "none"  # not yet told its role (or partition going offline)
@@ -104,6 +111,9 @@ class ClientProduce:
     request_id: int
     acks: int  # 0, 1 or -1 (all)
     records_count: int
+    # The topic's min.insync.replicas as of this request (a dynamic config):
+    # it comes in with the event, so the core never reads configuration.
+    min_insync_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +339,61 @@ class PartitionReplica:
             return ErrorCode.NONE if len(self.isr) >= self.min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
 
+    def check_leader_epoch(self, current_leader_epoch: int) -> int:
+        """KIP-320: a client that names an epoch must name ours (and we must lead)."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+    def consumer_read(self, fetch_offset: int, current_leader_epoch: int) -> tuple[int, int]:
+        """Read visibility of a consumer fetch: (error_code, offset to read up to).
+
+        Consumers see only offsets below the high watermark; a fetch offset
+        outside [log_start_offset, log_end_offset] is OFFSET_OUT_OF_RANGE. An
+        upper bound equal to the fetch offset means "nothing to read yet".
+        """
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return error, fetch_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, fetch_offset
+        return ErrorCode.NONE, max(fetch_offset, self.high_watermark)
+
+    def list_offsets(self, timestamp: int, current_leader_epoch: int) -> tuple[int, int | None]:
+        """ListOffsets: (error_code, offset) for the special timestamps (KIP-79,
+        KIP-734, KIP-405); offset None: look the timestamp up in the log and
+        answer it only if `is_visible`."""
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return error, UNKNOWN_OFFSET
+        if timestamp == LATEST_TIMESTAMP:
+            return ErrorCode.NONE, self.high_watermark
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return ErrorCode.NONE, self.log_start_offset
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return ErrorCode.NONE, UNKNOWN_OFFSET  # nothing is tiered
+        return ErrorCode.NONE, None
+
+    def is_visible(self, offset: int) -> bool:
+        """Consumers (read_uncommitted; LSO = HW without transactions) see offsets below the HW."""
+        return offset < self.high_watermark
+
+    def delete_records(self, offset: int) -> tuple[int, int]:
+        """DeleteRecords: (error_code, the log start offset to move to); -1 = the high watermark.
+
+        Only the leader moves the log start offset, and never past the high
+        watermark: what consumers cannot read yet is not theirs to delete.
+        """
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, UNKNOWN_OFFSET
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, self.log_start_offset
+        return ErrorCode.NONE, max(offset, self.log_start_offset)
+
     # ------------------------------------------------------------ step
 
     def step(self, event: Event, now_ms: int) -> list[Effect]:
@@ -439,6 +504,8 @@ class PartitionReplica:
         )
 
     def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
+        if e.min_insync_replicas is not None:
+            self.min_insync_replicas = max(1, e.min_insync_replicas)
         if e.acks not in (0, 1, -1):
             out.append(ProduceResult(e.request_id, ErrorCode.INVALID_REQUIRED_ACKS))
         elif not self.is_leader:
