@@ -499,6 +499,8 @@ class PartitionReplica:
             leader=self.leader,
             leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch,
+            isr=self.isr,
+            replicas=self.replicas,
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
