@@ -40,6 +40,7 @@ from kref.broker.replica_manager import ReplicaManager
 from kref.metadata import records as mr
 from kref.metadata.image import MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
+from kref.ports.clock import Clock, SystemClock
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NdjsonTraceSink, NullTraceSink, TraceSink
 from kref.broker.dynamic_config import DYNAMIC_CONFIG_FILE, DynamicBrokerConfigs, DynamicConfigError
@@ -110,7 +111,9 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, trace_file: str | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, trace_file: str | None = None, clock: Clock | None = None) -> None:
+        # The clock port: the real clock here, a ManualClock in tests and the simulator.
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.config = config  # the effective config: static + dynamic broker configs
         self.static_config = config
         self.dynamic_configs = DynamicBrokerConfigs(config)
@@ -153,9 +156,8 @@ class Broker:
 
     # --- clock -----------------------------------------------------------------
 
-    @staticmethod
-    def now_ms() -> int:
-        return time.time_ns() // 1_000_000
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
 
     # --- lifecycle -------------------------------------------------------------
 

@@ -42,6 +42,7 @@ import crc32c
 from kref.metadata import records as r
 from kref.metadata import serde
 from kref.metadata.image import MetadataDelta, MetadataImage
+from kref.ports.fs import FileSystem, RealFileSystem
 
 __all__ = ["LocalMetadataSource", "MetadataSourceError", "restart_leadership", "METADATA_LOG_FILE", "LEGACY_TOPICS_FILE"]
 
@@ -80,35 +81,38 @@ def restart_leadership(
 
 
 class LocalMetadataSource:
-    def __init__(self, log_dir: str | Path, node_id: int) -> None:
-        self.dir = Path(log_dir)
-        self.path = self.dir / METADATA_LOG_FILE
+    """All file access goes through the file-system port (kref/ports/fs.py),
+    so the same source runs on a real disk and on a lossy in-memory one."""
+
+    def __init__(self, log_dir: str | Path, node_id: int, fs: FileSystem | None = None) -> None:
+        self.fs: FileSystem = fs if fs is not None else RealFileSystem()
+        self.dir = str(log_dir)
+        self.path = os.path.join(self.dir, METADATA_LOG_FILE)
         self.node_id = node_id
         self.image = MetadataImage()
-        self._file = None
+        self._open = False
 
     # ------------------------------------------------------------ open
 
     def open(self) -> MetadataDelta:
         """Replay (or migrate) into the image, write a snapshot; the delta creates everything."""
-        legacy = self.dir / LEGACY_TOPICS_FILE
-        if self.path.exists():
+        legacy = os.path.join(self.dir, LEGACY_TOPICS_FILE)
+        if self.fs.exists(self.path):
             records = self._read_frames()
-        elif legacy.exists():
-            records = _records_from_legacy(legacy, self.node_id)
+        elif self.fs.exists(legacy):
+            records = _records_from_legacy(legacy, self.fs.read_bytes(legacy), self.node_id)
         else:
             records = []
         delta = self.image.apply(records)
         self._write_snapshot()
-        if legacy.exists():
-            legacy.unlink()  # the snapshot holding its contents is durable
-        self._file = open(self.path, "ab")
+        if self.fs.exists(legacy):
+            self.fs.unlink(legacy)  # the snapshot holding its contents is durable
+            self.fs.fsync_dir(self.dir)
+        self._open = True
         return delta
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._open = False
 
     # ------------------------------------------------------------ commit
 
@@ -120,13 +124,12 @@ class LocalMetadataSource:
         # Check them against a copy first: a record the image refuses must
         # never reach the file (it would make every later start fail).
         MetadataImage().apply(self.image.to_records() + records)
-        if self._file is None:
+        if not self._open:
             raise MetadataSourceError(f"{self.path} is not open")
         data = b"".join(_frame(serde.encode(rec)) for rec in records)
         try:
-            self._file.write(data)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            self.fs.append(self.path, data)
+            self.fs.fsync(self.path)
         except OSError as exc:
             self._truncate_to_known_good()
             raise MetadataSourceError(f"cannot write {self.path}: {exc.strerror or exc}") from None
@@ -135,7 +138,7 @@ class LocalMetadataSource:
     # ------------------------------------------------------------ file
 
     def _read_frames(self) -> list[r.MetadataRecord]:
-        data = self.path.read_bytes()
+        data = self.fs.read_bytes(self.path)
         records: list[r.MetadataRecord] = []
         pos = 0
         while pos < len(data):
@@ -159,21 +162,17 @@ class LocalMetadataSource:
         return records
 
     def _write_snapshot(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp = self.path + ".tmp"
         data = b"".join(_frame(serde.encode(rec)) for rec in self.image.to_records())
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(self.dir)
+        self.fs.write_bytes(tmp, data)
+        self.fs.fsync(tmp)
+        self.fs.replace(tmp, self.path)
+        self.fs.fsync_dir(self.dir)
 
     def _truncate_to_known_good(self) -> None:
         """After a failed append the image is unchanged: make the file say the same."""
         try:
-            self.close()
             self._write_snapshot()
-            self._file = open(self.path, "ab")
         except OSError:
             pass  # the next open cuts a torn tail off anyway
 
@@ -182,20 +181,12 @@ def _frame(body: bytes) -> bytes:
     return _FRAME.pack(len(body), crc32c.crc32c(body)) + body
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _records_from_legacy(path: Path, node_id: int) -> list[r.MetadataRecord]:
+def _records_from_legacy(path: str, text: bytes, node_id: int) -> list[r.MetadataRecord]:
     """kref-topics.json (names, ids, partition counts, configs) as metadata records."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(text.decode("utf-8"))
         topics = [_legacy_topic(t) for t in data["topics"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         # Starting without it would delete every partition as "stray".
         raise MetadataSourceError(
             f"the topic metadata file {path} is corrupt ({type(exc).__name__}: {exc}); "
