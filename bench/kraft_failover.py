@@ -79,13 +79,16 @@ def main() -> int:
                 deadline = start + 60
                 while not create_topic(survivor.client_port, f"after-{round_}"):
                     if time.monotonic() > deadline:
+                        for s in specs:
+                            print(f"== node {s.node_id}", "\n".join(s.log_file.read_text().splitlines()[-25:]))
                         raise SystemExit("no CreateTopics success within 60 s")
                     time.sleep(0.02)
                 elapsed = time.monotonic() - start
                 times.append(elapsed)
                 print(f"round {round_ + 1}: killed node {leader}, CreateTopics ok after {elapsed * 1000:.0f} ms", flush=True)
+                before = by_id[leader].log_file.read_text().count("unfenced")
                 processes[leader] = local_cluster.start_node(by_id[leader])
-                wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") >= round_ + 2, "rejoin")
+                wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin")
         finally:
             for p in processes.values():
                 if p.poll() is None:

@@ -1,29 +1,41 @@
-"""Spark benchmark: rows/s read into Spark from a kref topic, beside spark.range.
+"""Spark benchmark: format("kref") read and write beside a bare confluent-kafka client.
 
-What it measures, in one run on one local[2] SparkSession:
+What it measures, in one run, against one `kref broker` and one local[2]
+SparkSession, on the same topics:
 
-- kref: `--rows` records of `--value-bytes` bytes, produced beforehand (not
-  timed) to a kref topic with `--partitions` partitions, then read with
-  `spark.read.format("kref")` (one task per partition, each with its own
-  Kafka consumer, records handed to Spark as Arrow batches) and aggregated
-  (`sum(length(value))`, so every row crosses into the JVM): rows/s.
-- peer: `spark.range(rows)` with a binary column of the same width, same
-  aggregation, same session: rows/s. spark.range generates rows inside the
-  JVM, so it is the ceiling of what any source can reach here; the ratio
-  kref/range says how much of that ceiling the Python data source path
-  (broker fetch + Python worker + Arrow) delivers.
+- write: a bare confluent-kafka Producer (acks=all, the sink's own client
+  settings, the Python loop a user would write: produce() per record, one
+  delivery check at flush) produces `--rows` records of `--value-bytes`
+  bytes (key = the row number) to topic W; then Spark writes the same rows,
+  generated in the JVM by spark.range, with `df.write.format("kref")` to the
+  same topic W. rows/s of each, from start to the last acknowledgement.
+- read: topic R holds `--rows` records (produced once, not timed). A bare
+  Consumer (assigned, no group, the reader's client settings,
+  consume(10000) batches) reads and counts all of R; then Spark reads all
+  of R with `spark.read.format("kref")` into Spark's `noop` sink, the
+  standard way to measure a source: every row crosses into the JVM and is
+  consumed, with no further stage. `--read-sink agg` aggregates
+  `count(*), sum(length(value))` instead (adds a shuffle stage, ~10-25%
+  slower here, and checks the row count).
 
-Each figure is the best of `--repeat` runs after one warm-up. kref is
-`kref broker` on a free port with a temporary log dir (bench/broker.py's
-start_kref). Bounded: at most 2,000,000 rows.
+One pair = one bare run and one Spark run back to back (their order
+alternates between pairs, so a load swing does not always hit the same
+side); after one warm-up pair (Python workers, code generation, JIT) the
+bench runs `--pairs` pairs and prints, for read and write, the median of
+the per-pair ratios spark/bare, their min and max, and the 1-minute load
+average around each pair: the machine is shared and the ratio of a pair is
+the honest figure, not either rate alone.
 
-    .venv/bin/python bench/spark.py [--rows 200000] [--partitions 2]
+Bounded: at most 2,000,000 rows and 20 pairs; every wait has a timeout.
+
+    .venv/bin/python bench/spark.py [--rows 200000] [--partitions 2] [--pairs 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,45 +44,64 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker import start_kref  # noqa: E402  (bench/ is not a package)
 
 MAX_ROWS = 2_000_000
+MAX_PAIRS = 20
 
 
-def produce(bootstrap: str, topic: str, partitions: int, rows: int, value_bytes: int) -> None:
-    from confluent_kafka import Producer
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         fut.result(30)
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-        "queue.buffering.max.messages": 500_000,
-    })
+
+
+def bare_produce(bootstrap: str, topic: str, rows: int, value_bytes: int) -> float:
+    """rows/s of a plain producer loop with the sink's client settings."""
+    from confluent_kafka import Producer
+
+    from kref.spark.client import producer_config
+
+    failed: list = []
+    cfg = producer_config({"bootstrap.servers": bootstrap}, flush_timeout_ms=120_000)
+    cfg["on_delivery"] = lambda err, _msg: err is not None and failed.append(err)
+    producer = Producer(cfg)
     value = b"x" * value_bytes
-    failed = []
+    start = time.perf_counter()
     for i in range(rows):
         while True:
             try:
-                producer.produce(topic, value, key=b"%d" % i, partition=i % partitions,
-                                 on_delivery=lambda err, _m: err and failed.append(err))
+                producer.produce(topic, value, b"%d" % i)
                 break
             except BufferError:
                 producer.poll(0.01)
-        if i % 10_000 == 0:
-            producer.poll(0)
     if producer.flush(120) or failed:
-        raise RuntimeError(f"produce incomplete: {failed[:3]}")
+        raise RuntimeError(f"bare produce incomplete: {failed[:3]}")
+    return rows / (time.perf_counter() - start)
 
 
-def best_rate(run, rows: int, repeat: int) -> float:
-    run()  # warm-up: Python workers, code generation
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        got = run()
-        best = min(best, time.perf_counter() - start)
-        if got != rows:
-            raise RuntimeError(f"read {got} rows, expected {rows}")
-    return rows / best
+def bare_consume(bootstrap: str, topic: str, partitions: int, rows: int) -> float:
+    """rows/s of a plain assigned consumer (the reader's client settings) reading the topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kref.spark.client import consumer_config
+
+    consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 120
+    try:
+        while got < rows:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bare consume: {got} of {rows} rows in 120 s")
+            got += sum(1 for m in consumer.consume(10_000, 0.5) if m.error() is None)
+        return rows / (time.perf_counter() - start)
+    finally:
+        consumer.close()
+
+
+def prefill(bootstrap: str, topic: str, rows: int, value_bytes: int) -> None:
+    bare_produce(bootstrap, topic, rows, value_bytes)
 
 
 def main() -> None:
@@ -78,9 +109,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--only", choices=("read", "write"), default=None)
+    parser.add_argument("--read-sink", choices=("noop", "agg"), default="noop",
+                        help="what the Spark read feeds (default noop; agg adds a stage)")
     args = parser.parse_args()
     rows = max(1, min(args.rows, MAX_ROWS))
+    pairs = max(1, min(args.pairs, MAX_PAIRS))
+    parts = args.partitions
 
     os.environ.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -89,42 +125,81 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     with start_kref() as bootstrap:
-        topic = "bench-spark"
-        t0 = time.perf_counter()
-        produce(bootstrap, topic, args.partitions, rows, args.value_bytes)
-        produce_s = time.perf_counter() - t0
+        read_topic, write_topic = "bench-spark-read", "bench-spark-write"
+        create_topic(bootstrap, read_topic, parts)
+        create_topic(bootstrap, write_topic, parts)
+        prefill(bootstrap, read_topic, rows, args.value_bytes)
         spark = (
             SparkSession.builder.master("local[2]").appName("kref-bench")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.shuffle.partitions", str(parts))
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
+
+        def spark_read() -> float:
+            start = time.perf_counter()
+            df = (spark.read.format("kref").option("kref.bootstrap.servers", bootstrap)
+                  .option("subscribe", read_topic).load())
+            if args.read_sink == "noop":
+                df.write.format("noop").mode("overwrite").save()
+            else:
+                got = df.agg(F.count("*").alias("n"), F.sum(F.length("value"))).first()["n"]
+                if got != rows:
+                    raise RuntimeError(f"spark read {got} rows, expected {rows}")
+            return rows / (time.perf_counter() - start)
+
+        def spark_write() -> float:
+            df = spark.range(rows, numPartitions=parts).select(
+                F.col("id").cast("string").cast("binary").alias("key"),
+                F.expr(f"cast(repeat('x', {args.value_bytes}) as binary)").alias("value"))
+            start = time.perf_counter()
+            (df.write.format("kref").option("kref.bootstrap.servers", bootstrap)
+             .option("topic", write_topic).mode("append").save())
+            return rows / (time.perf_counter() - start)
+
+        sides = {
+            "write": (lambda: bare_produce(bootstrap, write_topic, rows, args.value_bytes),
+                      spark_write),
+            "read": (lambda: bare_consume(bootstrap, read_topic, parts, rows), spark_read),
+        }
+        if args.only:
+            sides = {args.only: sides[args.only]}
+        results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
         try:
-            def kref_run() -> int:
-                df = (spark.read.format("kref").option("kref.bootstrap.servers", bootstrap)
-                      .option("subscribe", topic).load())
-                r = df.agg(F.count("*").alias("n"), F.sum(F.length("value"))).collect()[0]
-                return r["n"]
-
-            def range_run() -> int:
-                df = spark.range(rows, numPartitions=args.partitions).select(
-                    F.expr(f"cast(repeat('x', {args.value_bytes}) as binary)").alias("value"))
-                r = df.agg(F.count("*").alias("n"), F.sum(F.length("value"))).collect()[0]
-                return r["n"]
-
-            kref_rate = best_rate(kref_run, rows, args.repeat)
-            range_rate = best_rate(range_run, rows, args.repeat)
+            # Untimed check that the Spark read sees every row (the noop sink counts nothing).
+            seen = (spark.read.format("kref").option("kref.bootstrap.servers", bootstrap)
+                    .option("subscribe", read_topic).load().count())
+            if seen != rows:
+                raise RuntimeError(f"spark read {seen} rows, expected {rows}")
+            for n in range(pairs + 1):  # pair 0 is the warm-up
+                for name, (bare, via_spark) in sides.items():
+                    load = os.getloadavg()[0]
+                    if n % 2:
+                        s, b = via_spark(), bare()
+                    else:
+                        b, s = bare(), via_spark()
+                    load = max(load, os.getloadavg()[0])
+                    tag = "warm-up" if n == 0 else f"pair {n}"
+                    print(f"{tag:<8} {name:<5} bare {b:>10,.0f}  spark {s:>10,.0f}  "
+                          f"ratio {s / b:.2f}  load {load:.1f}", flush=True)
+                    if n:
+                        results[name].append((b, s, load))
         finally:
             spark.stop()
 
-    print(f"rows={rows} partitions={args.partitions} value_bytes={args.value_bytes} "
-          f"(produced in {produce_s:.1f} s, not timed), best of {args.repeat}")
-    print(f"{'source':<28} {'rows/s':>14}")
-    print(f"{'spark.read.format(kref)':<28} {kref_rate:>14,.0f}")
-    print(f"{'spark.range (same width)':<28} {range_rate:>14,.0f}")
-    print(f"ratio kref/range: {kref_rate / range_rate:.3f}")
+    print(f"\nrows={rows} partitions={parts} value_bytes={args.value_bytes} local[2], "
+          f"{pairs} paired runs after one warm-up, cores={os.cpu_count()}")
+    print(f"{'path':<6} {'bare rows/s (median)':>21} {'spark rows/s (median)':>22} "
+          f"{'ratio median':>13} {'min':>6} {'max':>6} {'load':>9}")
+    for name, got in results.items():
+        ratios = [s / b for b, s, _ in got]
+        loads = [load for *_, load in got]
+        print(f"{name:<6} {statistics.median(b for b, _, _ in got):>21,.0f} "
+              f"{statistics.median(s for _, s, _ in got):>22,.0f} "
+              f"{statistics.median(ratios):>13.2f} {min(ratios):>6.2f} {max(ratios):>6.2f} "
+              f"{min(loads):>4.1f}-{max(loads):<4.1f}")
 
 
 if __name__ == "__main__":

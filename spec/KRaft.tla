@@ -49,9 +49,11 @@ CONSTANTS
     Voters,            \* node ids of the controller quorum (controller.quorum.voters)
     Brokers,           \* node ids of the brokers that register with the quorum
     Nil,               \* "no node": no vote cast, no known leader
-    CheckLogUpToDate   \* TRUE in Kafka; FALSE only in the must-fail variant
+    CheckLogUpToDate,  \* TRUE in Kafka; FALSE only in the must-fail variant
+    CommitOnlyOwnEpoch \* TRUE in Kafka; FALSE: Raft's Figure-8 bug (must fail)
 
 ASSUME CheckLogUpToDate \in BOOLEAN
+ASSUME CommitOnlyOwnEpoch \in BOOLEAN
 ASSUME Nil \notin Voters
 
 Unattached == "Unattached"
@@ -312,8 +314,14 @@ FetchFromLeader(f, l) ==
     /\ state[f] = Follower /\ leader_id[f] = l
     /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
     /\ ~Diverging(f, l)
-    /\ log' = [log EXCEPT ![f] = log[l]]
-    /\ high_watermark' = [high_watermark EXCEPT ![f] = Max(@, high_watermark[l])]
+    \* Any prefix of what f lacks, none included (the response is bounded
+    \* by max bytes, and the leader may answer before it has more): a
+    \* follower can hold an old epoch's entries without the leader's
+    \* LeaderChange record, which is what makes the commit rule matter.
+    /\ \E upto \in LogEndOffset(f) .. LogEndOffset(l) :
+          /\ log' = [log EXCEPT ![f] = SubSeq(log[l], 1, upto)]
+          /\ high_watermark' = [high_watermark EXCEPT ![f] =
+                                   Max(@, Min(high_watermark[l], upto))]
     /\ end_offsets' = [end_offsets EXCEPT ![l][f] = LogEndOffset(f)]
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted>>
     /\ UNCHANGED env_vars
@@ -346,7 +354,7 @@ AdvanceHighWatermark(l) ==
     /\ state[l] = Leader
     /\ LET n == MajorityOffset(l)
        IN  /\ n > high_watermark[l]
-           /\ log[l][n].epoch = leader_epoch[l]
+           /\ CommitOnlyOwnEpoch => log[l][n].epoch = leader_epoch[l]
            /\ high_watermark' = [high_watermark EXCEPT ![l] = n]
            /\ committed' =
                  IF n > Len(committed)

@@ -23,6 +23,11 @@ FaultBudget ==
 \* picks one by name (Init has no leader yet; CHOOSE is used on numbers
 \* only).  Sound only for safety checking, which is all these
 \* configurations do; never combine it with a liveness property.
+\* Smaller models may override Batches and AcksModes (`Batches <- ...` in a
+\* .cfg): one-record batches only, acks=all only.
+SingleRecordBatches(S) == {<<v>> : v \in S}
+AcksAllOnly == {"all"}
+
 Symmetry == Permutations(Replicas) \cup Permutations(Values)
 
 =============================================================================

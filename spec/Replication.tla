@@ -11,20 +11,31 @@
 (* - A follower fetches in order from its log end offset and sends the     *)
 (*   epoch of its last entry (KIP-320).  The leader validates that epoch   *)
 (*   against its own leader-epoch history (KIP-101/279) and answers with   *)
-(*   records and its high watermark, or with a diverging epoch and its end *)
-(*   offset; the follower then truncates (TruncateToEpochEndOffset).       *)
-(* - The leader keeps the ISR and changes it only through the controller   *)
-(*   (AlterPartition, KIP-497), which checks the leader epoch and the      *)
-(*   partition epoch and bumps the partition epoch.                        *)
-(* - high watermark = min log end offset over the ISR, advanced only by    *)
-(*   the leader and never decreasing there; followers learn it from fetch  *)
-(*   responses.                                                            *)
-(* - Produce is acks=all with min.insync.replicas: appended only while the *)
-(*   ISR is big enough, acknowledged when the high watermark passes it.    *)
-(* - Crashes lose the unflushed suffix of a log; the controller fences the *)
-(*   crashed broker, elects a new leader from the ISR with a new leader    *)
-(*   epoch, moves leadership back to a preferred replica, and (only when   *)
-(*   UncleanLeaderElectionEnable) elects a replica outside the ISR.        *)
+(*   any prefix of the records it has past the fetch offset (none         *)
+(*   included) and its high watermark, or with a diverging epoch and its  *)
+(*   end offset; the follower then truncates (TruncateToEpochEndOffset).  *)
+(* - The leader changes the ISR only through the controller (AlterPartition,*)
+(*   KIP-497) in three steps: it sends a request (ShrinkIsr, ExpandIsr: one *)
+(*   in flight), the controller commits it or refuses it after checking    *)
+(*   the leader, the leader epoch, the partition epoch and that added      *)
+(*   replicas are not fenced (CommitAlterPartition), and the leader applies *)
+(*   the answer (HandleAlterPartitionResponse).  While a change is pending *)
+(*   the leader acts on the maximal ISR: committed ISR \cup proposed ISR.  *)
+(* - high watermark = min log end offset over the maximal ISR, advanced    *)
+(*   only by the leader, never while the committed ISR is smaller than     *)
+(*   min.insync.replicas (KAFKA-15583), and never decreasing there;        *)
+(*   followers learn it from fetch responses.                              *)
+(* - Produce appends a batch.  acks=all is refused while the ISR is below  *)
+(*   min.insync.replicas and acknowledged when the high watermark passes   *)
+(*   it; acks=1 is appended whatever the ISR and promises nothing.         *)
+(* - A crash loses the unflushed suffix of a log and a lagging high        *)
+(*   watermark checkpoint; later the controller fences the broker (its     *)
+(*   session expired), elects a new leader from the unfenced ISR with a    *)
+(*   new leader epoch, moves leadership to a preferred replica, and (only  *)
+(*   when UncleanLeaderElectionEnable) elects a replica outside the ISR.   *)
+(*   A restarted broker is unfenced once it registers again.               *)
+(* - Epochs are numbered as in Kafka: a partition's first leader epoch and *)
+(*   partition epoch are 0; -1 is "none known".                            *)
 (*                                                                         *)
 (* Every action is one step of one actor and names its whole post-state,   *)
 (* so that a kref trace event of the same name maps onto it 1:1.  The      *)
@@ -60,20 +71,25 @@ VARIABLES
                            \*  in a valid fetch, -1 = unknown]]
     fetch,                 \* [follower -> its one in-flight fetch: request or
                            \*  response, or [type |-> "None"]]
+    alter_partition,       \* [leader -> its one in-flight AlterPartition:
+                           \*  request or response, or [type |-> "None"]]
     \* ---- the controller: the committed partition registration ----
-    controller,            \* [leader, leader_epoch, partition_epoch, isr]
+    controller,            \* [leader, leader_epoch, partition_epoch, isr,
+                           \*  fenced: brokers whose registration is fenced]
     \* ---- history (ghost) variables, read only by the properties ----
     produced,              \* values producers have sent
+    acks_all,              \* values sent with acks=all
     acked,                 \* entries acknowledged to an acks=all producer
     faults                 \* [crash, shrink, preferred]: disruptive steps
                            \* taken so far, bounded by MCReplication
 
 vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-          remote_log_end_offset, fetch, controller, produced, acked,
-          faults>>
+          remote_log_end_offset, fetch, alter_partition, controller, produced,
+          acks_all, acked, faults>>
 
 replica_vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                  remote_log_end_offset, fetch>>
+                  remote_log_end_offset, fetch, alter_partition>>
+ghost_vars == <<produced, acks_all, acked>>
 
 -----------------------------------------------------------------------------
 (* Helpers                                                                 *)
@@ -83,6 +99,7 @@ Max(S) == CHOOSE x \in S : \A y \in S : x >= y
 Min2(a, b) == IF a <= b THEN a ELSE b
 
 NoFetch == [type |-> "None"]
+NoAlterPartition == [type |-> "None"]
 
 \* The log end offset: the offset the next appended entry will get.
 log_end_offset(r) == Len(log[r])
@@ -93,6 +110,16 @@ LastEpoch(r) == IF log[r] = << >> THEN -1 ELSE log[r][Len(log[r])].leader_epoch
 
 \* Prefix of a log with n entries (truncation keeps offsets < n).
 Prefix(s, n) == SubSeq(s, 1, n)
+
+\* The batches a producer may send from the values in S: non-empty
+\* sequences of distinct values.
+Batches(S) ==
+    UNION {{b \in [1..n -> S] : \A i, j \in 1..n : i # j => b[i] # b[j]} :
+           n \in 1..Cardinality(S)}
+Range(b) == {b[i] : i \in DOMAIN b}
+
+\* The acks settings producers use.
+AcksModes == {"all", "1"}
 
 \* Leader-epoch cache lookup (OffsetsForLeaderEpoch, KIP-101/279) on replica
 \* r: the largest epoch <= e that r knows, and the end offset of that epoch
@@ -119,58 +146,71 @@ EpochStartOffset(l) ==
     LET mine == {i \in 1..Len(log[l]) : log[l][i].leader_epoch = leader_epoch[l]}
     IN  IF mine = {} THEN Len(log[l]) ELSE Min(mine) - 1
 
-\* The controller accepts an AlterPartition from l only if l is the leader
-\* it registered, at the current leader epoch and partition epoch
-\* (otherwise FENCED_LEADER_EPOCH / INVALID_UPDATE_VERSION).
-AlterPartitionAccepted(l) ==
-    /\ controller.leader = l
-    /\ controller.leader_epoch = leader_epoch[l]
-    /\ controller.partition_epoch = partition_epoch[l]
+\* KIP-497: while an AlterPartition is pending the leader cannot know
+\* whether the controller committed it, so it counts every replica of the
+\* committed and the proposed ISR (an expansion takes effect at once for the
+\* high watermark, a shrink only once committed).
+MaximalIsr(l) ==
+    isr[l] \cup (IF alter_partition[l].type = "None" THEN {}
+                 ELSE alter_partition[l].new_isr)
 
-\* Commit a new ISR at the controller and hand the result back to leader l.
-CommitIsr(l, new_isr) ==
-    /\ controller' = [controller EXCEPT !.isr = new_isr,
-                                        !.partition_epoch = @ + 1]
-    /\ isr' = [isr EXCEPT ![l] = new_isr]
-    /\ partition_epoch' = [partition_epoch EXCEPT ![l] = controller.partition_epoch + 1]
+\* The leader sends AlterPartition for new_isr with the epochs it applied
+\* and, for each replica it adds, the broker epoch of the incarnation whose
+\* fetches justified it (KIP-903).  That is the broker's current
+\* registration: a crash makes every leader forget the follower's offset
+\* (see Crash), so only fetches of the new incarnation count afterwards.
+SendAlterPartition(l, new_isr) ==
+    alter_partition' = [alter_partition EXCEPT ![l] =
+                          [type |-> "AlterPartitionRequest", new_isr |-> new_isr,
+                           leader_epoch |-> leader_epoch[l],
+                           partition_epoch |-> partition_epoch[l],
+                           broker_epochs |-> [r \in new_isr \ isr[l] |->
+                                                controller.broker_epoch[r]]]]
 
 Unknown == [f \in Replicas |-> -1]
 
 -----------------------------------------------------------------------------
 (* Initial state: a freshly created partition.  All replicas are online   *)
 (* with empty logs and in the ISR; the controller has not elected a leader *)
-(* yet (the first ElectLeader makes epoch 1).                              *)
+(* yet (the first ElectLeader makes leader epoch and partition epoch 0).   *)
 
 Init ==
     /\ role = [r \in Replicas |-> "Online"]
     /\ log = [r \in Replicas |-> << >>]
     /\ high_watermark = [r \in Replicas |-> 0]
-    /\ leader_epoch = [r \in Replicas |-> 0]
-    /\ partition_epoch = [r \in Replicas |-> 0]
+    /\ leader_epoch = [r \in Replicas |-> -1]
+    /\ partition_epoch = [r \in Replicas |-> -1]
     /\ isr = [r \in Replicas |-> Replicas]
     /\ remote_log_end_offset = [r \in Replicas |-> Unknown]
     /\ fetch = [r \in Replicas |-> NoFetch]
-    /\ controller = [leader |-> NoLeader, leader_epoch |-> 0,
-                     partition_epoch |-> 0, isr |-> Replicas]
+    /\ alter_partition = [r \in Replicas |-> NoAlterPartition]
+    /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
+                     partition_epoch |-> -1, isr |-> Replicas, fenced |-> {},
+                     broker_epoch |-> [r \in Replicas |-> 0]]
     /\ produced = {}
+    /\ acks_all = {}
     /\ acked = {}
     /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0]
 
 -----------------------------------------------------------------------------
 (* Leader actions                                                          *)
 
-\* Produce (acks=all) of value v to leader l.  Rejected with
-\* NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas.
-LeaderAppend(l, v) ==
+\* Produce of a batch of values to leader l, with acks = "all" or "1".
+\* min.insync.replicas applies to acks=all only: below it the produce is
+\* refused with NOT_ENOUGH_REPLICAS (the committed ISR is what counts).
+LeaderAppend(l, batch, acks) ==
     /\ role[l] = "Leader"
-    /\ v \notin produced
-    /\ Cardinality(isr[l]) >= MinInsyncReplicas
-    /\ log' = [log EXCEPT ![l] = Append(@, [offset |-> Len(@),
-                                            leader_epoch |-> leader_epoch[l],
-                                            value |-> v])]
-    /\ produced' = produced \cup {v}
+    /\ Range(batch) \cap produced = {}
+    /\ acks = "all" => Cardinality(isr[l]) >= MinInsyncReplicas
+    /\ log' = [log EXCEPT ![l] =
+                 @ \o [i \in DOMAIN batch |-> [offset |-> Len(@) + i - 1,
+                                               leader_epoch |-> leader_epoch[l],
+                                               value |-> batch[i]]]]
+    /\ produced' = produced \cup Range(batch)
+    /\ acks_all' = IF acks = "all" THEN acks_all \cup Range(batch) ELSE acks_all
     /\ UNCHANGED <<role, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, controller, acked, faults>>
+                   remote_log_end_offset, fetch, alter_partition, controller,
+                   acked, faults>>
 
 \* Leader l answers the fetch request of follower f sent in l's epoch.
 \* KIP-320: the follower's (fetch_offset, last_fetched_epoch) must be on the
@@ -198,61 +238,86 @@ LeaderHandleFetch(l, f) ==
                      ELSE [type |-> "DivergingEpoch", epoch |-> eo.epoch,
                            end_offset |-> eo.end_offset]]
                /\ UNCHANGED remote_log_end_offset
-          ELSE /\ fetch' = [fetch EXCEPT ![f] =
+          \* A response carries any prefix of what the leader has past the
+          \* fetch offset, none included: fetch.max.bytes, max.partition.fetch.bytes
+          \* and a response cut short by the leader leave the rest for the next
+          \* fetch (a follower may stay an epoch behind for many rounds).
+          ELSE /\ \E upto \in req.fetch_offset .. Len(log[l]) :
+                    fetch' = [fetch EXCEPT ![f] =
                      [type |-> "FetchResponse",
-                      records |-> SubSeq(log[l], req.fetch_offset + 1, Len(log[l])),
+                      records |-> SubSeq(log[l], req.fetch_offset + 1, upto),
                       high_watermark |-> high_watermark[l]]]
                /\ remote_log_end_offset' =
                      [remote_log_end_offset EXCEPT ![l][f] = req.fetch_offset]
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   controller, produced, acked, faults>>
+                   alter_partition, controller, ghost_vars, faults>>
 
-\* Leader l moves its high watermark to the min log end offset over its ISR
-\* (unknown follower offsets block it).  Produce requests waiting in
-\* purgatory for entries of l's epoch that the high watermark now passes are
-\* acknowledged if the ISR still has min.insync.replicas members (else they
-\* fail with NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+\* Leader l moves its high watermark to the min log end offset over its
+\* maximal ISR (unknown follower offsets block it), but not while its
+\* committed ISR is below min.insync.replicas (KAFKA-15583: records that
+\* fewer replicas hold must not become visible, acks=1 ones included).
+\* acks=all produce requests waiting in purgatory for entries of l's epoch
+\* that the high watermark now passes are acknowledged.
 AdvanceHighWatermark(l) ==
     /\ role[l] = "Leader"
+    /\ Cardinality(isr[l]) >= MinInsyncReplicas
     /\ LET new_hw == Min({Len(log[l])} \cup
-                         {remote_log_end_offset[l][f] : f \in isr[l] \ {l}})
+                         {remote_log_end_offset[l][f] : f \in MaximalIsr(l) \ {l}})
        IN /\ new_hw > high_watermark[l]
           /\ high_watermark' = [high_watermark EXCEPT ![l] = new_hw]
-          /\ acked' = IF Cardinality(isr[l]) >= MinInsyncReplicas
-                      THEN acked \cup
-                           {log[l][i] : i \in
-                              {j \in high_watermark[l] + 1 .. new_hw :
-                                  log[l][j].leader_epoch = leader_epoch[l]}}
-                      ELSE acked
+          /\ acked' = acked \cup
+                      {log[l][i] : i \in
+                         {j \in high_watermark[l] + 1 .. new_hw :
+                             /\ log[l][j].leader_epoch = leader_epoch[l]
+                             /\ log[l][j].value \in acks_all}}
     /\ UNCHANGED <<role, log, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, controller, produced, faults>>
+                   remote_log_end_offset, fetch, alter_partition, controller,
+                   produced, acks_all, faults>>
 
-\* Leader l removes follower f that has not caught up for longer than
-\* replica.lag.time.max.ms.  The timer is abstracted away: any follower
-\* behind the leader's log end offset may be judged lagging.
-ShrinkIsr(l, f) ==
+\* Leader l asks the controller to remove the followers in `out` that have
+\* not caught up for longer than replica.lag.time.max.ms (one AlterPartition
+\* for all of them, as Kafka's ISR-expiration task does).  The timer is
+\* abstracted away: any follower behind the leader's log end offset may be
+\* judged lagging.
+ShrinkIsr(l, out) ==
     /\ role[l] = "Leader"
-    /\ f \in isr[l] \ {l}
-    /\ remote_log_end_offset[l][f] < Len(log[l])
-    /\ AlterPartitionAccepted(l)
-    /\ CommitIsr(l, isr[l] \ {f})
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch,
-                   remote_log_end_offset, fetch, produced, acked>>
+    /\ alter_partition[l].type = "None"
+    /\ out # {} /\ out \subseteq isr[l] \ {l}
+    /\ \A f \in out : remote_log_end_offset[l][f] < Len(log[l])
+    /\ SendAlterPartition(l, isr[l] \ out)
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, fetch, controller, ghost_vars>>
     /\ faults' = [faults EXCEPT !.shrink = @ + 1]
 
-\* Leader l adds follower f once it has fetched up to the high watermark and
-\* past the start of l's epoch.  The controller refuses fenced (crashed)
-\* brokers (KIP-841).
+\* Leader l asks to add follower f once it has fetched up to the high
+\* watermark and past the start of l's epoch.
 ExpandIsr(l, f) ==
     /\ role[l] = "Leader"
+    /\ alter_partition[l].type = "None"
     /\ f \notin isr[l]
-    /\ role[f] # "Offline"
     /\ remote_log_end_offset[l][f] >= high_watermark[l]
     /\ remote_log_end_offset[l][f] >= EpochStartOffset(l)
-    /\ AlterPartitionAccepted(l)
-    /\ CommitIsr(l, isr[l] \cup {f})
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch,
-                   remote_log_end_offset, fetch, produced, acked, faults>>
+    /\ SendAlterPartition(l, isr[l] \cup {f})
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, fetch, controller, ghost_vars, faults>>
+
+\* Leader l applies the controller's answer.  A committed change is taken
+\* only if it is newer than the partition epoch l already applied (the
+\* same change may have reached l as metadata first); an error leaves the
+\* ISR as l last applied it, and l may try again.
+HandleAlterPartitionResponse(l) ==
+    /\ alter_partition[l].type = "AlterPartitionResponse"
+    /\ LET resp == alter_partition[l]
+       IN  IF /\ resp.error = "NONE"
+              /\ role[l] = "Leader"
+              /\ resp.leader_epoch = leader_epoch[l]
+              /\ resp.partition_epoch > partition_epoch[l]
+           THEN /\ isr' = [isr EXCEPT ![l] = resp.isr]
+                /\ partition_epoch' = [partition_epoch EXCEPT ![l] = resp.partition_epoch]
+           ELSE UNCHANGED <<isr, partition_epoch>>
+    /\ alter_partition' = [alter_partition EXCEPT ![l] = NoAlterPartition]
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, remote_log_end_offset,
+                   fetch, controller, ghost_vars, faults>>
 
 -----------------------------------------------------------------------------
 (* Follower actions                                                        *)
@@ -270,7 +335,21 @@ FollowerFetch(f) ==
                     last_fetched_epoch |-> LastEpoch(f),
                     current_leader_epoch |-> leader_epoch[f]]]
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, controller, produced, acked, faults>>
+                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   faults>>
+
+\* The fetch of follower f fails: no replica leads in f's epoch any more
+\* (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, or the connection broke).
+\* f drops it, backs off, and fetches again once a leader of its epoch is
+\* known.
+FetchError(f) ==
+    /\ fetch[f].type = "FetchRequest"
+    /\ ~\E l \in Replicas : role[l] = "Leader"
+                            /\ leader_epoch[l] = fetch[f].current_leader_epoch
+    /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   faults>>
 
 \* Follower f appends the records of a fetch response and takes the
 \* leader's high watermark, bounded by its own log end offset.
@@ -283,7 +362,8 @@ FollowerAppend(f) ==
                                    Min2(fetch[f].high_watermark, Len(new_log))]
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, controller, produced, acked, faults>>
+                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   faults>>
 
 \* Follower f handles a diverging-epoch answer (KIP-279/320): it looks up the
 \* diverging epoch in its own epoch cache; if it has that epoch it truncates
@@ -306,12 +386,15 @@ TruncateToEpochEndOffset(f) ==
           /\ high_watermark' = [high_watermark EXCEPT ![f] = Min2(@, to)]
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, controller, produced, acked, faults>>
+                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   faults>>
 
 -----------------------------------------------------------------------------
 (* Metadata propagation: a broker applies the controller's registration.  *)
 (* Until it does, it acts on its old one (a deposed leader is a zombie     *)
 (* that still takes appends and answers fetches in its old epoch).         *)
+(* Applying one drops a pending AlterPartition: the committed state is     *)
+(* now known, and a late answer is stale.                                  *)
 
 \* r applies a registration naming it leader: a new leader epoch (it then
 \* forgets what it knew of followers' offsets) or a new partition epoch
@@ -331,7 +414,8 @@ BecomeLeader(r) ==
           THEN remote_log_end_offset
           ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
-    /\ UNCHANGED <<log, high_watermark, controller, produced, acked, faults>>
+    /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
+    /\ UNCHANGED <<log, high_watermark, controller, ghost_vars, faults>>
 
 \* r applies a registration naming another leader (or none) with a new
 \* leader epoch, or is back after a restart.  Since KIP-101 it keeps its log
@@ -351,74 +435,128 @@ BecomeFollower(r) ==
               ELSE log
     /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
-    /\ UNCHANGED <<high_watermark, controller, produced, acked, faults>>
+    /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
+    /\ UNCHANGED <<high_watermark, controller, ghost_vars, faults>>
 
 -----------------------------------------------------------------------------
 (* Controller actions                                                      *)
 
-\* Elect a live ISR member when the partition has no leader, with a new
-\* leader epoch.
+\* The controller handles leader l's AlterPartition.  It refuses a request
+\* from a replica that is not the leader or not in the current leader
+\* epoch (FENCED_LEADER_EPOCH), one based on an older partition epoch
+\* (INVALID_UPDATE_VERSION), and one adding a fenced broker (KIP-841) or
+\* a broker of another incarnation than the one that fetched (KIP-903)
+\* (INELIGIBLE_REPLICA).  Otherwise it commits the new ISR with a new
+\* partition epoch and answers with the committed state.
+AlterPartitionError(req, l) ==
+    IF controller.leader # l \/ controller.leader_epoch # req.leader_epoch
+    THEN "FENCED_LEADER_EPOCH"
+    ELSE IF controller.partition_epoch # req.partition_epoch
+    THEN "INVALID_UPDATE_VERSION"
+    ELSE IF \E r \in DOMAIN req.broker_epochs :
+               \/ r \in controller.fenced
+               \/ req.broker_epochs[r] # controller.broker_epoch[r]
+    THEN "INELIGIBLE_REPLICA"
+    ELSE "NONE"
+
+CommitAlterPartition(l) ==
+    /\ alter_partition[l].type = "AlterPartitionRequest"
+    /\ LET req == alter_partition[l]
+           error == AlterPartitionError(req, l)
+       IN  /\ controller' =
+                 IF error = "NONE"
+                 THEN [controller EXCEPT !.isr = req.new_isr,
+                                         !.partition_epoch = @ + 1]
+                 ELSE controller
+           /\ alter_partition' = [alter_partition EXCEPT ![l] =
+                 [type |-> "AlterPartitionResponse", new_isr |-> req.new_isr,
+                  error |-> error, leader_epoch |-> req.leader_epoch,
+                  isr |-> controller'.isr,
+                  partition_epoch |-> controller'.partition_epoch]]
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, fetch, ghost_vars, faults>>
+
+\* Elect an unfenced ISR member when the partition has no leader, with a
+\* new leader epoch.
 ElectLeader(r) ==
     /\ controller.leader = NoLeader
     /\ r \in controller.isr
-    /\ role[r] # "Offline"
+    /\ r \notin controller.fenced
     /\ controller' = [controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
                                         !.partition_epoch = @ + 1]
-    /\ UNCHANGED <<replica_vars, produced, acked, faults>>
+    /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
 \* Preferred (or any operator-chosen) leader election: move leadership to
-\* another live ISR member.  The old leader becomes a zombie until it
+\* another unfenced ISR member.  The old leader becomes a zombie until it
 \* applies the new registration.
 ElectPreferredLeader(r) ==
     /\ controller.leader \notin {NoLeader, r}
     /\ r \in controller.isr
-    /\ role[r] # "Offline"
+    /\ r \notin controller.fenced
     /\ controller' = [controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
                                         !.partition_epoch = @ + 1]
-    /\ UNCHANGED <<replica_vars, produced, acked>>
+    /\ UNCHANGED <<replica_vars, ghost_vars>>
     /\ faults' = [faults EXCEPT !.preferred = @ + 1]
 
-\* unclean.leader.election.enable: when no ISR member is alive, elect a live
-\* replica outside the ISR; it becomes the whole ISR.
+\* unclean.leader.election.enable: when every ISR member is fenced, elect
+\* an unfenced replica outside the ISR; it becomes the whole ISR.
 UncleanElectLeader(r) ==
     /\ UncleanLeaderElectionEnable
     /\ controller.leader = NoLeader
-    /\ \A s \in controller.isr : role[s] = "Offline"
+    /\ controller.isr \subseteq controller.fenced
     /\ r \notin controller.isr
+    /\ r \notin controller.fenced
+    /\ controller' = [controller EXCEPT !.leader = r,
+                                        !.leader_epoch = @ + 1,
+                                        !.partition_epoch = @ + 1,
+                                        !.isr = {r}]
+    /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
+
+\* The session of crashed broker r expires: the controller fences it,
+\* removes it from the ISR unless it is the last member (the ISR is never
+\* empty) and clears the leader if r led, with a new partition epoch.
+FenceBroker(r) ==
+    /\ role[r] = "Offline"
+    /\ r \notin controller.fenced
+    /\ LET new_isr == IF controller.isr = {r} THEN controller.isr
+                      ELSE controller.isr \ {r}
+       IN  controller' =
+                [controller EXCEPT
+                    !.leader = IF @ = r THEN NoLeader ELSE @,
+                    !.isr = new_isr,
+                    !.fenced = @ \cup {r},
+                    !.partition_epoch = IF new_isr = controller.isr
+                                               /\ controller.leader # r
+                                        THEN @ ELSE @ + 1]
+    /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
+
+\* Restarted broker r registered again and caught up with the metadata:
+\* the controller unfences it (it may rejoin the ISR and be elected).
+UnfenceBroker(r) ==
+    /\ r \in controller.fenced
     /\ role[r] # "Offline"
-    /\ controller' = [leader |-> r,
-                      leader_epoch |-> controller.leader_epoch + 1,
-                      partition_epoch |-> controller.partition_epoch + 1,
-                      isr |-> {r}]
-    /\ UNCHANGED <<replica_vars, produced, acked, faults>>
+    /\ controller' = [controller EXCEPT !.fenced = @ \ {r}]
+    /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
 -----------------------------------------------------------------------------
 (* Failures                                                                *)
 
-\* Broker r crashes and the controller fences it (its session expiry is
-\* folded into this step).  Fencing removes r from the ISR unless r is the
-\* last member (the ISR is never empty) and clears the leader if r led.
-\* The crash loses the unflushed suffix of r's log, of any length: flushing
-\* is not modelled.  Fault assumption behind Kafka's guarantee ("acked
-\* records survive while one ISR member does"): the last ISR member's log
-\* survives its crash.  KIP-966 (eligible leader replicas) is what lets real
-\* Kafka drop that assumption; it is not modelled here.
+\* Broker r crashes.  It loses the unflushed suffix of its log, of any
+\* length (flushing is not modelled), and its high watermark falls back to
+\* its last checkpoint (replica.high.watermark.checkpoint.interval.ms), at
+\* any point below.  Fencing is a later, separate controller step.
+\* Fault assumption behind Kafka's guarantee ("acked records survive while
+\* one ISR member does"): the last live ISR member's log survives its crash.
 Crash(r) ==
     /\ role[r] # "Offline"
-    /\ LET last == controller.isr = {r}
-           new_isr == IF last THEN controller.isr ELSE controller.isr \ {r}
-       IN /\ \E keep \in (IF last THEN {Len(log[r])} ELSE 0..Len(log[r])) :
+    /\ LET last == \A s \in controller.isr \ {r} : role[s] = "Offline"
+       IN \E keep \in (IF last /\ r \in controller.isr THEN {Len(log[r])}
+                       ELSE 0..Len(log[r])) :
+          \E checkpoint \in 0..Min2(high_watermark[r], keep) :
                 /\ log' = [log EXCEPT ![r] = Prefix(@, keep)]
-                /\ high_watermark' = [high_watermark EXCEPT ![r] = Min2(@, keep)]
-          /\ controller' =
-                [controller EXCEPT
-                    !.leader = IF @ = r THEN NoLeader ELSE @,
-                    !.isr = new_isr,
-                    !.partition_epoch = IF new_isr = controller.isr
-                                               /\ controller.leader # r
-                                        THEN @ ELSE @ + 1]
+                /\ high_watermark' = [high_watermark EXCEPT ![r] = checkpoint]
     /\ role' = [role EXCEPT ![r] = "Offline"]
     \* r forgets its followers; every leader forgets r's offset.  The latter
     \* stands for KIP-903: AlterPartition carries the broker epoch of the
@@ -428,20 +566,27 @@ Crash(r) ==
           [l \in Replicas |-> IF l = r THEN Unknown
                               ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+    /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     \* The partition metadata a broker applied lives in memory: gone.
-    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = 0]
-    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = 0]
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = -1]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = -1]
     /\ isr' = [isr EXCEPT ![r] = {}]
-    /\ UNCHANGED <<produced, acked>>
+    /\ UNCHANGED <<controller, ghost_vars>>
     /\ faults' = [faults EXCEPT !.crash = @ + 1]
 
-\* Broker r starts again with what survived on disk; it acts on the
-\* partition only after applying the controller's registration.
+\* Broker r starts again with what survived on disk and registers with a
+\* new broker epoch; a registration of a new incarnation is fenced (if its
+\* session had not expired yet, the registration fences it), so r waits
+\* for UnfenceBroker.  It acts on the partition only after applying the
+\* controller's registration.
 Restart(r) ==
     /\ role[r] = "Offline"
+    /\ r \in controller.fenced
     /\ role' = [role EXCEPT ![r] = "Online"]
+    /\ controller' = [controller EXCEPT !.broker_epoch[r] = @ + 1]
     /\ UNCHANGED <<log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, controller, produced, acked, faults>>
+                   remote_log_end_offset, fetch, alter_partition,
+                   ghost_vars, faults>>
 
 -----------------------------------------------------------------------------
 (* The next-state relation.  Each action is its own disjunct so that TLC  *)
@@ -449,12 +594,16 @@ Restart(r) ==
 (* Crash) count themselves in `faults`; MCReplication bounds only those.  *)
 
 Next ==
-    \/ \E l \in Replicas, v \in Values : LeaderAppend(l, v)
+    \/ \E l \in Replicas, b \in Batches(Values), acks \in AcksModes :
+          LeaderAppend(l, b, acks)
     \/ \E l, f \in Replicas : LeaderHandleFetch(l, f)
     \/ \E l \in Replicas : AdvanceHighWatermark(l)
-    \/ \E l, f \in Replicas : ShrinkIsr(l, f)
+    \/ \E l \in Replicas, out \in SUBSET Replicas : ShrinkIsr(l, out)
     \/ \E l, f \in Replicas : ExpandIsr(l, f)
+    \/ \E l \in Replicas : CommitAlterPartition(l)
+    \/ \E l \in Replicas : HandleAlterPartitionResponse(l)
     \/ \E f \in Replicas : FollowerFetch(f)
+    \/ \E f \in Replicas : FetchError(f)
     \/ \E f \in Replicas : FollowerAppend(f)
     \/ \E f \in Replicas : TruncateToEpochEndOffset(f)
     \/ \E r \in Replicas : BecomeLeader(r)
@@ -462,6 +611,8 @@ Next ==
     \/ \E r \in Replicas : ElectLeader(r)
     \/ \E r \in Replicas : ElectPreferredLeader(r)
     \/ \E r \in Replicas : UncleanElectLeader(r)
+    \/ \E r \in Replicas : FenceBroker(r)
+    \/ \E r \in Replicas : UnfenceBroker(r)
     \/ \E r \in Replicas : Crash(r)
     \/ \E r \in Replicas : Restart(r)
 
@@ -482,6 +633,19 @@ FetchMessage ==
     \cup [type : {"FetchResponse"}, records : Seq(Entry), high_watermark : Nat]
     \cup [type : {"DivergingEpoch"}, epoch : Int, end_offset : Nat]
 
+AlterPartitionMessage ==
+         {NoAlterPartition}
+    \cup [type : {"AlterPartitionRequest"}, new_isr : SUBSET Replicas,
+          leader_epoch : Nat, partition_epoch : Nat,
+          \* (a finite range so that TLC can test membership; a model's
+          \* broker epochs stay far below it: one per restart)
+          broker_epochs : UNION {[S -> 0..Cardinality(Replicas) * 9] :
+                                   S \in SUBSET Replicas}]
+    \cup [type : {"AlterPartitionResponse"}, new_isr : SUBSET Replicas,
+          error : {"NONE", "FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION",
+                   "INELIGIBLE_REPLICA"},
+          leader_epoch : Nat, isr : SUBSET Replicas, partition_epoch : Nat]
+
 \* Every variable holds a value of the expected shape; catches spec typos
 \* early and documents the state the trace events carry.
 TypeOK ==
@@ -489,15 +653,20 @@ TypeOK ==
     /\ log \in [Replicas -> Seq(Entry)]
     /\ \A r \in Replicas : \A i \in 1..Len(log[r]) : log[r][i].offset = i - 1
     /\ high_watermark \in [Replicas -> Nat]
-    /\ leader_epoch \in [Replicas -> Nat]
-    /\ partition_epoch \in [Replicas -> Nat]
+    /\ leader_epoch \in [Replicas -> Nat \cup {-1}]
+    /\ partition_epoch \in [Replicas -> Nat \cup {-1}]
     /\ isr \in [Replicas -> SUBSET Replicas]
     /\ remote_log_end_offset \in [Replicas -> [Replicas -> Int]]
     /\ fetch \in [Replicas -> FetchMessage]
-    /\ controller \in [leader : Replicas \cup {NoLeader}, leader_epoch : Nat,
-                       partition_epoch : Nat, isr : SUBSET Replicas]
+    /\ alter_partition \in [Replicas -> AlterPartitionMessage]
+    /\ controller \in [leader : Replicas \cup {NoLeader},
+                       leader_epoch : Nat \cup {-1},
+                       partition_epoch : Nat \cup {-1}, isr : SUBSET Replicas,
+                       fenced : SUBSET Replicas,
+                       broker_epoch : [Replicas -> Nat]]
     /\ controller.isr # {}
     /\ produced \subseteq Values
+    /\ acks_all \subseteq produced
     /\ acked \subseteq Entry
     /\ faults \in [{"crash", "shrink", "preferred"} -> Nat]
 
@@ -537,8 +706,10 @@ InLog(r, e) == e.offset < Len(log[r]) /\ log[r][e.offset + 1] = e
 
 \* The leader the controller elected holds every acknowledged entry: clean
 \* election from the ISR is what keeps acks=all promises across failover.
+\* (A leader that crashed and is not fenced yet may have lost its suffix;
+\* it leads nothing until fencing replaces it.)
 LeaderCompleteness ==
-    controller.leader # NoLeader =>
+    controller.leader # NoLeader /\ role[controller.leader] # "Offline" =>
         \A e \in acked : InLog(controller.leader, e)
 
 \* An acknowledged record survives while one ISR member does: some member

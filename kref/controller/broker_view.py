@@ -13,9 +13,10 @@ answers the broker's handlers from it:
 - Metadata and DescribeCluster list the unfenced brokers with their
   endpoint on the connection's listener, the active controller, and each
   partition's leader, leader_epoch, replicas and isr;
-- CreateTopics is forwarded to the active controller over its CONTROLLER
-  listener (Kafka's brokers forward too); the broker answers once the
-  controller has committed the topic and this broker's view has it.
+- CreateTopics, DeleteTopics and CreatePartitions are forwarded to the
+  active controller over its CONTROLLER listener (Kafka's brokers forward
+  too); the broker answers once the controller has committed the change and
+  this broker's view shows it.
 
 It also keeps the broker's local storage in step with the view: a topic in
 the committed metadata gets its local partition logs on every broker (with
@@ -136,16 +137,34 @@ class ClusterView:
         await self.create_topics(request)
         return self.broker.get_topic(name)
 
-    async def create_topics(self, request: Any) -> Any:
-        """Forward CreateTopics; wait (bounded) until this broker's view has the created topics."""
+    async def _forward_then_wait(self, request: Any, applied) -> Any:
+        """Forward an admin request; wait (bounded) until this broker's view
+        shows what the controller committed (`applied(response)`), so that the
+        client's next Metadata request, to this broker, sees it."""
         try:
             response = await self.forward(request)
         except (OSError, ConnectionError, trio.TooSlowError) as exc:
-            log.info("node %d: forwarding CreateTopics failed: %s", self.broker.node_id, exc)
+            log.info("node %d: forwarding %s failed: %s", self.broker.node_id, type(request).__name__, exc)
             return None
-        created = [t.name for t in response.topics if t.error_code == ErrorCode.NONE]
         if not getattr(request, "validate_only", False):
             with trio.move_on_after(FORWARD_TIMEOUT_S):
-                while not all(self.has_topic(name) for name in created):
+                while not applied(response):
                     await self.changed.wait()
         return response
+
+    async def create_topics(self, request: Any) -> Any:
+        return await self._forward_then_wait(request, lambda response: all(
+            self.has_topic(t.name) for t in response.topics if t.error_code == ErrorCode.NONE
+        ))
+
+    async def delete_topics(self, request: Any) -> Any:
+        return await self._forward_then_wait(request, lambda response: not any(
+            self.has_topic(t.name) for t in response.responses if t.error_code == ErrorCode.NONE
+        ))
+
+    async def create_partitions(self, request: Any) -> Any:
+        counts = {t.name: t.count for t in request.topics}
+        return await self._forward_then_wait(request, lambda response: all(
+            len(self.state.topics[t.name].partitions) >= counts[t.name]
+            for t in response.results if t.error_code == ErrorCode.NONE and t.name in self.state.topics
+        ))

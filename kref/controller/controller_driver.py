@@ -54,7 +54,7 @@ from kref.protocol.messages import build, nested
 
 log = logging.getLogger("kref.controller")
 
-BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS = 62, 63, 19
+BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -187,6 +187,48 @@ class ControllerDriver:
         router.register(BROKER_REGISTRATION, 0, 0, self._handle_registration)
         router.register(BROKER_HEARTBEAT, 0, 0, self._handle_heartbeat)
         router.register(CREATE_TOPICS, 2, 7, self._handle_create_topics)
+        router.register(DELETE_TOPICS, 1, 6, self._handle_delete_topics)
+        router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
+
+    async def _handle_delete_topics(self, ctx: RequestContext, request: Any) -> Any:
+        response_type = response_class(DELETE_TOPICS, ctx.api_version)
+        result_type = nested(response_type, "DeletableTopicResult")
+        if ctx.api_version >= 6:
+            wanted = [(t.name, t.topic_id) for t in request.topics]
+        else:
+            wanted = [(name, None) for name in request.topic_names]
+        results = []
+        for name, topic_id in wanted:
+            if name is None and topic_id is not None:
+                name = self.core.topics_by_id.get(topic_id)
+            if name is None:
+                reply = c.TopicReply(ErrorCode.UNKNOWN_TOPIC_ID, "no topic with this id")
+            elif not self.config.delete_topic_enable:
+                reply = c.TopicReply(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled")
+            else:
+                reply = await self.request(lambda rid, n=name: c.DeleteTopic(rid, n))
+            results.append(build(
+                result_type, name=name, topic_id=getattr(reply, "topic_id", None) or topic_id or uuid.UUID(int=0),
+                error_code=reply.error_code, error_message=getattr(reply, "message", None),
+            ))
+        return build(response_type, responses=tuple(results))
+
+    async def _handle_create_partitions(self, ctx: RequestContext, request: Any) -> Any:
+        response_type = response_class(CREATE_PARTITIONS, ctx.api_version)
+        result_type = nested(response_type, "CreatePartitionsTopicResult")
+        results = []
+        for topic in request.topics:
+            if topic.assignments:
+                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
+            elif request.validate_only:
+                known = self.core.topics.get(topic.name)
+                reply = c.TopicReply(ErrorCode.NONE) if known and topic.count > len(known.partitions) else c.TopicReply(
+                    ErrorCode.INVALID_PARTITIONS, f"cannot grow {topic.name} to {topic.count} partitions")
+            else:
+                reply = await self.request(lambda rid, t=topic: c.CreatePartitions(rid, t.name, t.count))
+            results.append(build(result_type, name=topic.name, error_code=reply.error_code,
+                                 error_message=getattr(reply, "message", None)))
+        return build(response_type, results=tuple(results))
 
     async def _handle_create_topics(self, ctx: RequestContext, request: Any) -> Any:
         """CreateTopics forwarded by a broker (or sent by an admin tool to the controller)."""

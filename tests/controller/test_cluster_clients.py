@@ -5,7 +5,8 @@ registered with the KRaft controller in Metadata (and DescribeCluster),
 create a topic with replication factor 3 (the broker forwards CreateTopics
 to the active controller, which assigns replicas and leaders), see each
 partition's leader, replicas and isr as the controller committed them,
-produce to the leaders and consume it back in a group.
+produce to the leaders and consume it back in a group, add partitions and
+delete the topic (forwarded to the controller as well).
 
 What is NOT true yet, and so not tested: followers do not replicate the
 data (issue 10): a partition's records live on its leader only, and the
@@ -41,7 +42,7 @@ def bootstrap(tmp_path):
 
 def test_confluent_kafka_sees_three_brokers_and_uses_a_replicated_topic(bootstrap):
     from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     metadata = wait_until(lambda: _when(admin.list_topics(timeout=10), lambda md: len(md.brokers) == 3),
@@ -73,6 +74,12 @@ def test_confluent_kafka_sees_three_brokers_and_uses_a_replicated_topic(bootstra
             got.add(message.value())
     consumer.close()
     assert got == {f"value-{i}".encode() for i in range(MESSAGES)}
+
+    # CreatePartitions and DeleteTopics go through the controller too.
+    admin.create_partitions([NewPartitions("replicated", 5)])["replicated"].result(timeout=30)
+    assert len(admin.list_topics("replicated", timeout=10).topics["replicated"].partitions) == 5
+    admin.delete_topics(["replicated"])["replicated"].result(timeout=30)
+    assert "replicated" not in admin.list_topics(timeout=10).topics
 
 
 def test_kafka_python_sees_three_brokers_and_uses_a_replicated_topic(bootstrap):

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +54,13 @@ def spark(tmp_path_factory):
 class Broker:
     bootstrap: str
 
-    def create_topic(self, partitions: int, prefix: str = "t") -> str:
+    def create_topic(self, partitions: int, prefix: str = "t", config: dict | None = None) -> str:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        new = NewTopic(name, partitions, 1, config=config or {})
+        for future in admin.create_topics([new]).values():
             future.result(timeout=30)
         return name
 
@@ -129,6 +131,22 @@ def _load_kref_broker_class():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.KrefBroker
+
+
+@pytest.fixture
+def start_kref_broker():
+    """Start another real `kref broker` subprocess with config overrides:
+    `with start_kref_broker(base_dir, overrides) as bootstrap: ...`."""
+
+    @contextmanager
+    def start(base: Path, overrides: dict[str, str]):
+        handle = _load_kref_broker_class()(base, overrides).start()
+        try:
+            yield handle.bootstrap
+        finally:
+            handle.kill()
+
+    return start
 
 
 @pytest.fixture(scope="module")

@@ -279,14 +279,36 @@ def test_streaming_write_is_read_back_by_a_kafka_client(spark, broker, tmp_path)
     )
 
 
-def test_unknown_topic_is_a_clear_error(spark, broker):
+def test_unknown_topic_is_a_clear_error_on_read(spark, broker):
     with pytest.raises(Exception, match="unknown topic.*no-such-topic"):
         _reader(spark, broker, "no-such-topic").collect()
-    df = spark.createDataFrame([("a", "b")], ["key", "value"])
-    with pytest.raises(Exception, match="unknown topic 'no-such-topic'"):
-        df.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
-            "topic", "no-such-topic"
-        ).mode("append").save()
+
+
+def test_write_to_a_new_topic_auto_creates_it_or_fails_clearly(
+    spark, broker, tmp_path, start_kref_broker
+):
+    """As Spark's Kafka sink: the producer's Metadata request creates the topic when
+    the broker's auto.create.topics.enable allows, and a refusal is one clear error."""
+    import uuid
+
+    topic = f"new-{uuid.uuid4().hex[:8]}"
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(20)], ["key", "value"])
+    df.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
+        "topic", topic
+    ).mode("append").save()
+    got = broker.consume_all(topic, 1)
+    assert sorted(v for *_, v, _ in got) == sorted(f"v{i}".encode() for i in range(20))
+
+    with start_kref_broker(tmp_path, {"auto.create.topics.enable": "false"}) as refusing:
+        refused = "does not exist on kref broker .* the broker did not create it"
+        with pytest.raises(Exception, match=refused):  # the topic option: on the driver
+            df.write.format("kref").option("kref.bootstrap.servers", refusing).option(
+                "topic", topic
+            ).mode("append").save()
+        with pytest.raises(Exception, match=refused):  # a topic column: in the task
+            df.selectExpr("key", "value", f"'{topic}' as topic").write.format("kref").option(
+                "kref.bootstrap.servers", refusing
+            ).option("metadataTimeoutMs", "3000").mode("append").save()
 
 
 def test_missing_value_column_is_a_clear_error(spark, broker, filled):
@@ -338,11 +360,18 @@ def test_starting_offset_below_log_start_offset_fails_or_skips(spark, broker):
     assert sorted(r.offset for r in rows.collect()) == list(range(5, 12))
 
 
-def test_write_to_a_missing_partition_fails_the_task_with_a_clear_message(spark, broker):
+def test_write_failures_fail_the_task_with_a_clear_message(spark, broker):
     topic = broker.create_topic(2)
     df = spark.createDataFrame([("k", "v", 7)], "key string, value string, partition int")
     with pytest.raises(Exception, match=f"kref sink: cannot produce to {topic}-7"):
         df.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
             "topic", topic
         ).mode("append").save()
-
+    # Refused by the broker after sending (MESSAGE_TOO_LARGE): only a delivery
+    # report says so, and it must fail the task, not vanish.
+    small = broker.create_topic(1, config={"max.message.bytes": "300"})
+    big = spark.createDataFrame([("k", "x" * 1000)], "key string, value string")
+    with pytest.raises(Exception, match=f"1 record.s. not acknowledged .*{small}-0"):
+        big.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
+            "topic", small
+        ).mode("append").save()

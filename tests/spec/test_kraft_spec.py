@@ -31,6 +31,7 @@ CONSTANTS
     Brokers = {{}}
     Nil = Nil
     CheckLogUpToDate = TRUE
+    CommitOnlyOwnEpoch = TRUE
     MaxEpoch = 1
     MaxBrokerRecords = 0
     MaxCrashes = 0

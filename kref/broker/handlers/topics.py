@@ -8,6 +8,8 @@ occurrence (Kafka's rule, so the outcome cannot depend on order).
 Replica assignments may only name this broker, and with them
 num_partitions/replication_factor must be -1 (KIP-464 defaults).
 CreateTopics v5+ returns the topic's effective configs, v7 its topic ID.
+On a node of a KRaft cluster (broker.kraft set) all three are forwarded
+to the active controller instead (kref/controller/broker_view.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
 ZERO_UUID = uuid.UUID(int=0)
+NO_CONTROLLER = "no active controller reachable"
 
 
 def register(router, broker) -> None:
@@ -63,7 +66,7 @@ async def handle_create_topics(ctx, request):
         result_type = nested(response_type, "CreatableTopicResult")
         return build(response_type, topics=tuple(
             build(result_type, name=t.name, topic_id=ZERO_UUID, error_code=ErrorCode.NOT_CONTROLLER,
-                  error_message="no active controller reachable", configs=None)
+                  error_message=NO_CONTROLLER, configs=None)
             for t in request.topics
         ))
     response_type = response_class(CREATE_TOPICS, ctx.api_version)
@@ -114,6 +117,17 @@ async def handle_delete_topics(ctx, request):
     broker = ctx.broker
     response_type = response_class(DELETE_TOPICS, ctx.api_version)
     result_type = nested(response_type, "DeletableTopicResult")
+    view = getattr(broker, "kraft", None)
+    if view is not None:
+        forwarded = await view.delete_topics(request)
+        if forwarded is not None:
+            return forwarded
+        names = [t.name for t in request.topics] if ctx.api_version >= 6 else list(request.topic_names)
+        return build(response_type, responses=tuple(
+            build(result_type, name=name, topic_id=ZERO_UUID, error_code=ErrorCode.NOT_CONTROLLER,
+                  error_message=NO_CONTROLLER)
+            for name in names
+        ))
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -146,6 +160,15 @@ async def handle_create_partitions(ctx, request):
     broker = ctx.broker
     response_type = response_class(CREATE_PARTITIONS, ctx.api_version)
     result_type = nested(response_type, "CreatePartitionsTopicResult")
+    view = getattr(broker, "kraft", None)
+    if view is not None:
+        forwarded = await view.create_partitions(request)
+        if forwarded is not None:
+            return forwarded
+        return build(response_type, results=tuple(
+            build(result_type, name=t.name, error_code=ErrorCode.NOT_CONTROLLER, error_message=NO_CONTROLLER)
+            for t in request.topics
+        ))
     counts = Counter(t.name for t in request.topics)
     results = []
     for topic in request.topics:

@@ -1,0 +1,293 @@
+"""Spec mutation score: does the default model set catch each plausible bug?
+
+Theory of operation
+-------------------
+A property that no model can violate proves nothing, and a model set that
+passes on a broken spec is not checking what we think. So we break the
+specs on purpose, one rule at a time, and count how many of those bugs the
+default set (`make tlc`) catches.
+
+- CATALOGUE lists single-rule mutations of spec/Replication.tla and
+  spec/KRaft.tla: a name, the file, an exact text that must occur once and
+  its replacement, and, for a mutation the set cannot catch, the argument
+  why (an equivalent mutant, or the property or model still missing).
+- Each mutation is applied to a copy of spec/ in a temporary directory,
+  never to the real files. The default models of the mutated spec (every
+  manifest row whose wrapper module extends it) run one after the other
+  with one TLC worker, passing models first; the first verdict that is not
+  the manifest's expectation (a passing model violated, or a must-fail
+  model no longer failing for its reason) catches the mutation, and the
+  remaining models are skipped.
+- A mutation is only valid if its text occurs exactly once in the real
+  spec: a catalogue that no longer matches the spec fails loudly (exit 2)
+  instead of silently testing nothing.
+
+Output: one row per mutation (mutation, caught or not, by which model and
+property, states, seconds) and a last line `caught C of N spec mutations`.
+Exit status 0 when every mutation is caught or argued uncatchable in its
+row, 1 otherwise, 2 for a catalogue that does not apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+SPEC_DIR = pathlib.Path(__file__).resolve().parent
+if str(SPEC_DIR) not in sys.path:
+    sys.path.insert(0, str(SPEC_DIR))
+import run_tlc  # noqa: E402  (a script beside this one, not a package module)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str  # "Replication.tla" or "KRaft.tla"
+    old: str
+    new: str
+    # Why the default set cannot catch it, when it cannot: the row then says
+    # so instead of counting a miss.
+    uncatchable: str = ""
+
+
+R, K = "Replication.tla", "KRaft.tla"
+
+CATALOGUE: list[Mutation] = [
+    # ---- Replication.tla ----
+    Mutation("HW = max LEO over the ISR", R,
+             "/\\ LET new_hw == Min({Len(log[l])} \\cup",
+             "/\\ LET new_hw == Max({Len(log[l])} \\cup"),
+    Mutation("HW over the committed ISR, not the maximal ISR (KIP-497)", R,
+             "{remote_log_end_offset[l][f] : f \\in MaximalIsr(l) \\ {l}})",
+             "{remote_log_end_offset[l][f] : f \\in isr[l] \\ {l}})"),
+    Mutation("HW counts unknown follower offsets as caught up", R,
+             "{remote_log_end_offset[l][f] : f \\in MaximalIsr(l) \\ {l}})",
+             "{remote_log_end_offset[l][f] : f \\in {x \\in MaximalIsr(l) \\ {l} :"
+             " remote_log_end_offset[l][x] >= 0}})"),
+    Mutation("HW advances while the ISR is below min.insync.replicas (KAFKA-15583)", R,
+             "    /\\ Cardinality(isr[l]) >= MinInsyncReplicas\n    /\\ LET new_hw",
+             "    /\\ LET new_hw",
+             uncatchable="needs a model where the last ISR member may lose its "
+                         "unflushed suffix (Last Replica Standing, not built yet): "
+                         "with the last replica's log surviving, exposing records "
+                         "fewer replicas hold loses nothing"),
+    Mutation("no min.insync.replicas check on acks=all appends", R,
+             "/\\ acks = \"all\" => Cardinality(isr[l]) >= MinInsyncReplicas",
+             "/\\ TRUE",
+             uncatchable="equivalent for safety: such a record is never acknowledged "
+                         "while the ISR is below min.insync.replicas (the HW does not "
+                         "advance, KAFKA-15583), so the producer times out instead of "
+                         "getting NOT_ENOUGH_REPLICAS; only a liveness or latency "
+                         "property could tell"),
+    Mutation("ExpandIsr before the follower reached the HW", R,
+             "/\\ remote_log_end_offset[l][f] >= high_watermark[l]\n",
+             "/\\ remote_log_end_offset[l][f] >= 0\n"),
+    Mutation("ExpandIsr before the follower reached the epoch start", R,
+             "/\\ remote_log_end_offset[l][f] >= EpochStartOffset(l)\n",
+             "/\\ TRUE\n"),
+    Mutation("no last-fetched-epoch check on fetch", R,
+             "               ELSE /\\ req.last_fetched_epoch # -1\n",
+             "               ELSE /\\ FALSE\n"),
+    Mutation("the leader ignores the fetch's current_leader_epoch", R,
+             "    /\\ fetch[f].current_leader_epoch = leader_epoch[l]\n    /\\ LET req",
+             "    /\\ LET req"),
+    Mutation("AlterPartition ignores the leader and its epoch", R,
+             "    IF controller.leader # l \\/ controller.leader_epoch # req.leader_epoch",
+             "    IF FALSE"),
+    Mutation("AlterPartition ignores the partition epoch", R,
+             "    ELSE IF controller.partition_epoch # req.partition_epoch",
+             "    ELSE IF FALSE"),
+    Mutation("AlterPartition adds a replica of an older incarnation (KIP-903)", R,
+             "               \\/ req.broker_epochs[r] # controller.broker_epoch[r]",
+             "               \\/ FALSE"),
+    Mutation("the leader applies a stale AlterPartition response", R,
+             "              /\\ resp.partition_epoch > partition_epoch[l]",
+             "              /\\ TRUE"),
+    Mutation("KIP-279: a follower lacking the epoch keeps its log", R,
+             "             ELSE mine.end_offset",
+             "             ELSE Len(log[f])",
+             uncatchable="reaches the same states as the real rule in the default "
+                         "set (the follower then loops on the same diverging "
+                         "answer): only replication liveness can see it, which is "
+                         "not built yet"),
+    Mutation("the leader keeps follower offsets across epochs", R,
+             "          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]",
+             "          ELSE remote_log_end_offset"),
+    Mutation("a crash keeps a stale follower offset at the leader", R,
+             "                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]",
+             "                              ELSE remote_log_end_offset[l]]"),
+    Mutation("the last live ISR member loses its unflushed suffix", R,
+             "       IN \\E keep \\in (IF last /\\ r \\in controller.isr THEN {Len(log[r])}",
+             "       IN \\E keep \\in (IF FALSE THEN {Len(log[r])}"),
+    Mutation("a follower's HW is not bounded by its log end offset", R,
+             "Min2(fetch[f].high_watermark, Len(new_log))]",
+             "fetch[f].high_watermark]"),
+    Mutation("acknowledge an entry without waiting for the HW", R,
+             "                         {j \\in high_watermark[l] + 1 .. new_hw :",
+             "                         {j \\in high_watermark[l] + 1 .. Len(log[l]) :"),
+    Mutation("elect a leader outside the ISR", R,
+             "    /\\ controller.leader = NoLeader\n    /\\ r \\in controller.isr\n",
+             "    /\\ controller.leader = NoLeader\n"),
+    Mutation("fencing leaves the crashed leader in place", R,
+             "                    !.leader = IF @ = r THEN NoLeader ELSE @,\n"
+             "                    !.isr = new_isr,\n                    !.fenced",
+             "                    !.isr = new_isr,\n                    !.fenced"),
+    # ---- KRaft.tla ----
+    Mutation("KRaft: a candidate wins with any votes", K,
+             "    /\\ votes_granted[c] \\in Quorums\n",
+             "    /\\ votes_granted[c] # {}\n"),
+    Mutation("KRaft: two votes per epoch", K,
+             "          /\\ voted_for[v] \\in {Nil, c}\n",
+             "          /\\ TRUE\n"),
+    Mutation("KRaft: votes ignore the log (no KIP-595 up-to-date check)", K,
+             "    /\\ CheckLogUpToDate => LogUpToDate(c, v)\n",
+             "    /\\ TRUE\n"),
+    Mutation("KRaft: the vote is lost on a crash", K,
+             "    /\\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, broker_metadata_offset>>\n"
+             "    /\\ crash_count' = crash_count + 1",
+             "    /\\ voted_for' = [voted_for EXCEPT ![v] = Nil]\n"
+             "    /\\ UNCHANGED <<leader_epoch, leader_id, log, broker_metadata_offset>>\n"
+             "    /\\ crash_count' = crash_count + 1"),
+    Mutation("KRaft: fetch from a leader of another epoch", K,
+             "    /\\ state[l] = Leader /\\ leader_epoch[l] = leader_epoch[f]\n"
+             "    /\\ ~Diverging(f, l)\n",
+             "    /\\ state[l] = Leader\n    /\\ ~Diverging(f, l)\n"),
+    Mutation("KRaft: brokers read the metadata log to the LEO", K,
+             "    /\\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = high_watermark[l]]",
+             "    /\\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = LogEndOffset(l)]"),
+    Mutation("KRaft: commit an older epoch's entry by counting replicas (Figure 8)", K,
+             "           /\\ CommitOnlyOwnEpoch => log[l][n].epoch = leader_epoch[l]\n",
+             "           /\\ TRUE\n",
+             uncatchable="needs 4 epochs: the default KRaft models stop at epoch 2; "
+                         "MCKRaftFigure8 (must fail, in the default set) shows this "
+                         "very bug violating LeaderCompleteness in 19 states"),
+    Mutation("KRaft: truncation ignores the node's own epoch end", K,
+             "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]",
+             "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]"),
+    Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
+             "Max(@, Min(high_watermark[l], upto))]",
+             "Max(@, high_watermark[l])]"),
+    Mutation("KRaft: the HW counts a minority", K,
+             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} \\in Quorums\n",
+             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} # {}\n"),
+]
+
+
+@dataclasses.dataclass
+class Result:
+    mutation: Mutation
+    caught: bool
+    by: str  # "model: property" or ""
+    states: int | None
+    seconds: float
+
+
+def default_models(manifest: pathlib.Path, spec_file: str) -> list[run_tlc.Model]:
+    """Default-set rows whose wrapper module extends spec_file, passing first."""
+    module = pathlib.Path(spec_file).stem
+    models = []
+    for m in run_tlc.load_manifest(manifest):
+        if m.set != "default":
+            continue
+        text = (manifest.parent / m.spec).read_text()
+        if re.search(rf"^EXTENDS\b[^\n]*\b{module}\b", text, re.M):
+            models.append(m)
+    return sorted(models, key=lambda m: m.expect != "pass")
+
+
+def check_catalogue(catalogue: list[Mutation], spec_dir: pathlib.Path) -> list[str]:
+    problems = []
+    names = set()
+    for m in catalogue:
+        if m.name in names:
+            problems.append(f"duplicate mutation name: {m.name}")
+        names.add(m.name)
+        count = (spec_dir / m.file).read_text().count(m.old)
+        if count != 1:
+            problems.append(f"{m.name}: its text occurs {count} times in {m.file}, not once")
+    return problems
+
+
+def run_mutation(mutation: Mutation, *, spec_dir: pathlib.Path = SPEC_DIR,
+                 manifest: pathlib.Path | None = None, heap_mb: int = 1536) -> Result:
+    manifest = manifest or spec_dir / "models.toml"
+    started = time.monotonic()
+    states = 0
+    with tempfile.TemporaryDirectory(prefix="spec-mutation-") as tmp:
+        work = pathlib.Path(tmp)
+        for f in spec_dir.iterdir():
+            if f.suffix in (".tla", ".cfg", ".toml"):
+                shutil.copy(f, work / f.name)
+        target = work / mutation.file
+        target.write_text(target.read_text().replace(mutation.old, mutation.new, 1))
+        for model in default_models(work / manifest.name, mutation.file):
+            outcome = run_tlc.run_model(model, spec_dir=work, workers=1, heap_mb=heap_mb,
+                                        log_dir=None)
+            states += outcome.distinct_states or outcome.states_generated or 0
+            verdict = run_tlc.judge(model, outcome)
+            if not verdict.ok:
+                by = outcome.violation or verdict.result
+                if outcome.error and not outcome.violation:
+                    by = f"error ({outcome.error[:60]})"
+                return Result(mutation, True, f"{model.name}: {by}", states,
+                              time.monotonic() - started)
+    return Result(mutation, False, "", states, time.monotonic() - started)
+
+
+def format_rows(results: list[Result]) -> str:
+    header = ("mutation", "caught", "by", "states", "seconds")
+    rows = []
+    for r in results:
+        caught = "yes" if r.caught else ("no (argued)" if r.mutation.uncatchable else "NO")
+        by = r.by or (r.mutation.uncatchable and f"-- {r.mutation.uncatchable}") or "-"
+        rows.append((r.mutation.name, caught, by, run_tlc._fmt(r.states), f"{r.seconds:.1f}"))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    widths[2] = min(widths[2], 60)
+
+    def fmt(cells):
+        return "  ".join(c.rjust(w) if i in (3, 4) else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="run only mutations whose name contains TEXT")
+    parser.add_argument("--list", action="store_true", help="list the catalogue")
+    args = parser.parse_args(argv)
+    problems = check_catalogue(CATALOGUE, SPEC_DIR)
+    if problems:
+        for p in problems:
+            print(f"spec_mutation: {p}", file=sys.stderr)
+        return 2
+    selected = [m for m in CATALOGUE
+                if not args.only or any(s.lower() in m.name.lower() for s in args.only)]
+    if args.list:
+        for m in selected:
+            print(f"{m.file:16} {m.name}" + (" [argued uncatchable]" if m.uncatchable else ""))
+        return 0
+    started = time.monotonic()
+    results = []
+    for m in selected:
+        print(f"  {m.name} ...", flush=True)
+        results.append(run_mutation(m))
+    print()
+    print(format_rows(results))
+    caught = sum(r.caught for r in results)
+    missed = [r for r in results if not r.caught and not r.mutation.uncatchable]
+    print(f"\n{time.monotonic() - started:.0f}s; {len(missed)} not caught without an argument")
+    print(f"caught {caught} of {len(results)} spec mutations")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
