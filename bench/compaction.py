@@ -6,7 +6,8 @@ Two figures, each beside its peer measured in the same run:
 1. Cleaner throughput. A compacted log of --mib MiB (default 256) whose
    records use --distinct-percent (default 10) distinct keys, written as a
    producer batches them (--batch-records records of --value-bytes each),
-   is cleaned once, from the first dirty offset 0 to the active segment,
+   (keys drawn uniformly, seeded) is cleaned once, from the first dirty
+   offset 0 to the active segment,
    with Kafka's default offset-map budget (log.cleaner.dedupe.buffer.size
    128 MiB, load factor 0.9: 5.0M keys). Throughput = log bytes / cleaning
    seconds. Peer: raw sequential read of the same segment files (1 MiB
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -79,10 +81,11 @@ def throughput(root: str, args: argparse.Namespace) -> None:
     target = args.mib * MIB
     n_keys = max(1, int(args.records_estimate(target) * args.distinct_percent / 100))
     value = os.urandom(args.value_bytes)
+    rng = random.Random(args.seed)  # keys drawn uniformly: survivors spread over the whole log
     i = 0
     t0 = time.perf_counter()
     while log.size_in_bytes < target:
-        records = [Record(timestamp=1_000 + i + j, key=b"key-%09d" % ((i + j) * 7919 % n_keys), value=value) for j in range(args.batch_records)]
+        records = [Record(timestamp=1_000 + i + j, key=b"key-%09d" % rng.randrange(n_keys), value=value) for j in range(args.batch_records)]
         log.append_as_leader(build_batch(records), 0, 1_000 + i)
         i += args.batch_records
     log.roll(10_000)
@@ -90,7 +93,7 @@ def throughput(root: str, args: argparse.Namespace) -> None:
     build_s = time.perf_counter() - t0
     size = log.size_in_bytes
     paths = [s.log_path for s in log.segments if s.size]
-    print(f"log: {size / MIB:.0f} MiB, {i:,} records of {args.value_bytes} B in batches of {args.batch_records}, "
+    print(f"seed {args.seed}; log: {size / MIB:.0f} MiB, {i:,} records of {args.value_bytes} B in batches of {args.batch_records}, "
           f"{n_keys:,} distinct keys ({args.distinct_percent}%), written in {build_s:.1f}s")  # fmt: skip
     to_clean = cleanable_offsets(summarize(log), None, 20_000)
     # Cached: the software's own cost. The map pass (read every dirty byte,
@@ -184,6 +187,7 @@ def main() -> None:
     parser.add_argument("--commits-per-request", type=int, default=100)
     parser.add_argument("--offsets-segment-mib", type=int, default=4)
     parser.add_argument("--clean-every-mib", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip", choices=["throughput", "offsets"], default=None)
     parser.add_argument("--dir", default=None, help="where to write (default: the system temp dir)")
     args = parser.parse_args()

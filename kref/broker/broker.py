@@ -1,20 +1,20 @@
-"""The Broker object: configuration, topic metadata, logs and partitions.
+"""The Broker object: configuration, metadata, logs and partitions, typed parts.
 
 Theory of operation: one Broker per process. It owns
 - the BrokerConfig (Kafka property names),
-- the topic metadata image: topic name -> topic_id (a UUID, KIP-516),
-  partition count and per-topic config overrides. On a single node there is
-  no KRaft quorum yet, so the image is persisted as a small JSON file in the
-  first log dir (written to a temp file, fsynced and renamed, so a SIGKILL
-  leaves either the old or the new image). Topic IDs are therefore stable
-  across restarts; each partition dir also gets Kafka's partition.metadata
-  from the storage LogManager.
+- the metadata: a MetadataImage (kref/metadata/image.py) fed by the local
+  metadata source (kref/metadata/local_source.py, a record file in the first
+  log dir; on a single node there is no quorum, so this broker is its own
+  controller). Topic create/delete, CreatePartitions and topic config changes
+  become metadata records, made durable before anything acts on them;
+  topic IDs (KIP-516) and leader epochs live in those records,
 - the storage LogManager, which creates and recovers the Logs,
-- `partitions[(topic, partition)]`: the partition drivers. The partition
-  area installs `partition_factory(broker, topic, partition, log)` when it
-  registers its handlers; until then the Log itself stands in.
-- `group_coordinator` (installed by the groups area) and a trio nursery for
-  background tasks (`start_soon`).
+- the ReplicaManager, which turns each MetadataDelta into log creation and
+  deletion and BecomeLeader / BecomeFollower on the partition drivers
+  (`partitions[(topic, partition)]`, always a Partition),
+- the two purgatories and the trace sink the partition drivers share,
+- `group_coordinator` (the groups area) and a trio nursery for background
+  tasks (`start_soon`).
 
 All metadata operations are synchronous, raise BrokerError carrying a Kafka
 ErrorCode, and run on the trio thread, so they never interleave.
@@ -22,7 +22,6 @@ ErrorCode, and run on the trio thread, so they never interleave.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -36,6 +35,14 @@ from typing import Any
 import trio
 
 from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError, advertisable
+from kref.broker.partition import MAX_DELAYED_FETCHES, MAX_DELAYED_PRODUCES, Partition, flush_trace_periodically
+from kref.broker.replica_manager import ReplicaManager
+from kref.metadata import records as mr
+from kref.metadata.image import MetadataImage
+from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
+from kref.ports.clock import Clock, SystemClock
+from kref.replication.purgatory import Purgatory
+from kref.trace.sink import NdjsonTraceSink, NullTraceSink, TraceSink
 from kref.broker.dynamic_config import DYNAMIC_CONFIG_FILE, DynamicBrokerConfigs, DynamicConfigError
 from kref.broker.resources import resource_warning
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
@@ -56,7 +63,6 @@ __all__ = [
 
 log = logging.getLogger("kref.broker")
 
-METADATA_FILE = "kref-topics.json"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -72,8 +78,10 @@ class BrokerError(Exception):
         super().__init__(message)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TopicMetadata:
+    """What the handlers read of a topic: a view of the metadata image."""
+
     name: str
     topic_id: uuid.UUID
     num_partitions: int
@@ -82,18 +90,6 @@ class TopicMetadata:
     @property
     def is_internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
-
-    def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "topic_id": str(self.topic_id),
-            "num_partitions": self.num_partitions,
-            "configs": dict(self.configs),
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping) -> TopicMetadata:
-        return cls(obj["name"], uuid.UUID(obj["topic_id"]), int(obj["num_partitions"]), dict(obj["configs"]))
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -115,15 +111,22 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, trace_file: str | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, trace_file: str | None = None, clock: Clock | None = None) -> None:
+        # The clock port: the real clock here, a ManualClock in tests and the simulator.
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.config = config  # the effective config: static + dynamic broker configs
         self.static_config = config
         self.dynamic_configs = DynamicBrokerConfigs(config)
         self.node_id = config.node_id
         self.trace_file = trace_file
-        self.topics: dict[str, TopicMetadata] = {}
-        self.partitions: dict[tuple[str, int], Any] = {}
-        self.partition_factory: Callable[[Broker, str, int, Any], Any] | None = None
+        self.metadata: LocalMetadataSource | None = None
+        self._topic_views: dict[str, TopicMetadata] | None = None
+        self.replica_manager: ReplicaManager | None = None
+        # Shared by every partition driver: acks=all produces and long-poll
+        # fetches parked until their partition's high watermark moves.
+        self.produce_purgatory = Purgatory("produce", max_operations=MAX_DELAYED_PRODUCES)
+        self.fetch_purgatory = Purgatory("fetch", max_operations=MAX_DELAYED_FETCHES)
+        self.trace_sink: TraceSink = NdjsonTraceSink(trace_file, node=self.node_id) if trace_file else NullTraceSink()
         self.group_coordinator: Any = None
         self.log_manager: Any = None
         self.log_cleaner: LogCleaner | None = None  # compaction (docs/compaction.md), started with the background tasks
@@ -153,9 +156,8 @@ class Broker:
 
     # --- clock -----------------------------------------------------------------
 
-    @staticmethod
-    def now_ms() -> int:
-        return time.time_ns() // 1_000_000
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -176,7 +178,11 @@ class Broker:
                 raise ConfigError(f"log.dirs: cannot use {d}: {exc.strerror or exc}") from None
         open_segment_files.hold_spares()
         self.cluster_id = self._load_or_write_meta_properties()
-        self._load_topic_image()
+        self.metadata = LocalMetadataSource(self._log_dirs[0], self.node_id)
+        try:
+            self.metadata.open()
+        except (MetadataSourceError, OSError) as exc:
+            raise StartupError(str(exc)) from None
         self.dynamic_configs = DynamicBrokerConfigs.load(self.static_config, self._log_dirs[0] / DYNAMIC_CONFIG_FILE)
         self.config = self.dynamic_configs.effective()
         self.default_log_config = LogConfig.from_properties(self.config.topic_config_defaults())
@@ -188,18 +194,29 @@ class Broker:
             producer_state_factory=self.producer_state_factory,
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
+        self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
         self._delete_stray_logs()
-        for topic in self.topics.values():
-            for p in range(topic.num_partitions):
-                self._attach_partition(topic, p)
+        # A new leadership term for every partition, durable before it leads:
+        # an epoch is never reused across restarts (KIP-101).
+        image = self.metadata.image
+        try:
+            self.metadata.commit(restart_leadership(image, self.node_id, self._latest_log_epoch))
+        except MetadataSourceError as exc:
+            raise StartupError(str(exc)) from None
+        self._topic_views = None
+        everything = MetadataImage().apply(image.to_records())
+        self.replica_manager.apply_delta(everything, image, now)
 
     def shutdown(self) -> None:
         """Flush logs and write checkpoints (Kafka's controlled shutdown, minus the controller)."""
         for hook in self.on_shutdown:
             hook()
+        self.trace_sink.close()
         if self.log_manager is not None:
             self.log_manager.shutdown()
             self.log_manager = None
+        if self.metadata is not None:
+            self.metadata.close()
         for fd in self._log_dir_locks:
             os.close(fd)  # releases the .lock flock
         self._log_dir_locks.clear()
@@ -230,33 +247,59 @@ class Broker:
         self.log_cleaner = LogCleaner(self.log_manager, lambda: cleaner_config_of(self.config), self.now_ms)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.log_cleaner.run)
+            if self.trace_sink.enabled:
+                nursery.start_soon(flush_trace_periodically, self.trace_sink)
             await self._run_periodic()
 
     async def _run_periodic(self) -> None:
         cleanup_every = self.config.log_retention_check_interval_ms / 1000
         checkpoint_every = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        # Kafka's isr-expiration task runs every replica.lag.time.max.ms / 2.
+        isr_check_every = max(self.config.replica_lag_time_max_ms / 2000, 0.01)
         next_cleanup = trio.current_time() + cleanup_every
         next_checkpoint = trio.current_time() + checkpoint_every
+        next_isr_check = trio.current_time() + isr_check_every
         while True:
-            await trio.sleep_until(min(next_cleanup, next_checkpoint))
+            await trio.sleep_until(min(next_cleanup, next_checkpoint, next_isr_check))
             now = trio.current_time()
+            if now >= next_isr_check:
+                self.replica_manager.tick(self.now_ms())
+                next_isr_check = now + isr_check_every
             if now >= next_cleanup:
                 self.log_manager.cleanup(self.now_ms())
+                # Retention moved log start offsets: the replica cores own them.
+                self.replica_manager.report_log_start_offsets(self.now_ms())
                 next_cleanup = now + cleanup_every
             if now >= next_checkpoint:
                 self.log_manager.checkpoint()
                 next_checkpoint = now + checkpoint_every
 
-    # --- topic metadata --------------------------------------------------------
+    # --- topic metadata (a view of the image) ---------------------------------
+
+    @property
+    def partitions(self) -> Mapping[tuple[str, int], Partition]:
+        return self.replica_manager.partitions if self.replica_manager is not None else {}
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.metadata.image if self.metadata is not None else MetadataImage()
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        if self._topic_views is None:
+            image = self.image
+            self._topic_views = {
+                name: TopicMetadata(name, t.topic_id, len(t.partitions), image.topic_configs(name))
+                for name, t in image.topics.items()
+            }
+        return self._topic_views
 
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        for topic in self.topics.values():
-            if topic.topic_id == topic_id:
-                return topic
-        return None
+        topic = self.image.topic_by_id(topic_id)
+        return self.topics.get(topic.name) if topic is not None else None
 
     def create_topic(
         self,
@@ -306,11 +349,14 @@ class Broker:
         topic = TopicMetadata(name, topic_id or uuid.uuid4(), num_partitions, topic_configs)
         if validate_only:
             return topic
-        self._attach_partitions(topic, 0, num_partitions)
-        self.topics[name] = topic
-        self._save_topic_image_or_undo(name, 0, num_partitions, lambda: self.topics.pop(name))
+        me = (self.node_id,)
+        records: list[mr.MetadataRecord] = [mr.TopicRecord(name, topic.topic_id)]
+        records += [mr.PartitionRecord(p, topic.topic_id, me, me, self.node_id, 0, 0) for p in range(num_partitions)]
+        records += [mr.ConfigRecord(mr.TOPIC_RESOURCE, name, k, v) for k, v in sorted(topic_configs.items())]
+        self._create_partitions_and_commit(name, topic.topic_id, range(num_partitions),
+                                           self.log_config_for(topic), records)
         log.info("created topic %s (%s) with %d partition(s)", name, topic.topic_id, num_partitions)
-        return topic
+        return self.topics[name]
 
     def maybe_auto_create(self, name: str) -> TopicMetadata | None:
         """Metadata-triggered creation when auto.create.topics.enable (never internal topics)."""
@@ -327,11 +373,12 @@ class Broker:
         if topic.is_internal:
             # Kafka refuses too: __consumer_offsets holds every group's state.
             raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}.")
-        del self.topics[name]
-        self._save_topic_image()
-        for p in range(topic.num_partitions):
-            self.partitions.pop((name, p), None)
-            self.log_manager.delete_log(name, p)
+        self._commit([mr.RemoveTopicRecord(topic.topic_id)])
+        # Parked fetches and produces on the topic answer now, not at their timeout.
+        for purgatory in (self.fetch_purgatory, self.produce_purgatory):
+            for key in purgatory.watched_keys():
+                if key[0] == name:
+                    purgatory.check_and_complete(key)
         for hook in self.on_topic_deleted:
             hook(self, name)
         log.info("deleted topic %s (%s)", name, topic.topic_id)
@@ -352,15 +399,11 @@ class Broker:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"At most {MAX_PARTITIONS_PER_TOPIC} partitions per topic.")
         if validate_only:
             return topic
-        old = topic.num_partitions
-        self._attach_partitions(topic, old, count)
-        topic.num_partitions = count
-
-        def undo() -> None:
-            topic.num_partitions = old
-
-        self._save_topic_image_or_undo(name, old, count, undo)
-        return topic
+        me = (self.node_id,)
+        new = range(topic.num_partitions, count)
+        records = [mr.PartitionRecord(p, topic.topic_id, me, me, self.node_id, 0, 0) for p in new]
+        self._create_partitions_and_commit(name, topic.topic_id, new, self.log_config_for(topic), records)
+        return self.topics[name]
 
     # --- topic configs ---------------------------------------------------------
 
@@ -378,13 +421,11 @@ class Broker:
         cleaned = self.validate_topic_configs(new_configs)
         if validate_only:
             return
-        topic.configs = cleaned
-        self._save_topic_image()
-        config = self.log_config_for(topic)
-        for p in range(topic.num_partitions):
-            log_ = self.log_manager.get_log(name, p) if self.log_manager is not None else None
-            if log_ is not None:
-                log_.config = config
+        # The whole new set as records: removed keys as deletions (value None).
+        records = [mr.ConfigRecord(mr.TOPIC_RESOURCE, name, k, None) for k in sorted(set(topic.configs) - set(cleaned))]
+        records += [mr.ConfigRecord(mr.TOPIC_RESOURCE, name, k, v) for k, v in sorted(cleaned.items())
+                    if topic.configs.get(k) != v]
+        self._commit(records)
         for hook in self.on_topic_config_changed:
             hook(self, name)
 
@@ -440,65 +481,59 @@ class Broker:
             log.warning("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
             self.log_manager.delete_log(log_.topic, log_.partition)
 
-    @staticmethod
-    def log_of(driver: Any) -> Any:
-        """The storage Log behind a partition driver (or the Log itself)."""
-        if driver is None:
-            return None
-        return getattr(driver, "log", driver)
-
-    _log_of = log_of  # the name the groups area first used
-
     def _log_config_of_topic(self, name: str) -> LogConfig | None:
         topic = self.topics.get(name)
         return self.log_config_for(topic) if topic is not None else None
 
-    def _attach_partitions(self, topic: TopicMetadata, start: int, end: int) -> None:
-        """Create partitions [start, end) of `topic`, all or none.
+    def _new_partition(self, log_: Any) -> Partition:
+        """A partition driver over `log_` sharing this broker's purgatories and trace sink."""
+        return Partition(
+            log_,
+            replica_id=self.node_id,
+            produce_purgatory=self.produce_purgatory,
+            fetch_purgatory=self.fetch_purgatory,
+            trace=self.trace_sink,
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+        )
 
-        Logs are created before the topic image names them: a crash in
-        between leaves stray logs, which the next start deletes; a failure
-        (out of descriptors, disk full) removes those already created and
-        answers KAFKA_STORAGE_ERROR, so the image and the directories agree.
+    def _latest_log_epoch(self, name: str, partition: int) -> int:
+        log_ = self.log_manager.get_log(name, partition) if self.log_manager is not None else None
+        latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
+        return latest if latest is not None else -1
+
+    def _commit(self, records: list[mr.MetadataRecord]) -> None:
+        """Durable first, then applied: the image, the topic views, the replica manager."""
+        try:
+            delta = self.metadata.commit(records)
+        except MetadataSourceError as exc:
+            raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+        self._topic_views = None
+        self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
+
+    def _create_partitions_and_commit(
+        self, name: str, topic_id: uuid.UUID, partitions: range, config: LogConfig, records: list[mr.MetadataRecord]
+    ) -> None:
+        """Logs first, then the records naming them, all or none.
+
+        A failure creating logs (out of descriptors, disk full) removes those
+        already created and answers KAFKA_STORAGE_ERROR before any record is
+        written; a failure writing the records removes the logs too. A crash
+        in between leaves logs the image does not know: stray, deleted at the
+        next start.
         """
         try:
-            for p in range(start, end):
-                self._attach_partition(topic, p)
+            self.replica_manager.prepare_logs(name, topic_id, partitions, config)
         except (OSError, StorageError) as exc:
-            self._detach_partitions(topic.name, start, end)
-            resource_warning(log, "cannot create partitions of topic %s: %s", topic.name, exc)
+            resource_warning(log, "cannot create partitions of topic %s: %s", name, exc)
             raise BrokerError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
-                f"Cannot create partitions of topic {topic.name}: {getattr(exc, 'strerror', None) or exc}",
+                f"Cannot create partitions of topic {name}: {getattr(exc, 'strerror', None) or exc}",
             ) from None
-
-    def _detach_partitions(self, name: str, start: int, end: int) -> None:
-        with open_segment_files.spares():  # removing a directory takes descriptors
-            for p in range(start, end):
-                self.partitions.pop((name, p), None)
-                try:
-                    self.log_manager.delete_log(name, p)
-                except OSError as exc:
-                    log.warning("cannot remove partition %s-%d: %s", name, p, exc)
-
-    def _save_topic_image_or_undo(self, name: str, start: int, end: int, undo: Callable[[], None]) -> None:
         try:
-            self._save_topic_image()
-        except OSError as exc:
-            undo()
-            self._detach_partitions(name, start, end)
-            raise BrokerError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write the topic image: {exc.strerror or exc}"
-            ) from None
-
-    def _attach_partition(self, topic: TopicMetadata, partition: int) -> None:
-        log_ = self.log_manager.get_or_create_log(
-            topic.name, partition, config=self.log_config_for(topic), topic_id=topic.topic_id
-        )
-        if self.partition_factory is not None:
-            self.partitions[(topic.name, partition)] = self.partition_factory(self, topic.name, partition, log_)
-        else:
-            self.partitions[(topic.name, partition)] = log_
+            self._commit(records)
+        except BrokerError:
+            self.replica_manager.drop_logs(name, partitions)
+            raise
 
     def _load_or_write_meta_properties(self) -> str:
         """Kafka's meta.properties in every log dir (kref/controller/meta_properties.py):
@@ -513,24 +548,6 @@ class Broker:
             require_formatted=self.config.process_roles is not None,
             cluster_id=self.config.cluster_id,
         )
-
-    def _load_topic_image(self) -> None:
-        path = self._log_dirs[0] / METADATA_FILE
-        if not path.exists():
-            return
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            self.topics = {t["name"]: TopicMetadata.from_json(t) for t in data["topics"]}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            # Starting without it would delete every partition as "stray".
-            raise StartupError(
-                f"the topic metadata file {path} is corrupt ({type(exc).__name__}: {exc}); "
-                "restore it from a backup or remove it together with the partition directories"
-            ) from None
-
-    def _save_topic_image(self) -> None:
-        data = {"version": 1, "topics": [t.to_json() for t in self.topics.values()]}
-        _atomic_write(self._log_dirs[0] / METADATA_FILE, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -91,13 +91,10 @@ def install(broker) -> None:
         driver = broker.partitions.get((OFFSETS_TOPIC, partition))
         if driver is None:
             raise CoordinatorWriteError(f"{OFFSETS_TOPIC}-{partition} does not exist")
-        if hasattr(driver, "append_records_as_leader"):
-            result = driver.append_records_as_leader(batch, -1, _record_count(batch), broker.now_ms())
-            if result.error_code != 0:
-                raise CoordinatorWriteError(f"append to {OFFSETS_TOPIC}-{partition} failed: {result.error_code}")
-            return result.required_offset
-        driver.append_as_leader(batch, 0, broker.now_ms())
-        return None  # a bare Log is its only replica
+        result = driver.append_records_as_leader(batch, -1, _record_count(batch), broker.now_ms())
+        if result.error_code != 0:
+            raise CoordinatorWriteError(f"append to {OFFSETS_TOPIC}-{partition} failed: {result.error_code}")
+        return result.required_offset
 
     async def wait_committed(partition: int, required_offset: int, timeout_ms: int) -> bool:
         key = (OFFSETS_TOPIC, partition)
@@ -111,9 +108,8 @@ def install(broker) -> None:
         return op.partitions[key].error_code == 0
 
     def trace(event) -> None:
-        sink = getattr(broker, "trace_sink", None)
-        if sink is not None and sink.enabled:
-            sink.emit(event)
+        if broker.trace_sink.enabled:
+            broker.trace_sink.emit(event)
 
     broker.group_coordinator = GroupCoordinatorDriver(
         core,
@@ -176,9 +172,8 @@ async def _expire_producers(broker) -> None:
 async def _load_all(broker, partitions: list[int]) -> None:
     driver: GroupCoordinatorDriver = broker.group_coordinator
     for p in partitions:
-        driver_or_log = broker.partitions.get((OFFSETS_TOPIC, p))
-        # a partition driver holds its Log in .log; without the partition area it is the Log
-        partition_log = getattr(driver_or_log, "log", driver_or_log)
+        partition = broker.partitions.get((OFFSETS_TOPIC, p))
+        partition_log = partition.log if partition is not None else None
         if partition_log is None:
             log.error("%s-%d has no log; its groups stay unavailable", OFFSETS_TOPIC, p)
             continue

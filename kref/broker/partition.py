@@ -6,7 +6,8 @@ kref/replication/replica.py decides (who leads, what the high watermark is,
 when an acks=all produce is done); this module does (appends bytes to the
 segment files, reads them back, stamps the leader-epoch cache, writes trace
 lines, wakes the purgatories). One `Partition` per hosted TopicPartition,
-kept in `broker.partitions[(topic, partition)]`.
+kept by the replica manager (kref/broker/replica_manager.py), which
+calls become_leader / become_follower with the metadata image's epochs.
 
 The data path of a produce (ARCHITECTURE.md): the handler validates the
 payload, calls `append_records_as_leader`, which steps the core with
@@ -28,13 +29,16 @@ task interleaving.
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
 
+from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
+from kref.records.header import BatchHeader
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NullTraceSink, TraceSink
@@ -44,23 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-# Kafka error codes used by the driver itself.
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-NOT_LEADER_OR_FOLLOWER = 6
-UNKNOWN_SERVER_ERROR = -1
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-INVALID_RECORD = 87
-
-# ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
-
 
 def error_code_for(exc: BaseException) -> int:
     """The Kafka error code a storage or record error answers a client with."""
@@ -68,10 +55,10 @@ def error_code_for(exc: BaseException) -> int:
     if isinstance(code, int):
         return code
     if isinstance(exc, (InvalidMagicError, InvalidRecordError)):
-        return INVALID_RECORD
+        return ErrorCode.INVALID_RECORD
     if isinstance(exc, CorruptRecordError):
-        return CORRUPT_MESSAGE
-    return UNKNOWN_SERVER_ERROR
+        return ErrorCode.CORRUPT_MESSAGE
+    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 @dataclass(slots=True)
@@ -124,10 +111,12 @@ class Partition:
             tracing=self.trace.enabled,
         )
         self._request_ids = 0
-        # Bytes appended so far: a parked fetch compares it with the value it
-        # saw to estimate whether min_bytes have arrived (leader-only today,
-        # where the high watermark follows every append at once).
-        self.bytes_appended = 0
+        # Bytes that became readable by consumers (below the high watermark)
+        # so far: a parked fetch compares it with the value it saw to tell
+        # whether min_bytes have arrived. Appends wait in `_above_hw` (last
+        # offset, size) until the high watermark passes them.
+        self.visible_bytes = 0
+        self._above_hw: collections.deque[tuple[int, int]] = collections.deque()
 
     # ------------------------------------------------------------ state
 
@@ -165,8 +154,10 @@ class Partition:
                 if self.trace.enabled:
                     self.trace.emit(effect.event)
             elif isinstance(effect, core.HighWatermarkAdvanced):
-                # The Log bounds DeleteRecords by it and checkpoints it.
+                # The Log bounds retention by it and checkpoints it.
                 self.log.update_high_watermark(effect.high_watermark)
+                while self._above_hw and self._above_hw[0][0] < effect.high_watermark:
+                    self.visible_bytes += self._above_hw.popleft()[1]
                 woke = True
             elif isinstance(effect, core.LogEndOffsetAdvanced):
                 woke = True
@@ -185,27 +176,65 @@ class Partition:
 
     # ------------------------------------------------------------ leadership
 
-    def become_leader(self, now_ms: int, *, leader_epoch: int | None = None, high_watermark: int = 0) -> None:
-        """Lead the partition alone (replicas = isr = {self}).
+    def become_leader(
+        self,
+        now_ms: int,
+        *,
+        leader_epoch: int | None = None,
+        partition_epoch: int = 0,
+        isr: tuple[int, ...] | None = None,
+        replicas: tuple[int, ...] | None = None,
+        high_watermark: int | None = None,
+    ) -> None:
+        """BecomeLeader with the metadata image's epochs (the replica manager calls this).
 
-        Without a controller, each start of the broker begins a new leader
-        epoch, as KRaft does when the only replica comes back: one more than
-        the latest epoch in the log's epoch cache.
+        `high_watermark` defaults to the Log's checkpointed one. Without an
+        epoch (a Partition used on its own, in tests) the partition leads
+        alone in the epoch after the latest of its log's epoch cache.
         """
         if leader_epoch is None:
             latest = self.log.leader_epoch_cache.latest_epoch
             leader_epoch = (latest if latest is not None and latest >= 0 else -1) + 1
         me = self.core.replica_id
+        if high_watermark is None:
+            high_watermark = self.log.high_watermark or 0
         self._apply(
             self.core.step(
                 core.BecomeLeader(
                     leader_epoch=leader_epoch,
-                    partition_epoch=max(self.core.partition_epoch, 0),
-                    isr=frozenset({me}),
-                    replicas=(me,),
+                    partition_epoch=partition_epoch,
+                    isr=frozenset(isr if isr is not None else (me,)),
+                    replicas=tuple(replicas if replicas is not None else (me,)),
                     log_start_offset=self.log.log_start_offset,
                     log_end_offset=self.log.log_end_offset,
                     high_watermark=high_watermark,
+                ),
+                now_ms,
+            )
+        )
+
+    def become_follower(
+        self,
+        now_ms: int,
+        *,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: tuple[int, ...],
+        replicas: tuple[int, ...],
+    ) -> None:
+        """BecomeFollower with the metadata image's leader and epochs."""
+        self._apply(
+            self.core.step(
+                core.BecomeFollower(
+                    leader=leader_id,
+                    leader_epoch=leader_epoch,
+                    partition_epoch=partition_epoch,
+                    isr=frozenset(isr),
+                    replicas=tuple(replicas),
+                    log_start_offset=self.log.log_start_offset,
+                    log_end_offset=self.log.log_end_offset,
+                    high_watermark=self.log.high_watermark or 0,
                 ),
                 now_ms,
             )
@@ -220,31 +249,40 @@ class Partition:
     # ------------------------------------------------------------ produce
 
     def append_records_as_leader(
-        self, records: bytes | bytearray, acks: int, records_count: int, now_ms: int, *, crc_verified: bool = False
+        self,
+        records: bytes | bytearray,
+        acks: int,
+        records_count: int,
+        now_ms: int,
+        *,
+        validated: list[BatchHeader] | None = None,
     ) -> AppendResult:
-        """Append one validated produce payload; see the module docstring for the steps.
+        """Append one produce payload; see the module docstring for the steps.
 
-        `crc_verified`: the caller already checked the batch CRC (produce's
-        framing validation), so the Log does not check it a second time.
+        `validated`: the produce handler's headers of exactly these bytes
+        (parsed once, CRC and max.message.bytes checked), handed on so the Log
+        does not parse or check them again.
         """
         self._request_ids += 1
         request_id = self._request_ids
-        self.core.min_insync_replicas = self._min_insync_replicas()
-        answers = self._apply(self.core.step(core.ClientProduce(request_id, acks, records_count), now_ms))
-        result = AppendResult(NONE)
+        answers = self._apply(self.core.step(
+            core.ClientProduce(request_id, acks, records_count, self._min_insync_replicas()), now_ms))
+        result = AppendResult(ErrorCode.NONE)
         for answer in answers:
             if isinstance(answer, core.ProduceResult):
                 return AppendResult(answer.error_code, log_start_offset=self.log.log_start_offset)
             if isinstance(answer, core.AppendToLog):
                 try:
-                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms, crc_verified=crc_verified)
+                    info = self.log.append_as_leader(records, answer.leader_epoch, now_ms, validated=validated)
                 except Exception as exc:  # typed storage / record errors become error codes
                     code = error_code_for(exc)
-                    if code == UNKNOWN_SERVER_ERROR:
+                    if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                         log.exception("append to %s-%d failed", self.topic, self.partition)
                     return AppendResult(code, log_start_offset=self.log.log_start_offset, error_message=str(exc))
                 if not info.duplicate:
-                    self.bytes_appended += len(records)
+                    if len(self._above_hw) >= MAX_BATCHES_ABOVE_HW:
+                        self.visible_bytes += self._above_hw.popleft()[1]  # bounded: may wake a fetch early
+                    self._above_hw.append((info.last_offset, len(records)))
                 result.base_offset = info.first_offset
                 result.log_append_time = info.log_append_time
                 result.log_start_offset = self.log.log_start_offset
@@ -264,96 +302,99 @@ class Partition:
 
     # ------------------------------------------------------------ fetch
 
-    def _check_leader_epoch(self, current_leader_epoch: int) -> int:
-        """KIP-320: a client that names an epoch must name ours."""
-        if not self.core.is_leader:
-            return NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch < 0 or current_leader_epoch == self.core.leader_epoch:
-            return NONE
-        return FENCED_LEADER_EPOCH if current_leader_epoch < self.core.leader_epoch else UNKNOWN_LEADER_EPOCH
-
     def read(
         self, fetch_offset: int, max_bytes: int, *, min_one_message: bool, current_leader_epoch: int = -1
     ) -> ReadResult:
-        """Consumer read: whole batches from `fetch_offset`, below the high watermark.
+        """Consumer read: the core says what is visible, the Log supplies the bytes.
 
         The bytes are the segment's bytes, unchanged: a batch that starts
         before `fetch_offset` comes whole and the client skips the records
         it did not ask for.
         """
-        hw = self.core.high_watermark
-        error = self._check_leader_epoch(current_leader_epoch)
-        if error != NONE:
+        error, upper = self.core.consumer_read(fetch_offset, current_leader_epoch)
+        hw, lso = self.core.high_watermark, self.core.log_start_offset
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            return ReadResult(error, hw, hw, lso)
+        if error != ErrorCode.NONE:
             return ReadResult(error, -1, -1, -1)
-        lso = self.log.log_start_offset
-        if fetch_offset < lso or fetch_offset > self.log.log_end_offset:
-            return ReadResult(OFFSET_OUT_OF_RANGE, hw, hw, lso)
-        if fetch_offset >= hw or max_bytes <= 0:
-            return ReadResult(NONE, hw, hw, lso)
+        if upper <= fetch_offset or max_bytes <= 0:
+            return ReadResult(ErrorCode.NONE, hw, hw, lso)
         try:
-            data = self.log.read(fetch_offset, max_bytes, max_offset=hw, min_one_message=min_one_message)
+            data = self.log.read(fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message)
         except Exception as exc:
             code = error_code_for(exc)
-            if code == UNKNOWN_SERVER_ERROR:
+            if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                 log.exception("read of %s-%d at %d failed", self.topic, self.partition, fetch_offset)
             return ReadResult(code, hw, hw, lso)
         records = data.records
-        return ReadResult(NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
+        return ReadResult(ErrorCode.NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
+
+    def read_as_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
+                         current_leader_epoch: int, max_bytes: int, now_ms: int) -> ReadResult:
+        """A follower's fetch (Fetch with replica_id >= 0) goes to the core (FetchFromFollower).
+
+        The driver only looks up the epoch end offset the core asks about and
+        reads the bytes; the core decides (not leader, fenced, unknown
+        follower, diverging epoch, or read up to the log end offset).
+        """
+        end = None
+        if last_fetched_epoch >= 0:
+            end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, self.log.log_end_offset)
+        answers = self._apply(self.core.step(core.FetchFromFollower(
+            replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end), now_ms))
+        for answer in answers:
+            if isinstance(answer, core.RespondFollowerFetch):
+                if answer.error_code != ErrorCode.NONE or answer.diverging_epoch != core.NO_EPOCH:
+                    return ReadResult(answer.error_code, answer.high_watermark, answer.high_watermark,
+                                      answer.log_start_offset)
+                try:
+                    data = self.log.read(fetch_offset, max_bytes, min_one_message=True)
+                except Exception as exc:
+                    return ReadResult(error_code_for(exc), answer.high_watermark, answer.high_watermark,
+                                      answer.log_start_offset)
+                return ReadResult(ErrorCode.NONE, answer.high_watermark, answer.high_watermark,
+                                  answer.log_start_offset, bytes(data.records))
+        return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)
 
     # ------------------------------------------------------------ list offsets
 
     def fetch_offset_for_timestamp(
         self, timestamp: int, *, current_leader_epoch: int = -1, isolation_level: int = 0
     ) -> tuple[int, int, int, int]:
-        """(error_code, timestamp, offset, leader_epoch) for ListOffsets.
-
-        Consumers only see offsets below the high watermark (LSO under
-        read_committed, equal to the HW while kref has no transactions).
-        """
-        error = self._check_leader_epoch(current_leader_epoch)
-        if error != NONE:
+        """(error_code, timestamp, offset, leader_epoch) for ListOffsets; the core decides."""
+        error, offset = self.core.list_offsets(timestamp, current_leader_epoch)
+        if error != ErrorCode.NONE:
             return error, -1, -1, -1
-        hw = self.core.high_watermark
-        if timestamp == LATEST_TIMESTAMP:
-            return NONE, -1, hw, self._epoch_at(hw)
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            lso = self.log.log_start_offset
-            return NONE, -1, lso, self._epoch_at(lso)
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            return NONE, -1, -1, -1  # nothing is tiered
+        if offset is not None:
+            return ErrorCode.NONE, -1, offset, self._epoch_at(offset) if offset >= 0 else -1
         found = self.log.fetch_offset_by_timestamp(timestamp)
-        if found is None:
-            return NONE, -1, -1, -1
+        if found is None or not self.core.is_visible(found[1]):
+            return ErrorCode.NONE, -1, -1, -1
         ts, offset, epoch = found
-        if offset >= hw:
-            return NONE, -1, -1, -1
-        return NONE, ts, offset, epoch
+        return ErrorCode.NONE, ts, offset, epoch
 
     def _epoch_at(self, offset: int) -> int:
         """The leader epoch of the record before `offset` (Kafka's epoch for LATEST)."""
-        cache = self.log.leader_epoch_cache
-        epoch_for = getattr(cache, "epoch_for_offset", None)
-        if epoch_for is not None:
-            return epoch_for(offset)
-        return self.core.leader_epoch
+        return self.log.leader_epoch_cache.epoch_for_offset(offset)
 
     # ------------------------------------------------------------ delete records
 
     def delete_records_before(self, offset: int, now_ms: int) -> tuple[int, int]:
-        """DeleteRecords: (error_code, low_watermark). -1 means "up to the high watermark"."""
-        if not self.core.is_leader:
-            return NOT_LEADER_OR_FOLLOWER, -1
-        hw = self.core.high_watermark
-        if offset == -1:
-            offset = hw
-        if offset < 0 or offset > hw:
-            return OFFSET_OUT_OF_RANGE, self.log.log_start_offset
+        """DeleteRecords: (error_code, low_watermark); the core decides, the Log carries it out."""
+        error, new_start = self.core.delete_records(offset)
+        if error != ErrorCode.NONE:
+            return error, new_start
         try:
-            self.log.maybe_increment_log_start_offset(offset)
+            self.log.maybe_increment_log_start_offset(new_start)
         except Exception as exc:
             return error_code_for(exc), self.log.log_start_offset
-        self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
-        return NONE, self.log.log_start_offset
+        self.report_log_start_offset(now_ms)
+        return ErrorCode.NONE, self.core.log_start_offset
+
+    def report_log_start_offset(self, now_ms: int) -> None:
+        """DeleteRecords or retention moved the Log's start: the core hears of it."""
+        if self.log.log_start_offset != self.core.log_start_offset:
+            self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -362,73 +403,19 @@ class Partition:
         self.trace.flush()
 
 
+# Bound on appended batches remembered until the high watermark passes them.
+MAX_BATCHES_ABOVE_HW = 100_000
+
 # Bounds of the two purgatories (operations parked at once, broker-wide).
 MAX_DELAYED_PRODUCES = 10_000
 MAX_DELAYED_FETCHES = 10_000
 
 
-def install(broker) -> None:
-    """Give `broker` the partition area: purgatories, trace sink, partition drivers.
-
-    Idempotent: each handler module of the area calls it from `register`.
-    Partitions the broker attached before (plain Logs) are wrapped too.
-    """
-    if broker is None:
-        # A router built only to list API ranges (codec tests) has no broker.
-        return
-    if getattr(broker, "produce_purgatory", None) is not None:
-        return
-    from kref.trace.sink import NdjsonTraceSink
-
-    broker.produce_purgatory = Purgatory("produce", max_operations=MAX_DELAYED_PRODUCES)
-    broker.fetch_purgatory = Purgatory("fetch", max_operations=MAX_DELAYED_FETCHES)
-    trace_file = getattr(broker, "trace_file", None)
-    broker.trace_sink = NdjsonTraceSink(trace_file, node=broker.node_id) if trace_file else NullTraceSink()
-    broker.partition_factory = make_partition
-    for key, existing in list(broker.partitions.items()):
-        if existing is not None and not isinstance(existing, Partition):
-            broker.partitions[key] = make_partition(broker, key[0], key[1], existing)
-
-    def wake_deleted(broker_, topic: str) -> None:
-        # Parked fetches on a deleted topic answer now instead of at max_wait.
-        for purgatory in (broker_.fetch_purgatory, broker_.produce_purgatory):
-            for key in purgatory.watched_keys():
-                if key[0] == topic:
-                    purgatory.check_and_complete(key)
-
-    hooks = getattr(broker, "on_topic_deleted", None)
-    if hooks is not None:
-        hooks.append(wake_deleted)
-    shutdown_hooks = getattr(broker, "on_shutdown", None)
-    if shutdown_hooks is not None:
-        shutdown_hooks.append(broker.trace_sink.close)
-    serving_hooks = getattr(broker, "on_serving", None)
-    if serving_hooks is not None and broker.trace_sink.enabled:
-        serving_hooks.append(lambda: broker.start_soon(_flush_trace_periodically, broker.trace_sink))
-
-
 TRACE_FLUSH_INTERVAL_S = 1.0
 
 
-async def _flush_trace_periodically(sink: TraceSink) -> None:
+async def flush_trace_periodically(sink: TraceSink) -> None:
     """Keep a running broker's trace file readable; a SIGKILL loses at most a second."""
     while True:
         await trio.sleep(TRACE_FLUSH_INTERVAL_S)
         sink.flush()
-
-
-def make_partition(broker, topic: str, partition: int, log_) -> Partition | None:
-    """The broker's partition_factory: a driver leading `log_` on this node."""
-    if log_ is None:
-        return None
-    config = getattr(broker, "config", None)
-    driver = Partition(
-        log_,
-        replica_id=int(getattr(broker, "node_id", 0)),
-        produce_purgatory=broker.produce_purgatory,
-        fetch_purgatory=broker.fetch_purgatory,
-        trace=broker.trace_sink,
-        replica_lag_time_max_ms=int(getattr(config, "replica_lag_time_max_ms", 30_000)),
-    )
-    driver.become_leader(broker.now_ms(), high_watermark=getattr(log_, "high_watermark", None) or 0)
-    return driver

@@ -58,6 +58,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from kref.metadata import records as r
+from kref.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
 from kref.protocol.errors import ErrorCode
 from kref.trace.events import TraceEvent
 
@@ -251,30 +252,11 @@ class AlterPartitionReply:
 # ---------------------------------------------------------------- state
 
 
-@dataclass(slots=True)
-class Broker:
-    broker_id: int
-    incarnation_id: uuid.UUID
-    broker_epoch: int
-    rack: str | None
-    fenced: bool
-    end_points: tuple = ()
-
-
-@dataclass(slots=True)
-class Partition:
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    leader: int
-    leader_epoch: int = 0
-    partition_epoch: int = 0
-
-
-@dataclass(slots=True)
-class Topic:
-    name: str
-    topic_id: uuid.UUID
-    partitions: dict[int, Partition] = field(default_factory=dict)
+# The controller's view of brokers, topics and partitions is the metadata
+# image (kref/metadata/image.py): one replay of the records for every node.
+Broker = BrokerImage
+Partition = PartitionImage
+Topic = TopicImage
 
 
 class InvariantViolation(AssertionError):
@@ -289,10 +271,20 @@ class ControllerCore:
     active: bool = False
     leader_epoch: int = -1
     next_offset: int = 0
-    brokers: dict[int, Broker] = field(default_factory=dict)
-    topics: dict[str, Topic] = field(default_factory=dict)
-    topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    image: MetadataImage = field(default_factory=MetadataImage)
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def brokers(self) -> dict[int, BrokerImage]:
+        return self.image.brokers
+
+    @property
+    def topics(self) -> dict[str, TopicImage]:
+        return self.image.topics
+
+    @property
+    def topics_by_id(self) -> dict[uuid.UUID, str]:
+        return self.image.topics_by_id
 
     # ------------------------------------------------------------ step
 
@@ -344,55 +336,14 @@ class ControllerCore:
         out.append(WriteRecords(base, tuple(records), request_id, reply))
 
     def _apply(self, record: object, offset: int) -> None:
-        """What a record means for the controller's state (replayed or just written)."""
-        match record:
-            case r.RegisterBrokerRecord():
-                self.brokers[record.broker_id] = Broker(
-                    record.broker_id, record.incarnation_id, record.broker_epoch, record.rack, record.fenced,
-                    tuple(record.end_points),
-                )
-            case r.FenceBrokerRecord():
-                broker = self.brokers.get(record.id)
-                if broker is not None and broker.broker_epoch == record.epoch:
-                    broker.fenced = True
-            case r.UnfenceBrokerRecord():
-                broker = self.brokers.get(record.id)
-                if broker is not None and broker.broker_epoch == record.epoch:
-                    broker.fenced = False
-            case r.TopicRecord():
-                self.topics[record.name] = Topic(record.name, record.topic_id)
-                self.topics_by_id[record.topic_id] = record.name
-            case r.PartitionRecord():
-                topic = self.topics[self.topics_by_id[record.topic_id]]
-                topic.partitions[record.partition_id] = Partition(
-                    tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch
-                )
-            case r.PartitionChangeRecord():
-                p = self.topics[self.topics_by_id[record.topic_id]].partitions[record.partition_id]
-                if record.isr is not None:
-                    p.isr = tuple(record.isr)
-                if record.replicas is not None:
-                    p.replicas = tuple(record.replicas)
-                if record.leader != NO_LEADER_CHANGE:
-                    if record.leader != p.leader:
-                        p.leader_epoch += 1
-                    p.leader = record.leader
-                p.partition_epoch += 1
-            case r.RemoveTopicRecord():
-                name = self.topics_by_id.pop(record.topic_id, None)
-                if name is not None:
-                    del self.topics[name]
-            case r.UnregisterBrokerRecord():
-                broker = self.brokers.get(record.broker_id)
-                if broker is not None and broker.broker_epoch == record.broker_epoch:
-                    del self.brokers[record.broker_id]
-            case r.ConfigRecord() | r.FeatureLevelRecord():
-                pass
-            case _:
-                raise TypeError(f"not a metadata record: {record!r}")
+        """What a record means for the controller's state (replayed or just written):
+        the metadata image's one replay, shared with every broker."""
+        self.image.apply((record,))
 
     def _emit(self, out: list[Effect], cls: type[BrokerEvent], now_ms: int, broker: Broker, **fields) -> None:
         if self.tracing:
+            # The image holds immutable values: report the broker as it is now.
+            broker = self.brokers.get(broker.broker_id, broker)
             out.append(Emit(cls(
                 time_ms=now_ms, replica=self.node_id, topic="__cluster_metadata", partition=0,
                 broker=broker.broker_id, broker_epoch=broker.broker_epoch, fenced=broker.fenced,

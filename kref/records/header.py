@@ -224,16 +224,17 @@ def set_base_offset(buf: bytearray | memoryview, header: BatchHeader, base_offse
     struct.pack_into(">q", buf, header.position, base_offset)
 
 
-def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, now_ms: int) -> None:
+def set_log_append_time(buf: bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
     """Stamp LogAppendTime on a batch in place (topic message.timestamp.type=LogAppendTime).
 
     The broker sets the timestamp-type bit and maxTimestamp; both lie inside
     the CRC-covered range, so the CRC is recomputed. The records keep their
     own timestamp deltas: readers of a LogAppendTime batch take maxTimestamp
-    as every record's timestamp, as Kafka's format defines.
+    as every record's timestamp, as Kafka's format defines. Returns the new CRC.
     """
     p = header.position
     struct.pack_into(">h", buf, p + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
     struct.pack_into(">q", buf, p + MAX_TIMESTAMP_OFFSET, now_ms)
     crc = crc32c.crc32c(memoryview(buf)[p + ATTRIBUTES_OFFSET : header.next_position])
     struct.pack_into(">I", buf, p + CRC_OFFSET, crc)
+    return crc

@@ -24,7 +24,7 @@ named after the action, carrying the post-state):
   log_end_offset (effect AssignLeaderEpoch for the epoch cache), reset the
   followers' fetch state, give ISR members a full replica_lag_time_max_ms.
 - ClientProduce       -> reject (not leader; acks=all with fewer than
-  min_insync_replicas in the isr: NOT_ENOUGH_REPLICAS) or AppendToLog.
+  min_insync_replicas in the isr: ErrorCode.NOT_ENOUGH_REPLICAS) or AppendToLog.
 - LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
   min log_end_offset over the isr moved; acks=1 answers now, acks=all either
   answers (high watermark already past the batch) or DelayProduce.
@@ -58,21 +58,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from kref.protocol.errors import ErrorCode
 from kref.trace import events as trace
 
-# Kafka error codes the core decides on (values from Kafka's Errors table).
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-INVALID_REQUIRED_ACKS = 21
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
+
+# ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 
 class Role(enum.Enum):
@@ -113,6 +111,9 @@ class ClientProduce:
     request_id: int
     acks: int  # 0, 1 or -1 (all)
     records_count: int
+    # The topic's min.insync.replicas as of this request (a dynamic config):
+    # it comes in with the event, so the core never reads configuration.
+    min_insync_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,13 +331,68 @@ class PartitionReplica:
         Like Kafka's checkEnoughReplicasReachOffset: done once the high
         watermark passed the batch; if meanwhile the isr fell below
         min_insync_replicas the records are in but under-replicated, which
-        the producer learns as NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+        the producer learns as ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND.
         """
         if not self.is_leader:
-            return NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark >= required_offset:
-            return NONE if len(self.isr) >= self.min_insync_replicas else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NONE if len(self.isr) >= self.min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> int:
+        """KIP-320: a client that names an epoch must name ours (and we must lead)."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+    def consumer_read(self, fetch_offset: int, current_leader_epoch: int) -> tuple[int, int]:
+        """Read visibility of a consumer fetch: (error_code, offset to read up to).
+
+        Consumers see only offsets below the high watermark; a fetch offset
+        outside [log_start_offset, log_end_offset] is OFFSET_OUT_OF_RANGE. An
+        upper bound equal to the fetch offset means "nothing to read yet".
+        """
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return error, fetch_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, fetch_offset
+        return ErrorCode.NONE, max(fetch_offset, self.high_watermark)
+
+    def list_offsets(self, timestamp: int, current_leader_epoch: int) -> tuple[int, int | None]:
+        """ListOffsets: (error_code, offset) for the special timestamps (KIP-79,
+        KIP-734, KIP-405); offset None: look the timestamp up in the log and
+        answer it only if `is_visible`."""
+        error = self.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return error, UNKNOWN_OFFSET
+        if timestamp == LATEST_TIMESTAMP:
+            return ErrorCode.NONE, self.high_watermark
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return ErrorCode.NONE, self.log_start_offset
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return ErrorCode.NONE, UNKNOWN_OFFSET  # nothing is tiered
+        return ErrorCode.NONE, None
+
+    def is_visible(self, offset: int) -> bool:
+        """Consumers (read_uncommitted; LSO = HW without transactions) see offsets below the HW."""
+        return offset < self.high_watermark
+
+    def delete_records(self, offset: int) -> tuple[int, int]:
+        """DeleteRecords: (error_code, the log start offset to move to); -1 = the high watermark.
+
+        Only the leader moves the log start offset, and never past the high
+        watermark: what consumers cannot read yet is not theirs to delete.
+        """
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, UNKNOWN_OFFSET
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, self.log_start_offset
+        return ErrorCode.NONE, max(offset, self.log_start_offset)
 
     # ------------------------------------------------------------ step
 
@@ -384,6 +440,14 @@ class PartitionReplica:
             raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
         if self.replica_id not in e.isr:
             raise InvariantViolation(f"replica {self.replica_id} asked to lead but not in isr {sorted(e.isr)}")
+        if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
+            # The same term (a change of isr or replicas committed by the
+            # controller): Kafka keeps the term's state and takes the new
+            # assignment; only a new leader_epoch starts a new term.
+            self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
+            self.replicas = tuple(e.replicas)
+            self.isr = frozenset(e.isr)
+            return
         self.role = Role.LEADER
         self.leader = self.replica_id
         self.leader_epoch = e.leader_epoch
@@ -435,18 +499,22 @@ class PartitionReplica:
             leader=self.leader,
             leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch,
+            isr=self.isr,
+            replicas=self.replicas,
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
 
     def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
+        if e.min_insync_replicas is not None:
+            self.min_insync_replicas = max(1, e.min_insync_replicas)
         if e.acks not in (0, 1, -1):
-            out.append(ProduceResult(e.request_id, INVALID_REQUIRED_ACKS))
+            out.append(ProduceResult(e.request_id, ErrorCode.INVALID_REQUIRED_ACKS))
         elif not self.is_leader:
-            out.append(ProduceResult(e.request_id, NOT_LEADER_OR_FOLLOWER))
+            out.append(ProduceResult(e.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
         elif e.acks == -1 and len(self.isr) < self.min_insync_replicas:
             # Refused before the append: nothing of it reaches the log.
-            out.append(ProduceResult(e.request_id, NOT_ENOUGH_REPLICAS))
+            out.append(ProduceResult(e.request_id, ErrorCode.NOT_ENOUGH_REPLICAS))
         else:
             out.append(AppendToLog(e.request_id, self.leader_epoch, e.acks))
 
@@ -477,19 +545,19 @@ class PartitionReplica:
             else:
                 out.append(ProduceResult(e.request_id, error))
         else:
-            out.append(ProduceResult(e.request_id, NONE))
+            out.append(ProduceResult(e.request_id, ErrorCode.NONE))
 
     def _on_follower_fetch(self, e: FetchFromFollower, now_ms: int, out: list[Effect]) -> None:
         def reject(code: int) -> None:
             out.append(RespondFollowerFetch(e.replica_id, code, self.high_watermark, self.log_start_offset))
 
         if not self.is_leader or e.replica_id not in self.followers:
-            return reject(NOT_LEADER_OR_FOLLOWER)
+            return reject(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if e.current_leader_epoch != NO_EPOCH:
             if e.current_leader_epoch < self.leader_epoch:
-                return reject(FENCED_LEADER_EPOCH)
+                return reject(ErrorCode.FENCED_LEADER_EPOCH)
             if e.current_leader_epoch > self.leader_epoch:
-                return reject(UNKNOWN_LEADER_EPOCH)
+                return reject(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if e.last_fetched_epoch != NO_EPOCH and e.epoch_end_offset is not None:
             end_epoch, end_offset = e.epoch_end_offset
             if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
@@ -498,12 +566,12 @@ class PartitionReplica:
                 self._emit_handle_fetch(e, now_ms, out, UNKNOWN_OFFSET, end_epoch, end_offset)
                 out.append(
                     RespondFollowerFetch(
-                        e.replica_id, NONE, self.high_watermark, self.log_start_offset, end_epoch, end_offset
+                        e.replica_id, ErrorCode.NONE, self.high_watermark, self.log_start_offset, end_epoch, end_offset
                     )
                 )
                 return None
         if e.fetch_offset > self.log_end_offset or e.fetch_offset < self.log_start_offset:
-            return reject(OFFSET_OUT_OF_RANGE)
+            return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
 
         state = self.followers[e.replica_id]
         if e.fetch_offset >= self.log_end_offset:
@@ -522,7 +590,7 @@ class PartitionReplica:
         ):
             self._change_isr(self.isr | {e.replica_id}, now_ms, out, added=e.replica_id)
         self._maybe_advance_high_watermark(now_ms, out)
-        out.append(RespondFollowerFetch(e.replica_id, NONE, self.high_watermark, self.log_start_offset))
+        out.append(RespondFollowerFetch(e.replica_id, ErrorCode.NONE, self.high_watermark, self.log_start_offset))
         return None
 
     def _emit_handle_fetch(

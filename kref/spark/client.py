@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,7 +80,9 @@ class Admin:
 
         self.bootstrap = config["bootstrap.servers"]
         self.timeout_s = timeout_ms / 1000
-        self._errors: list[str] = []
+        # The last few client errors, for the failure message (bounded: a long
+        # outage reports one error per reconnect attempt).
+        self._errors: deque[str] = deque(maxlen=3)
         cfg = _base_config(config)
         cfg.pop("isolation.level", None)
         cfg["error_cb"] = lambda err: self._errors.append(str(err))
@@ -87,7 +90,7 @@ class Admin:
         self._isolation = config.get("isolation.level", "read_uncommitted")
 
     def _unreachable(self, exc: Exception) -> BrokerUnreachableError:
-        seen = f" (client errors: {'; '.join(self._errors[-3:])})" if self._errors else ""
+        seen = f" (client errors: {'; '.join(self._errors)})" if self._errors else ""
         return BrokerUnreachableError(
             f"kref broker unreachable at {self.bootstrap!r}: no answer within "
             f"{self.timeout_s:g} s: {exc}{seen}"
@@ -518,7 +521,9 @@ class BatchProducer:
 
         self.columns = columns
         self.bootstrap = config["bootstrap.servers"]
-        self._errors: list[str] = []
+        # The last few client errors, for the failure message (bounded: a long
+        # outage reports one error per reconnect attempt).
+        self._errors: deque[str] = deque(maxlen=3)
         self._failures: list[str] = []
         self._failed = 0
         cfg = producer_config(config, flush_timeout_ms=flush_timeout_ms)
@@ -628,7 +633,7 @@ class BatchProducer:
         if self._failures:
             self._raise_failures()
         if left:
-            seen = f" (client errors: {'; '.join(self._errors[-3:])})" if self._errors else ""
+            seen = f" (client errors: {'; '.join(self._errors)})" if self._errors else ""
             raise BrokerUnreachableError(
                 f"kref sink: {left} record(s) still unacknowledged after flushTimeoutMs="
                 f"{int(self._flush_timeout_s * 1000)} by kref broker {self.bootstrap!r}{seen}"

@@ -62,6 +62,7 @@ from kref.storage.cleaner_planner import (
     SegmentSummary,
     group_segments_by_size,
     plan_batch,
+    plan_unread_batch,
     retain_deletes,
     retain_records,
 )
@@ -327,6 +328,15 @@ def _records_of(batch: memoryview, header: BatchHeader) -> bytes:
     return section if isinstance(section, bytes) else bytes(section)
 
 
+def has_keyless_record(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    """Does this data batch hold a record without a key? A compacted topic refuses
+    such batches at append (Kafka's LogValidator), since the cleaner could only drop them."""
+    if header.is_control_batch:
+        return False
+    batch = memoryview(buf)[header.position : header.next_position]
+    return any(r[1] is None for r in _scan_records(_records_of(batch, header), header.base_offset))
+
+
 def _at_zero(header: BatchHeader) -> BatchHeader:
     from dataclasses import replace
 
@@ -499,7 +509,7 @@ class Cleaner:
         """Map keys of [first_dirty, first_uncleanable) to their last offsets; returns the
         end offset actually mapped (less when the map filled up)."""
         om = self.offset_map
-        om.clear()
+        om.clear(first_dirty_offset)
         end_offset = first_dirty_offset
         for seg in picture.segments:
             if seg.next_offset <= first_dirty_offset or seg.size == 0:
@@ -575,8 +585,14 @@ class Cleaner:
                 try:
                     for header, batch in reader.batches():
                         stats.batches_read += 1
-                        if header.is_control_batch:
-                            writer.append(batch, header.last_offset, header.max_timestamp)
+                        last_of_producer = header.producer_id >= 0 and header.last_offset in producer_last
+                        early = plan_unread_batch(header, om.survivors_between(header.base_offset, header.last_offset), last_of_producer)
+                        if early is not None:
+                            stats.records_read += header.records_count
+                            if early.action is BatchAction.COPY:
+                                writer.append(batch, header.last_offset, header.max_timestamp)
+                            elif early.action is BatchAction.EMPTY:
+                                self._write_empty(writer, header)
                             continue
                         section = _records_of(batch, header)
                         records = _scan_records(section, header.base_offset)
@@ -584,10 +600,7 @@ class Cleaner:
                         kept = retain_records(records, om, retain_deletes(header, now_ms))
                         stats.records_kept += len(kept)
                         tombstones = sum(1 for r in kept if not r[2])
-                        plan = plan_batch(
-                            header, len(kept), tombstones, header.producer_id >= 0 and header.last_offset in producer_last,
-                            now_ms, picture.delete_retention_ms,
-                        )  # fmt: skip
+                        plan = plan_batch(header, len(kept), tombstones, last_of_producer, now_ms, picture.delete_retention_ms)
                         if plan.delete_horizon_ms is not None and tombstones:
                             if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
                                 earliest_horizon = plan.delete_horizon_ms
@@ -597,10 +610,7 @@ class Cleaner:
                             writer.append(batch, header.last_offset, header.max_timestamp)
                             continue
                         if plan.action is BatchAction.EMPTY:
-                            stats.batches_emptied += 1
-                            attributes = header.attributes & ~h.COMPRESSION_CODEC_MASK & ~h.DELETE_HORIZON_FLAG_MASK
-                            out = _pack_batch(header, b"", 0, header.max_timestamp, header.max_timestamp, attributes)
-                            writer.append(out, header.last_offset, header.max_timestamp)
+                            self._write_empty(writer, header)
                             continue
                         out, max_ts = self._rewrite(header, batch, section, kept, plan.delete_horizon_ms)
                         writer.append(out, header.last_offset, max_ts)
@@ -612,6 +622,13 @@ class Cleaner:
             raise
         stats.groups += 1
         return CleanedGroup(group[0].base_offset, tuple(group), writer.size), earliest_horizon
+
+    def _write_empty(self, writer: "_CleanedWriter", header: BatchHeader) -> None:
+        """A producer's last batch with no record left: its header alone (Kafka's writeEmptyHeader)."""
+        self.stats.batches_emptied += 1
+        attributes = header.attributes & ~h.COMPRESSION_CODEC_MASK & ~h.DELETE_HORIZON_FLAG_MASK
+        out = _pack_batch(header, b"", 0, header.max_timestamp, header.max_timestamp, attributes)
+        writer.append(out, header.last_offset, header.max_timestamp)
 
     @staticmethod
     def _rewrite(header: BatchHeader, batch: memoryview, section: bytes, kept: list, horizon: int | None) -> tuple[bytes, int]:

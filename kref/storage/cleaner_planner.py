@@ -35,7 +35,9 @@ writes the result and swaps it in.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable
@@ -233,7 +235,9 @@ class OffsetMap:
             raise ValueError("the offset map needs room for at least one entry")
         self.capacity = capacity
         self._map: dict[bytes, int] = {}
+        self.first_offset = 0  # the first offset the map covers (the first dirty offset)
         self.latest_offset = -1
+        self._survivors: array | None = None  # the mapped offsets, sorted; built on first use
 
     def __len__(self) -> int:
         return len(self._map)
@@ -248,6 +252,7 @@ class OffsetMap:
             return False
         m = self._map
         md5 = hashlib.md5
+        self._survivors = None
         for r in records:
             key = r[1]
             if key is not None:
@@ -261,9 +266,26 @@ class OffsetMap:
     def get(self, key: bytes) -> int:
         return self._map.get(key, -1)
 
-    def clear(self) -> None:
+    def clear(self, first_offset: int = 0) -> None:
         self._map.clear()
+        self.first_offset = first_offset
         self.latest_offset = -1
+        self._survivors = None
+
+    def survivors_between(self, first: int, last: int) -> int | None:
+        """How many keys have their last record in [first, last]; None unless the
+        range lies wholly in the mapped one.
+
+        Inside the mapped range a record survives only if it is its key's
+        last one, i.e. its offset is a value of the map: a batch with none
+        loses every record, and the cleaner need not even parse it.
+        """
+        if first < self.first_offset or last > self.latest_offset:
+            return None
+        if self._survivors is None:
+            self._survivors = array("q", sorted(self._map.values()))
+        s = self._survivors
+        return bisect.bisect_right(s, last) - bisect.bisect_left(s, first)
 
 
 # ---------------------------------------------------------------------------
@@ -314,6 +336,18 @@ class BatchPlan:
     delete_horizon_ms: int | None = None  # the horizon the written batch carries, if any
 
 
+def plan_unread_batch(header: BatchHeader, survivors: int | None, is_last_batch_of_producer: bool) -> BatchPlan | None:
+    """The plan for a batch decided from its header alone, or None (read its records).
+
+    `survivors`: OffsetMap.survivors_between over the batch's offsets.
+    """
+    if header.is_control_batch:
+        return BatchPlan(BatchAction.COPY)  # transaction markers: kept until transactions exist
+    if survivors == 0:
+        return BatchPlan(BatchAction.EMPTY if is_last_batch_of_producer else BatchAction.DROP)
+    return None
+
+
 def plan_batch(
     header: BatchHeader,
     retained: int,
@@ -323,8 +357,9 @@ def plan_batch(
     delete_retention_ms: int,
 ) -> BatchPlan:
     """What to write for one batch, given how many of its records survive."""
-    if header.is_control_batch:
-        return BatchPlan(BatchAction.COPY)  # transaction markers: kept until transactions exist
+    early = plan_unread_batch(header, None, is_last_batch_of_producer)
+    if early is not None:
+        return early
     horizon = header.base_timestamp if header.has_delete_horizon_ms else None
     if retained == 0:
         return BatchPlan(BatchAction.EMPTY if is_last_batch_of_producer else BatchAction.DROP)

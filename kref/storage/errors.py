@@ -10,71 +10,72 @@ bytes in a produce payload raise the kref.records.errors family
 
 from __future__ import annotations
 
+from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidCrcError, InvalidMagicError  # noqa: F401
 
 
 class StorageError(Exception):
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class ConfigError(StorageError, ValueError):
     """An unknown topic config name or a value outside its valid range."""
 
-    error_code = 40  # INVALID_CONFIG
+    error_code = ErrorCode.INVALID_CONFIG
 
 
 class OffsetOutOfRangeError(StorageError):
     """A fetch, DeleteRecords or truncation offset outside [log_start_offset, log_end_offset]."""
 
-    error_code = 1  # OFFSET_OUT_OF_RANGE
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
 class RecordTooLargeError(StorageError):
     """A batch larger than the topic's max.message.bytes."""
 
-    error_code = 10  # MESSAGE_TOO_LARGE
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class RecordBatchTooLargeError(StorageError):
     """A produce payload larger than a whole segment (segment.bytes)."""
 
-    error_code = 18  # RECORD_LIST_TOO_LARGE
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
 class InvalidRecordError(StorageError):
     """A batch whose header contradicts itself (offset range vs record count)."""
 
-    error_code = 87  # INVALID_RECORD
+    error_code = ErrorCode.INVALID_RECORD
 
 
 class InvalidTimestampError(StorageError):
     """A CreateTime timestamp outside message.timestamp.before/after.max.ms of the broker's clock."""
 
-    error_code = 32  # INVALID_TIMESTAMP
+    error_code = ErrorCode.INVALID_TIMESTAMP
 
 
 class UnexpectedAppendOffsetError(StorageError):
     """A follower append whose first offset lies below the log end offset."""
 
-    error_code = -1
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class OutOfOrderSequenceError(StorageError):
     """Raised by the producer-state hook: a gap in an idempotent producer's sequence."""
 
-    error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(StorageError):
     """Raised by the producer-state hook: a fenced (older) producer epoch."""
 
-    error_code = 47  # INVALID_PRODUCER_EPOCH
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class KafkaStorageError(StorageError):
     """The disk failed us (I/O error); the partition goes offline."""
 
-    error_code = 56  # KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class CorruptIndexError(StorageError):

@@ -1,4 +1,7 @@
-"""The partition log: segments, offsets, epochs, flushing, recovery, retention.
+"""The local partition log: segments, offsets, epochs, appends, reads, flushing.
+
+Opening and crash recovery live in log_loader.py, the retention decision in
+retention.py (a pure planner this log carries out).
 
 A Log is one partition's directory `<topic>-<partition>` holding segments in
 Kafka's layout (see segment.py), the `leader-epoch-checkpoint` and
@@ -31,6 +34,7 @@ memory is bounded by the number of segments and index entries.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import logging
 import os
@@ -40,31 +44,24 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from kref.protocol.errors import ErrorCode
 from kref.records.batch import decode_batch
 from kref.records.errors import CorruptRecordError
 from kref.records.header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     iter_headers,
-    read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
-from kref.storage.checkpoint import (
-    CheckpointError,
-    fsync_dir,
-    read_leader_epoch_checkpoint,
-    read_offset_checkpoint_or_empty,
-    read_partition_metadata,
-    write_partition_metadata,
-)
-from kref.storage.cleaner import recover_swap_files
+from kref.storage.checkpoint import fsync_dir
+from kref.storage.cleaner import has_keyless_record
 from kref.storage.config import LogConfig
 from kref.storage.errors import (
-    CorruptIndexError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
@@ -75,8 +72,9 @@ from kref.storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from kref.storage.index import NO_TIMESTAMP
-from kref.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochFileCache
-from kref.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from kref.storage.leader_epoch import LeaderEpochFileCache
+from kref.storage.retention import SegmentSummary, segments_to_delete
+from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +96,7 @@ MAX_LOOKUP_UNCOMPRESSED_BYTES = 64 * 1024 * 1024  # bound on decompressing one b
 class InconsistentTopicIdError(StorageError):
     """partition.metadata names a different topic id than the caller expects."""
 
-    error_code = 103  # INCONSISTENT_TOPIC_ID
+    error_code = ErrorCode.INCONSISTENT_TOPIC_ID
 
 
 @dataclass
@@ -230,173 +228,19 @@ class Log:
         checkpoint files and the clean-shutdown marker that LogManager
         writes. Without them the whole log is re-validated.
         """
+        from kref.storage import log_loader  # the loader builds on Log's segment helpers
+
         os.makedirs(directory, exist_ok=True)
         log = cls(directory, config or LogConfig(), now_ms, topic_id, producer_state)
-        parent = os.path.dirname(os.path.normpath(directory))
-        key = (log.topic, log.partition)
-        if recovery_point is None:
-            recovery_point = read_offset_checkpoint_or_empty(os.path.join(parent, RECOVERY_POINT_CHECKPOINT_FILE)).get(key, 0)
-        if log_start_offset is None:
-            log_start_offset = read_offset_checkpoint_or_empty(os.path.join(parent, LOG_START_OFFSET_CHECKPOINT_FILE)).get(key, 0)
-        if high_watermark is None:
-            high_watermark = read_offset_checkpoint_or_empty(os.path.join(parent, REPLICATION_OFFSET_CHECKPOINT_FILE)).get(key)
-        if had_clean_shutdown is None:
-            had_clean_shutdown = os.path.exists(os.path.join(parent, CLEAN_SHUTDOWN_FILE))
-        log._check_topic_id()
-        log._load(now_ms, recovery_point, log_start_offset, had_clean_shutdown)
-        if high_watermark is not None:
-            log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        log_loader.load(
+            log,
+            now_ms,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            high_watermark=high_watermark,
+            had_clean_shutdown=had_clean_shutdown,
+        )
         return log
-
-    def _check_topic_id(self) -> None:
-        try:
-            stored = read_partition_metadata(self.dir)
-        except CheckpointError:
-            stored = None  # rewritten below when we know the id
-        if stored is not None and self.topic_id is not None and stored != self.topic_id:
-            raise InconsistentTopicIdError(f"{self.dir}: partition.metadata has topic id {stored}, expected {self.topic_id}")
-        if self.topic_id is None:
-            self.topic_id = stored
-        elif stored is None:
-            write_partition_metadata(self.dir, self.topic_id)
-
-    def _load(self, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
-        cfg = self.config
-        # A crash mid-swap of cleaned segments: complete it (or roll it back)
-        # before the segments are listed (Kafka's .cleaned/.swap protocol).
-        recover_swap_files(self.dir)
-        base_offsets = []
-        for name in os.listdir(self.dir):
-            path = os.path.join(self.dir, name)
-            if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(".cleaned") or name.endswith(".swap"):
-                # Leftovers of a deletion or a half-written file: the rename
-                # already decided their fate.
-                if os.path.isfile(path):
-                    os.unlink(path)
-                continue
-            stem, ext = os.path.splitext(name)
-            if ext == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
-                base_offsets.append(int(stem))
-        base_offsets.sort()
-        for name in os.listdir(self.dir):
-            stem, ext = os.path.splitext(name)
-            if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_offsets:
-                os.unlink(os.path.join(self.dir, name))  # an index without its log
-
-        cache_path = os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT_FILE)
-        try:
-            entries = read_leader_epoch_checkpoint(cache_path)
-            cache_was_readable = os.path.exists(cache_path)
-        except (CheckpointError, OSError):
-            entries, cache_was_readable = [], False  # rebuilt from the batches below
-        try:
-            self.leader_epoch_cache = LeaderEpochFileCache(None, entries)
-        except ValueError:
-            self.leader_epoch_cache, cache_was_readable = LeaderEpochFileCache(None), False
-
-        self.log_start_offset = log_start_offset  # for _on_recovered_batch; settled below
-        # Segments wholly below the recovery point were flushed; from the
-        # segment holding it onward, an unclean stop means "validate".
-        recover_from_index = len(base_offsets)
-        if not had_clean_shutdown:
-            recover_from_index = max(0, bisect.bisect_right(base_offsets, recovery_point) - 1)
-        recovered: list[LogSegment] = []
-        for i, base in enumerate(base_offsets):
-            args = (self.dir, base, cfg.max_index_size, cfg.index_interval_bytes, now_ms)
-            seg = None
-            if i < recover_from_index:
-                try:
-                    seg = LogSegment.load(*args)
-                except (CorruptIndexError, CorruptRecordError, OSError):
-                    seg = None
-            if seg is None:
-                seg = LogSegment.open_for_recovery(*args)
-                truncated = seg.recover(self._max_recovery_batch_size(), self._on_recovered_batch)
-                recovered.append(seg)
-                if truncated:
-                    # Dropping bytes is what recovery is for, but an operator
-                    # must be able to see where and how much (Kafka warns too).
-                    dropped = base_offsets[i + 1 :]
-                    logger.warning(
-                        "%s: recovery truncated segment %020d at byte %d (offset %d): %d invalid byte(s) dropped%s",
-                        self.dir, base, seg.size, seg.next_offset, truncated,
-                        f", and {len(dropped)} later segment(s) deleted" if dropped else "",
-                    )
-                if truncated and i + 1 < len(base_offsets):
-                    # Bytes after a torn batch cannot be trusted, nor can
-                    # anything in later segments: drop them.
-                    self._append_segment(seg)
-                    for later in base_offsets[i + 1 :]:
-                        self._delete_segment_files_now(later)
-                    break
-            if self.segments and self.segments[-1].next_offset > seg.base_offset:
-                # Overlap with the previous segment: keep the earlier data.
-                self.segments[-1].truncate_to(seg.base_offset)
-            self._append_segment(seg)
-
-        if not self.segments:
-            self._append_segment(self._create_segment(max(log_start_offset, 0), now_ms))
-        # Only the active segment keeps a preallocated index.
-        for seg in self.segments[:-1]:
-            seg.offset_index.trim_to_valid_size()
-            seg.time_index.trim_to_valid_size()
-        self.active_segment.resize_indexes_to_max()
-
-        leo = self.log_end_offset
-        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
-        if self.log_start_offset > leo:
-            self._truncate_fully(self.log_start_offset, now_ms)
-            leo = self.log_end_offset
-        if not cache_was_readable and leo > self.segments[0].base_offset:
-            self._rebuild_leader_epoch_cache()
-        self.leader_epoch_cache.truncate_from_end(leo, flush=False)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset, flush=False)
-        self.leader_epoch_cache.path = cache_path
-        if not cache_was_readable or self.leader_epoch_cache.entries() != entries:
-            self.leader_epoch_cache.flush()
-
-        if recovered:
-            self._flush_segments([s for s in self.segments if s in recovered])
-            fsync_dir(self.dir)
-            self.recovery_point = leo
-        else:
-            self.recovery_point = min(max(recovery_point, self.log_start_offset), leo)
-        self._rebuild_producer_state()
-
-    def _max_recovery_batch_size(self) -> int:
-        # A follower may have appended batches up to the leader's limit, which
-        # can exceed ours; only the segment size truly bounds a batch.
-        return max(self.config.segment_bytes, self.config.max_message_bytes) + 1024
-
-    def _on_recovered_batch(self, header: BatchHeader) -> None:
-        if header.next_offset <= self.log_start_offset:
-            return  # already deleted by DeleteRecords/retention; its epoch is history
-        epoch = header.partition_leader_epoch
-        if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch:
-            self.leader_epoch_cache.assign(epoch, header.base_offset, flush=False)
-
-    def _rebuild_leader_epoch_cache(self) -> None:
-        self.leader_epoch_cache.clear(flush=False)
-        for header in self._iter_all_headers(self.segments[0].base_offset):
-            self._on_recovered_batch(header)
-
-    def _rebuild_producer_state(self) -> None:
-        """Bring the producer-state hook in line with the log after load.
-
-        The manager may have restored a snapshot; it reports how far that
-        reaches as `map_end_offset`. Anything beyond the log end is dropped
-        (truncate_to), and batches from there to the log end are replayed.
-        """
-        ps = self.producer_state
-        if ps is None:
-            return
-        leo = self.log_end_offset
-        ps.truncate_to(leo)
-        start = getattr(ps, "map_end_offset", None)
-        start = self.log_start_offset if start is None else min(max(start, self.log_start_offset), leo)
-        for header in self._iter_all_headers(start):
-            if header.last_offset >= start:
-                ps.on_batch_appended(header)
 
     def _iter_all_headers(self, start_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding `start_offset` to the log end."""
@@ -469,8 +313,7 @@ class Log:
         checking it again cost a second pass over the payload per produce.
         """
         cfg = self.config
-        if len(buf) > cfg.segment_bytes:
-            raise RecordBatchTooLargeError(f"append of {len(buf)} bytes exceeds segment.bytes={cfg.segment_bytes}")
+        self._check_append_size(len(buf))
         headers = []
         for h in iter_headers(buf, verify=not crc_verified, max_batch_size=MAX_APPEND_BYTES):
             if h.size_in_bytes > cfg.max_message_bytes:
@@ -484,17 +327,32 @@ class Log:
 
     @_disk_errors_as_storage_errors
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int, *, crc_verified: bool = False
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        crc_verified: bool = False,
+        validated: list[BatchHeader] | None = None,
     ) -> AppendInfo:
         """LeaderAppend: assign offsets from log_end_offset, stamp the epoch, append.
 
         `crc_verified=True` only when the caller checked the CRC of exactly
-        these bytes; every other check still runs here.
+        these bytes. `validated`: the caller (the produce handler) already
+        parsed these very bytes into headers, verified their CRCs and checked
+        max.message.bytes, so the headers are not parsed or size-checked
+        again; the remaining checks (offsets, timestamps, idempotence) run here.
         """
         self._ensure_open()
         self._now_ms = now_ms
         buf = bytearray(records)
-        headers = self._validate(buf, crc_verified=crc_verified)
+        if validated is None:
+            headers = self._validate(buf, crc_verified=crc_verified)
+        else:
+            self._check_append_size(len(buf))
+            headers = validated
+            if any(h.last_offset_delta < 0 for h in headers):
+                raise InvalidRecordError("negative lastOffsetDelta")
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
         cfg = self.config
@@ -514,6 +372,12 @@ class Log:
                             f"timestamp {ts} is out of range for now={now_ms} "
                             f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
                         )
+        if cfg.compact_enabled:
+            for h in headers:
+                if has_keyless_record(buf, h):
+                    raise InvalidRecordError(
+                        f"Compacted topic cannot accept message without key in topic partition {self.topic}-{self.partition}"
+                    )
         ps = self.producer_state
         if ps is not None:
             for h in headers:
@@ -528,9 +392,13 @@ class Log:
         for h in headers:
             set_base_offset(buf, h, next_offset)
             set_partition_leader_epoch(buf, h, leader_epoch)
+            h = dataclasses.replace(h, base_offset=next_offset, partition_leader_epoch=leader_epoch)
             if log_append_time:
-                set_log_append_time(buf, h, now_ms)
-            stamped.append(read_header(buf, h.position))
+                crc = set_log_append_time(buf, h, now_ms)
+                h = dataclasses.replace(
+                    h, attributes=h.attributes | TIMESTAMP_TYPE_MASK, max_timestamp=now_ms, crc=crc
+                )
+            stamped.append(h)  # the header as stamped, without parsing the bytes a third time
             next_offset += h.last_offset_delta + 1
         info = self._append(buf, stamped, now_ms)
         if log_append_time:
@@ -538,6 +406,10 @@ class Log:
             info.max_timestamp = now_ms
             info.offset_of_max_timestamp = info.first_offset
         return info
+
+    def _check_append_size(self, size: int) -> None:
+        if size > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self.config.segment_bytes}")
 
     @_disk_errors_as_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
@@ -880,47 +752,33 @@ class Log:
 
     @_disk_errors_as_storage_errors
     def delete_old_segments(self, now_ms: int) -> int:
-        """Retention: delete segments past retention.ms, beyond retention.bytes
-        or wholly below log_start_offset; returns how many were deleted."""
+        """Retention: delete the segments the retention planner picks (past
+        retention.ms, beyond retention.bytes, or wholly below log_start_offset);
+        returns how many were deleted."""
         self._ensure_open()
         self._now_ms = now_ms
-        deleted = 0
-        cfg = self.config
-        if cfg.delete_enabled:
-            if cfg.retention_ms >= 0:
-                deleted += self._delete_while(lambda seg, nxt, _: now_ms - seg.largest_timestamp > cfg.retention_ms)
-            if cfg.retention_bytes >= 0:
-                excess = [self.size_in_bytes - cfg.retention_bytes]
-
-                def over_size(seg: LogSegment, nxt: LogSegment | None, _: int) -> bool:
-                    if excess[0] - seg.size >= 0:
-                        excess[0] -= seg.size
-                        return True
-                    return False
-
-                deleted += self._delete_while(over_size)
-        deleted += self._delete_while(lambda seg, nxt, upper: nxt is not None and upper <= self.log_start_offset)
+        summaries = [
+            SegmentSummary(seg.base_offset, seg.size, seg.largest_timestamp) for seg in self.segments
+        ]
+        count = segments_to_delete(
+            summaries,
+            self.config,
+            now_ms=now_ms,
+            log_start_offset=self.log_start_offset,
+            log_end_offset=self.log_end_offset,
+            high_watermark=self.high_watermark,
+        )
+        if count:
+            self._delete_prefix(count)
         self.delete_pending_segments(now_ms)
-        return deleted
+        return count
 
-    def _delete_while(self, predicate: Any) -> int:
-        """Delete the longest prefix of segments matching `predicate`, never past the high watermark."""
-        bound = self.log_end_offset if self.high_watermark is None else self.high_watermark
-        doomed: list[LogSegment] = []
-        for i, seg in enumerate(self.segments):
-            nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
-            upper = nxt.base_offset if nxt is not None else self.log_end_offset
-            if nxt is None and seg.size == 0:
-                break
-            if bound < upper or not predicate(seg, nxt, upper):
-                break
-            doomed.append(seg)
-        if not doomed:
-            return 0
-        if len(doomed) == len(self.segments):
+    def _delete_prefix(self, count: int) -> None:
+        doomed = self.segments[:count]
+        if count == len(self.segments):
             self.roll(self._now_ms)  # the active segment goes too: start a fresh one first
-        del self.segments[: len(doomed)]
-        del self._base_offsets[: len(doomed)]
+        del self.segments[:count]
+        del self._base_offsets[:count]
         self._schedule_delete(doomed)
         new_start = self.segments[0].base_offset
         if new_start > self.log_start_offset:
@@ -929,7 +787,6 @@ class Log:
             hook = getattr(self.producer_state, "on_log_start_offset_incremented", None)
             if hook is not None:
                 hook(new_start)
-        return len(doomed)
 
     def _schedule_delete(self, segments: list[LogSegment]) -> None:
         """Rename to .deleted now, remove after file.delete.delay.ms (readers keep their descriptors)."""

@@ -57,11 +57,14 @@ class BecomeLeader(TraceEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BecomeFollower(TraceEvent):
-    """The replica follows `leader` in `leader_epoch`."""
+    """The replica follows `leader` in `leader_epoch` (with the isr and replicas the
+    metadata gave it, so a trace checker knows the follower's view of the isr)."""
 
     leader: int
     leader_epoch: int
     partition_epoch: int
+    isr: frozenset[int]
+    replicas: tuple[int, ...]
     log_end_offset: int
     high_watermark: int
 

@@ -118,16 +118,19 @@ def test_incremental_alter_semantics():
 def test_stray_logs_are_deleted_at_open(tmp_path):
     """A crash between the image write and a partition dir change leaves
     logs the image does not know; a re-created topic must not inherit them."""
-    import json
+    from kref.metadata.local_source import LocalMetadataSource
+    from kref.metadata.records import RemoveTopicRecord
 
     b = make_broker(tmp_path)
     b.create_topic("gone", 2)
     b.create_topic("kept", 1)
+    gone_id = b.get_topic("gone").topic_id
     b.shutdown()
-    image_path = tmp_path / "data" / "kref-topics.json"
-    image = json.loads(image_path.read_text())
-    image["topics"] = [t for t in image["topics"] if t["name"] == "kept"]
-    image_path.write_text(json.dumps(image))
+    # The crash: the removal reached the metadata records, the directories stayed.
+    source = LocalMetadataSource(tmp_path / "data", b.node_id)
+    source.open()
+    source.commit([RemoveTopicRecord(gone_id)])
+    source.close()
     again = make_broker(tmp_path)
     assert sorted(again.partitions) == [("kept", 0)]
     assert not (tmp_path / "data" / "gone-0").exists() and not (tmp_path / "data" / "gone-1").exists()

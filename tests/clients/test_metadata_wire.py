@@ -161,3 +161,17 @@ def test_idle_connections_are_closed(kref_broker_factory):
     with WireClient(broker.host, broker.port) as c:
         assert c.is_closed_by_peer(timeout=30)
     assert "closing idle connection" in broker.log_text()
+
+
+def test_leader_epochs_are_never_reused_across_restarts(kref_broker):
+    """Issue 13: each start is a new leadership term, empty partitions included
+    (KIP-101 needs an epoch to name one term only)."""
+    with WireClient(kref_broker.host, kref_broker.port) as c:
+        assert create_topic(c, "epochs", 2).topics[0].error_code == ErrorCode.NONE
+        seen = [[p.leader_epoch for p in metadata(c, 12, ["epochs"]).topics[0].partitions]]
+    for _ in range(2):
+        kref_broker.stop()
+        kref_broker.restart()
+        with WireClient(kref_broker.host, kref_broker.port) as c:
+            seen.append([p.leader_epoch for p in metadata(c, 12, ["epochs"]).topics[0].partitions])
+    assert seen == [[0, 0], [1, 1], [2, 2]]

@@ -152,3 +152,49 @@ def test_log_cleaner_properties_are_accepted_and_reach_topic_defaults():
     assert topic.compact_enabled and topic.delete_enabled
     with pytest.raises(ConfigError):
         BrokerConfig.from_properties({"log.cleaner.min.cleanable.ratio": "1.5"})
+
+
+def test_a_compacted_log_refuses_records_without_a_key(tmp_path):
+    from kref.storage.errors import InvalidRecordError
+    from kref.storage.log import Log
+
+    config = LogConfig.from_properties({"cleanup.policy": "compact,delete"})
+    log = Log.open(str(tmp_path / "t-0"), config, 0)
+    try:
+        log.append_as_leader(build_batch([Record(timestamp=1, key=b"k", value=b"v")]), 0, 1)
+        with pytest.raises(InvalidRecordError, match="without key"):
+            log.append_as_leader(build_batch([Record(timestamp=1, key=b"k", value=b"v"), Record(timestamp=1, value=b"x")]), 0, 1)
+        assert log.log_end_offset == 1  # nothing of the refused batch was appended
+    finally:
+        log.close()
+
+
+def test_the_cleaner_honours_io_max_bytes_per_second(tmp_path):
+    """log.cleaner.io.max.bytes.per.second: with a virtual clock the cleaner's
+    reads and writes take at least bytes / rate seconds."""
+    from kref.storage.cleaner import Cleaner, clean_log_now, summarize
+    from kref.storage.cleaner_planner import OffsetMap
+    from kref.storage.log import Log
+
+    config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": "2000"})
+    log = Log.open(str(tmp_path / "t-0"), config, 0)
+    for i in range(200):
+        log.append_as_leader(build_batch([Record(timestamp=i, key=b"k%d" % (i % 5), value=b"v" * 50)]), 0, i)
+    clock = [0.0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+
+    rate = 10_000.0
+    def now():
+        clock[0] += 0.0001  # the work itself takes a little time
+        return clock[0]
+
+    cleaner = Cleaner(OffsetMap(100), Throttler(rate, period_s=0.001), io_buffer_size=512, sleep=sleep, clock=now)
+    try:
+        clean_log_now(log, cleaner, cleanable_offsets(summarize(log), None, 10_000), 10_000)
+        moved = cleaner.stats.bytes_read + cleaner.stats.bytes_written
+        # The bytes of the last, unfinished check period go unthrottled (as in Kafka).
+        assert moved / rate * 0.85 <= clock[0] <= moved / rate * 1.1 + 0.1
+    finally:
+        log.close()

@@ -7,7 +7,7 @@ KIP-107). The offset may not pass the high watermark (OFFSET_OUT_OF_RANGE).
 The response's low_watermark is the new log start offset. With a single
 replica there are no followers whose log start offsets must catch up, so
 nothing waits in a purgatory. Internal topics are refused with
-INVALID_TOPIC_EXCEPTION, as Kafka does: only the group coordinator writes
+ErrorCode.INVALID_TOPIC_EXCEPTION, as Kafka does: only the group coordinator writes
 (and, by compaction, removes) `__consumer_offsets` records.
 """
 
@@ -20,18 +20,15 @@ from kio.static.primitive import i32Timedelta
 
 from kref.broker.broker import INTERNAL_TOPICS
 from kref.broker.handlers._responses import build, error, response_types
-from kref.broker.partition import install
+from kref.protocol.errors import ErrorCode
 
 DELETE_RECORDS = 21
 MIN_VERSION, MAX_VERSION = 0, 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
 
 _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_delete_records(ctx, request) -> Any:
         return delete_records(ctx.broker, ctx.api_version, request)
@@ -50,9 +47,9 @@ def delete_records(broker, api_version: int, request) -> Any:
             if topic.name in INTERNAL_TOPICS:
                 # Kafka's ReplicaManager refuses too: deleting records of
                 # __consumer_offsets would lose every group's offsets.
-                code, low_watermark = INVALID_TOPIC_EXCEPTION, -1
-            elif part is None or not hasattr(part, "delete_records_before"):
-                code, low_watermark = UNKNOWN_TOPIC_OR_PARTITION, -1
+                code, low_watermark = ErrorCode.INVALID_TOPIC_EXCEPTION, -1
+            elif part is None:
+                code, low_watermark = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
             else:
                 code, low_watermark = part.delete_records_before(int(p.offset), now_ms)
             partitions.append(

@@ -25,7 +25,7 @@ and max_wait_ms.
 Fetch sessions (KIP-227) are not kept: the response's session_id is 0, which
 tells clients to send full fetch requests, as Kafka does when its session
 cache is full. Follower fetches (replica_id >= 0) are refused with
-NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
+ErrorCode.NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kref.broker.handlers.fetch_response import encode_fetch_response
-from kref.broker.partition import NONE, NOT_LEADER_OR_FOLLOWER, ReadResult, install
+from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
+from kref.protocol.errors import ErrorCode
 from kref.replication.purgatory import DelayedFetch, wait_for
 
 FETCH = 1
@@ -45,8 +46,6 @@ MIN_VERSION, MAX_VERSION = 4, 17
 MAX_RESPONSE_BYTES = 55 * 1024 * 1024
 MAX_WAIT_MS = 30_000
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
 
 
 @dataclass(slots=True)
@@ -59,10 +58,10 @@ class _Wanted:
     partition_max_bytes: int
     current_leader_epoch: int
     unknown_error: int
+    last_fetched_epoch: int = -1
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_fetch(ctx, request) -> Any:
         return await fetch(ctx.broker, ctx.api_version, request)
@@ -82,34 +81,38 @@ def _wanted(broker, request) -> list[_Wanted]:
     for i, topic in enumerate(request.topics):
         name = getattr(topic, "topic", None)
         topic_id = getattr(topic, "topic_id", None)
-        unknown = UNKNOWN_TOPIC_OR_PARTITION
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if name is None:
             meta = broker.topic_by_id(topic_id) if topic_id is not None else None
             name = meta.name if meta is not None else None
-            unknown = UNKNOWN_TOPIC_ID
+            unknown = ErrorCode.UNKNOWN_TOPIC_ID
         for p in topic.partitions:
             out.append(
                 _Wanted(i, name, topic_id, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes),
-                        int(getattr(p, "current_leader_epoch", -1)), unknown)
+                        int(getattr(p, "current_leader_epoch", -1)), unknown,
+                        int(getattr(p, "last_fetched_epoch", -1)))
             )
     return out
 
 
-def _read_all(broker, wanted: list[_Wanted], max_bytes: int, replica_id: int) -> tuple[list[ReadResult], int]:
+def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request) -> tuple[list[ReadResult], int]:
     results = []
     remaining = max_bytes
     total = 0
+    replica_id = _replica_id(request)
     for w in wanted:
         part = broker.partitions.get((w.name, w.partition)) if w.name is not None else None
-        if part is None or not hasattr(part, "read"):
+        if part is None:
             results.append(ReadResult(w.unknown_error, -1, -1, -1))
             continue
-        if replica_id >= 0:
-            results.append(ReadResult(NOT_LEADER_OR_FOLLOWER, -1, -1, -1))
-            continue
         limit = min(w.partition_max_bytes, remaining)
-        result = part.read(w.fetch_offset, limit, min_one_message=(total == 0),
-                           current_leader_epoch=w.current_leader_epoch)
+        if replica_id >= 0:
+            # A follower's fetch: the replica core decides (FetchFromFollower).
+            result = part.read_as_follower(replica_id, w.fetch_offset, w.last_fetched_epoch,
+                                           w.current_leader_epoch, limit, broker.now_ms())
+        else:
+            result = part.read(w.fetch_offset, limit, min_one_message=(total == 0),
+                               current_leader_epoch=w.current_leader_epoch)
         size = len(result.records)
         total += size
         remaining = max(0, remaining - size)
@@ -119,28 +122,28 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, replica_id: int) ->
 
 async def fetch(broker, api_version: int, request) -> Any:
     wanted = _wanted(broker, request)
-    replica_id = _replica_id(request)
     max_bytes = max(0, min(int(request.max_bytes), MAX_RESPONSE_BYTES))
-    results, total = _read_all(broker, wanted, max_bytes, replica_id)
+    results, total = _read_all(broker, wanted, max_bytes, request)
 
     max_wait_ms = max(0, min(int(request.max_wait.total_seconds() * 1000), MAX_WAIT_MS))
     min_bytes = int(request.min_bytes)
-    has_error = any(r.error_code != NONE for r in results)
+    has_error = any(r.error_code != ErrorCode.NONE for r in results)
     if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
         parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
-        start = [p.bytes_appended for p in parts]
+        # Woken by high watermark movement: only bytes below it count.
+        start = [p.visible_bytes for p in parts]
 
         def ready() -> bool:
             arrived = total
             for p, before in zip(parts, start):
                 if not p.is_leader or broker.partitions.get(p.key) is not p:
                     return True  # leadership moved or topic deleted: answer now
-                arrived += p.bytes_appended - before
+                arrived += p.visible_bytes - before
             return arrived >= min_bytes
 
         op = DelayedFetch([p.key for p in parts], ready)
         await wait_for(broker.fetch_purgatory, op, max_wait_ms)
-        results, total = _read_all(broker, wanted, max_bytes, replica_id)
+        results, total = _read_all(broker, wanted, max_bytes, request)
 
     return _response(api_version, request, wanted, results)
 
@@ -155,5 +158,5 @@ def _response(api_version: int, request, wanted: list[_Wanted], results: list[Re
         (getattr(topic, "topic", None), getattr(topic, "topic_id", None), per_topic.get(i, ()))
         for i, topic in enumerate(request.topics)
     ]
-    body = encode_fetch_response(api_version, NONE, 0, topics)
+    body = encode_fetch_response(api_version, ErrorCode.NONE, 0, topics)
     return PreEncoded(response_class(FETCH, api_version), body)

@@ -11,7 +11,7 @@ the driver answers from the log (`Partition.fetch_offset_for_timestamp`):
 
 From v4 the response carries the leader epoch of the answer, and a
 current_leader_epoch in the request is checked (KIP-320, FENCED_LEADER_EPOCH
-/ UNKNOWN_LEADER_EPOCH). Unknown partitions get UNKNOWN_TOPIC_OR_PARTITION.
+/ UNKNOWN_LEADER_EPOCH). Unknown partitions get ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -22,17 +22,15 @@ from typing import Any
 from kio.static.primitive import i32Timedelta
 
 from kref.broker.handlers._responses import build, error, response_types
-from kref.broker.partition import install
+from kref.protocol.errors import ErrorCode
 
 LIST_OFFSETS = 2
 MIN_VERSION, MAX_VERSION = 1, 10
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 _ZERO = i32Timedelta.parse(datetime.timedelta(0))
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_list_offsets(ctx, request) -> Any:
         return list_offsets(ctx.broker, ctx.api_version, request)
@@ -48,8 +46,8 @@ def list_offsets(broker, api_version: int, request) -> Any:
         partitions = []
         for p in topic.partitions:
             part = broker.partitions.get((topic.name, int(p.partition_index)))
-            if part is None or not hasattr(part, "fetch_offset_for_timestamp"):
-                code, ts, offset, epoch = UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
+            if part is None:
+                code, ts, offset, epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
             else:
                 code, ts, offset, epoch = part.fetch_offset_for_timestamp(
                     int(p.timestamp),

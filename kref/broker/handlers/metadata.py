@@ -41,9 +41,9 @@ def brokers_of(broker, listener_name: str):
 
 
 def partition_leader_epoch(broker, topic: str, partition: int) -> int:
-    driver = broker.partitions.get((topic, partition))
-    epoch = getattr(driver, "leader_epoch", None)
-    return epoch if isinstance(epoch, int) else 0
+    """From the metadata image, as Kafka answers from its metadata cache."""
+    registration = broker.image.partition(topic, partition)
+    return registration.leader_epoch if registration is not None else 0
 
 
 async def handle_metadata(ctx, request):

@@ -5,14 +5,14 @@ Theory of operation
 For each partition of the request, in order:
 
 1. resolve the topic (by name, or by topic id from v13, KIP-516) and its
-   partition driver; unknown -> UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID;
+   partition driver; unknown -> ErrorCode.UNKNOWN_TOPIC_OR_PARTITION / ErrorCode.UNKNOWN_TOPIC_ID;
 2. check the payload before a byte reaches the log: larger than the topic's
-   max.message.bytes -> MESSAGE_TOO_LARGE; then validate_records_framing
+   max.message.bytes -> ErrorCode.MESSAGE_TOO_LARGE; then validate_records_framing
    (kref/records/framing_validation.py: v2 header, CRC-32C, bounded
    decompression, every record's framing and offset delta; it skips only
    decoding keys, values and headers, which made produce 6x slower);
    exactly one v2 batch per partition, as Kafka requires of clients
-   (INVALID_RECORD otherwise, CORRUPT_MESSAGE for a bad CRC or a torn batch);
+   (ErrorCode.INVALID_RECORD otherwise, CORRUPT_MESSAGE for a bad CRC or a torn batch);
 3. `Partition.append_records_as_leader`: the replica core decides (leader?
    acks valid? isr >= min.insync.replicas for acks=all?), the Log assigns
    offsets, stamps the leader epoch and LogAppendTime if the topic says so.
@@ -34,10 +34,12 @@ from typing import Any
 
 from kref.broker.broker import INTERNAL_TOPICS
 from kref.broker.handlers.produce_response import encode_produce_response
-from kref.broker.partition import AppendResult, error_code_for, install
+from kref.broker.partition import AppendResult, error_code_for
 from kref.protocol.codec import PreEncoded, response_class
+from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidRecordError
 from kref.records.framing_validation import validate_records_framing
+from kref.records.header import BatchHeader
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
 
 log = logging.getLogger(__name__)
@@ -48,16 +50,10 @@ MIN_VERSION, MAX_VERSION = 3, 13
 MAX_PRODUCE_TIMEOUT_MS = 300_000
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
-NOT_LEADER_OR_FOLLOWER = 6
-INVALID_RECORD = 87
-UNKNOWN_TOPIC_ID = 100
 
 
-def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> int:
-    """Check a partition's produce payload; returns its record count.
+def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> list[BatchHeader]:
+    """Check a partition's produce payload; returns its one batch header.
 
     Raises the typed record errors (CorruptRecordError family), or
     PayloadTooLarge for a batch above max.message.bytes.
@@ -66,16 +62,16 @@ def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> i
         raise InvalidRecordError("produce request carries no record batch")
     if len(records) > max_message_bytes:
         raise PayloadTooLarge(f"{len(records)} bytes exceed max.message.bytes {max_message_bytes}")
-    headers = validate_records_framing(records, max_batch_size=max_message_bytes, require_single_batch=True)
-    return headers[0].records_count
+    # The one max.message.bytes check of a produce: the payload is a single
+    # batch, so its length is the batch's size (the bound below is framing).
+    return validate_records_framing(records, max_batch_size=len(records), require_single_batch=True)
 
 
 class PayloadTooLarge(Exception):
-    error_code = MESSAGE_TOO_LARGE
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 def register(router, broker) -> None:
-    install(broker)
 
     async def handle_produce(ctx, request) -> Any:
         return await produce(ctx.broker, ctx.api_version, request)
@@ -96,28 +92,31 @@ async def produce(broker, api_version: int, request) -> Any:
         if name is None and topic_id is not None:
             meta = broker.topic_by_id(topic_id)
             name = meta.name if meta is not None else None
-            unknown = UNKNOWN_TOPIC_ID
+            unknown = ErrorCode.UNKNOWN_TOPIC_ID
         else:
-            unknown = UNKNOWN_TOPIC_OR_PARTITION
+            unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         per_partition = results.setdefault((getattr(topic_data, "name", None), topic_id), {})
         for pd in topic_data.partition_data:
             if name in INTERNAL_TOPICS:
                 # Only the coordinators write there, through the driver directly.
-                per_partition[pd.index] = AppendResult(INVALID_TOPIC_EXCEPTION,
+                per_partition[pd.index] = AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                                        error_message=f"cannot produce to internal topic {name}")
                 continue
             part = broker.partitions.get((name, pd.index)) if name is not None else None
-            if part is None or not hasattr(part, "append_records_as_leader"):
+            if part is None:
                 per_partition[pd.index] = AppendResult(unknown)
                 continue
             try:
                 max_message_bytes = int(getattr(part.log.config, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
-                count = validate_produce_payload(pd.records, max_message_bytes)
+                headers = validate_produce_payload(pd.records, max_message_bytes)
             except (CorruptRecordError, PayloadTooLarge) as exc:
                 per_partition[pd.index] = AppendResult(error_code_for(exc), error_message=str(exc))
                 continue
-            # validate_produce_payload checked the CRC: the Log need not again.
-            result = part.append_records_as_leader(pd.records, acks, count, now_ms, crc_verified=True)
+            # The headers parsed here (CRC and size checked) travel to the Log:
+            # the batch header is parsed once per produce.
+            result = part.append_records_as_leader(
+                pd.records, acks, headers[0].records_count, now_ms, validated=headers
+            )
             per_partition[pd.index] = result
             if result.required_offset is not None:
                 waiting[part.key] = ProducePartitionStatus(result.required_offset)
@@ -130,7 +129,7 @@ async def produce(broker, api_version: int, request) -> Any:
         def check(key, required_offset):
             part = broker.partitions.get(key)
             if part is None:
-                return NOT_LEADER_OR_FOLLOWER
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
             return part.check_produce_completion(required_offset)
 
         op = DelayedProduce(waiting, check)

@@ -1,0 +1,22 @@
+"""Ports: the only way cores' drivers reach files and time.
+
+Theory of operation: a driver that calls `os` or `time` directly can only
+run on a real machine; one that goes through these ports runs unchanged on a
+real disk and clock (the broker) and on a lossy in-memory disk and a
+virtual clock (tests and the simulator). Each port is a small Protocol with
+a real implementation and an in-memory one:
+
+- clock.py: `Clock.now_ms()` (wall clock, for timestamps) and
+  `Clock.monotonic_ms()` (for deadlines); SystemClock, ManualClock.
+- fs.py: the file operations storage needs, with explicit durability
+  (`fsync`, `fsync_dir`); RealFileSystem, MemoryFileSystem (whose `crash()`
+  drops every byte and rename not yet made durable, as a power cut does).
+
+Timers for trio drivers are trio's own clock (`trio.run(clock=...)`), which
+trio.testing.MockClock replaces for virtual time, so no timer port is added.
+"""
+
+from kref.ports.clock import Clock, ManualClock, SystemClock
+from kref.ports.fs import FileSystem, MemoryFileSystem, RealFileSystem
+
+__all__ = ["Clock", "SystemClock", "ManualClock", "FileSystem", "RealFileSystem", "MemoryFileSystem"]

@@ -1,0 +1,39 @@
+"""The clock port: wall-clock milliseconds for timestamps, monotonic for deadlines."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+    def monotonic_ms(self) -> int: ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+
+class ManualClock:
+    """A virtual clock that moves only when told (tests, the simulator)."""
+
+    def __init__(self, now_ms: int = 0) -> None:
+        self._now_ms = now_ms
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def monotonic_ms(self) -> int:
+        return self._now_ms
+
+    def advance(self, ms: int) -> int:
+        if ms < 0:
+            raise ValueError("a clock does not go back")
+        self._now_ms += ms
+        return self._now_ms

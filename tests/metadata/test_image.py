@@ -1,0 +1,86 @@
+"""MetadataImage.apply: Kafka's epoch rules and what each delta reports."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from kref.metadata import records as r
+from kref.metadata.image import MetadataImage, MetadataImageError, PartitionImage
+
+TID = uuid.UUID(int=7)
+
+
+def topic_records(num_partitions=2, leader=1):
+    return [r.TopicRecord("orders", TID)] + [
+        r.PartitionRecord(p, TID, (1, 2, 3), (1, 2, 3), leader, 0, 0) for p in range(num_partitions)
+    ]
+
+
+def test_create_reports_every_partition_and_the_topic():
+    image = MetadataImage()
+    delta = image.apply(topic_records())
+    assert delta.created_topics == ["orders"]
+    assert sorted(delta.changed_partitions) == [("orders", 0), ("orders", 1)]
+    assert delta.changed_partitions[("orders", 0)] == (None, PartitionImage((1, 2, 3), (1, 2, 3), 1, 0, 0))
+    assert image.topic_by_id(TID).name == "orders"
+
+
+def test_a_leader_field_starts_a_new_term_even_for_the_same_leader():
+    image = MetadataImage()
+    image.apply(topic_records())
+    image.apply([r.PartitionChangeRecord(0, TID, leader=1)])
+    assert (image.partition("orders", 0).leader_epoch, image.partition("orders", 0).partition_epoch) == (1, 1)
+    image.apply([r.PartitionChangeRecord(0, TID, leader=2)])
+    assert (image.partition("orders", 0).leader, image.partition("orders", 0).leader_epoch) == (2, 2)
+
+
+def test_an_isr_change_bumps_only_the_partition_epoch():
+    image = MetadataImage()
+    image.apply(topic_records())
+    delta = image.apply([r.PartitionChangeRecord(1, TID, isr=(1, 2))])
+    before, after = delta.changed_partitions[("orders", 1)]
+    assert before.isr == (1, 2, 3) and after.isr == (1, 2)
+    assert (after.leader, after.leader_epoch, after.partition_epoch) == (1, 0, 1)
+
+
+def test_remove_topic_and_configs():
+    image = MetadataImage()
+    image.apply(topic_records())
+    delta = image.apply([r.ConfigRecord(r.TOPIC_RESOURCE, "orders", "retention.ms", "5")])
+    assert delta.changed_configs == {(r.TOPIC_RESOURCE, "orders")}
+    assert image.topic_configs("orders") == {"retention.ms": "5"}
+    image.apply([r.ConfigRecord(r.TOPIC_RESOURCE, "orders", "retention.ms", None)])
+    assert image.topic_configs("orders") == {}
+    delta = image.apply([r.RemoveTopicRecord(TID)])
+    assert list(delta.deleted_topics) == ["orders"] and image.topic("orders") is None
+    # created and removed in one delta: only the removal is reported
+    delta = MetadataImage().apply(topic_records() + [r.RemoveTopicRecord(TID)])
+    assert delta.created_topics == [] and delta.changed_partitions == {} and "orders" in delta.deleted_topics
+
+
+def test_refusals():
+    image = MetadataImage()
+    with pytest.raises(MetadataImageError):
+        image.apply([r.PartitionRecord(0, TID, (1,), (1,), 1)])
+    image.apply(topic_records())
+    with pytest.raises(MetadataImageError):
+        image.apply([r.TopicRecord("orders", uuid.uuid4())])
+    with pytest.raises(MetadataImageError):
+        image.apply([r.PartitionRecord(0, TID, (1,), (1,), 1, leader_epoch=-1)])  # an epoch never goes back
+
+
+def test_snapshot_records_rebuild_the_same_image():
+    image = MetadataImage()
+    image.apply(topic_records())
+    image.apply([
+        r.PartitionChangeRecord(0, TID, leader=2, isr=(2, 3)),
+        r.ConfigRecord(r.TOPIC_RESOURCE, "orders", "cleanup.policy", "compact"),
+        r.RegisterBrokerRecord(1, uuid.UUID(int=1), 10, (r.BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9092),)),
+        r.UnfenceBrokerRecord(1, 10),
+        r.FeatureLevelRecord("metadata.version", 20),
+    ])
+    copy = MetadataImage()
+    copy.apply(image.to_records())
+    assert copy == image

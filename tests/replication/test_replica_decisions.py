@@ -1,0 +1,78 @@
+"""The replica core's read-side decisions: consumer visibility, ListOffsets,
+DeleteRecords, min.insync.replicas from the event, and the log start offset
+reported by retention (the driver only carries them out)."""
+
+from __future__ import annotations
+
+import os
+
+from kref.broker.partition import Partition
+from kref.protocol.errors import ErrorCode
+from kref.records.batch import Record, build_batch
+from kref.replication import replica as r
+from kref.replication.purgatory import Purgatory
+from kref.storage.config import LogConfig
+from kref.storage.log import Log
+
+NOW = 1_700_000_000_000
+
+
+def leader(hw=5, leo=8, lso=2) -> r.PartitionReplica:
+    core = r.PartitionReplica("t", 0, 1, tracing=False)
+    core.step(r.BecomeLeader(3, 0, frozenset({1, 2}), (1, 2), lso, leo, hw), NOW)
+    return core
+
+
+def test_consumers_see_below_the_high_watermark_only():
+    core = leader()
+    assert core.consumer_read(2, -1) == (ErrorCode.NONE, 5)
+    assert core.consumer_read(5, 3) == (ErrorCode.NONE, 5)  # nothing visible yet
+    assert core.consumer_read(9, -1)[0] == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert core.consumer_read(1, -1)[0] == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert core.consumer_read(2, 2)[0] == ErrorCode.FENCED_LEADER_EPOCH
+    assert core.consumer_read(2, 4)[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert r.PartitionReplica("t", 0, 1).consumer_read(0, -1)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_list_offsets_and_delete_records():
+    core = leader()
+    assert core.list_offsets(r.LATEST_TIMESTAMP, -1) == (ErrorCode.NONE, 5)
+    assert core.list_offsets(r.EARLIEST_TIMESTAMP, -1) == (ErrorCode.NONE, 2)
+    assert core.list_offsets(1234, -1) == (ErrorCode.NONE, None) and core.is_visible(4) and not core.is_visible(5)
+    assert core.delete_records(6) == (ErrorCode.OFFSET_OUT_OF_RANGE, 2)  # past the high watermark
+    assert core.delete_records(-1) == (ErrorCode.NONE, 5)
+    assert core.delete_records(1) == (ErrorCode.NONE, 2)  # never backwards
+
+
+def test_min_insync_replicas_comes_with_the_produce():
+    core = leader()
+    [answer] = core.step(r.ClientProduce(1, -1, 1, min_insync_replicas=3), NOW)
+    assert answer == r.ProduceResult(1, ErrorCode.NOT_ENOUGH_REPLICAS)
+    [answer] = core.step(r.ClientProduce(2, -1, 1, min_insync_replicas=2), NOW)
+    assert isinstance(answer, r.AppendToLog)
+    [answer] = core.step(r.ClientProduce(3, 1, 1, min_insync_replicas=3), NOW)  # acks=1: Kafka does not check
+    assert isinstance(answer, r.AppendToLog)
+
+
+def test_retention_reports_the_log_start_offset_to_the_core(tmp_path):
+    log = Log.open(os.path.join(tmp_path, "t-0"), LogConfig(segment_bytes=200, retention_bytes=0), NOW)
+    part = Partition(log, replica_id=1, produce_purgatory=Purgatory("p"), fetch_purgatory=Purgatory("f"))
+    part.become_leader(NOW, leader_epoch=0)
+    for i in range(5):
+        part.append_records_as_leader(build_batch([Record(timestamp=NOW, value=b"v" * 100)]), 1, 1, NOW)
+    assert log.delete_old_segments(NOW) > 0 and log.log_start_offset > 0
+    assert part.core.log_start_offset == 0  # stale until told
+    part.report_log_start_offset(NOW)
+    assert part.core.log_start_offset == log.log_start_offset
+    assert part.read(0, 1 << 20, min_one_message=True).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_an_unknown_follower_is_refused_by_the_core(tmp_path):
+    log = Log.open(os.path.join(tmp_path, "t-0"), LogConfig(), NOW)
+    part = Partition(log, replica_id=1, produce_purgatory=Purgatory("p"), fetch_purgatory=Purgatory("f"))
+    part.become_leader(NOW, leader_epoch=0)
+    assert part.read_as_follower(7, 0, -1, 0, 1 << 20, NOW).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    part.become_leader(NOW, leader_epoch=1, isr=(1,), replicas=(1, 7))
+    part.append_records_as_leader(build_batch([Record(timestamp=NOW, value=b"x")]), 1, 1, NOW)
+    got = part.read_as_follower(7, 0, -1, 1, 1 << 20, NOW)
+    assert got.error_code == ErrorCode.NONE and got.records and got.high_watermark == 1
