@@ -41,6 +41,7 @@ from kref.metadata import records as mr
 from kref.metadata.image import MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
 from kref.ports.clock import Clock, SystemClock
+from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NdjsonTraceSink, NullTraceSink, TraceSink
 from kref.broker.dynamic_config import DYNAMIC_CONFIG_FILE, DynamicBrokerConfigs, DynamicConfigError
@@ -494,7 +495,28 @@ class Broker:
             fetch_purgatory=self.fetch_purgatory,
             trace=self.trace_sink,
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            alter_partition=self._alter_partition,
         )
+
+    def _alter_partition(self, part: Partition, request: core.AlterPartition) -> core.AlterPartitionResponse:
+        """The single broker is its own controller: AlterPartition is checked against
+        the image (Kafka's controller rules) and committed as a PartitionChangeRecord."""
+        registration = self.image.partition(part.topic, part.partition)
+        topic = self.image.topic(part.topic)
+        if registration is None or topic is None:
+            return core.AlterPartitionResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, request.leader_epoch, frozenset(), -1)
+        if registration.leader != self.node_id or registration.leader_epoch != request.leader_epoch:
+            return core.AlterPartitionResponse(ErrorCode.FENCED_LEADER_EPOCH, request.leader_epoch, frozenset(), -1)
+        if registration.partition_epoch != request.partition_epoch:
+            return core.AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION, request.leader_epoch, frozenset(), -1)
+        if not set(request.new_isr) <= set(registration.replicas):
+            return core.AlterPartitionResponse(ErrorCode.INVALID_REQUEST, request.leader_epoch, frozenset(), -1)
+        try:
+            self._commit([mr.PartitionChangeRecord(part.partition, topic.topic_id, isr=tuple(sorted(request.new_isr)))])
+        except BrokerError as exc:
+            return core.AlterPartitionResponse(exc.error_code, request.leader_epoch, frozenset(), -1)
+        after = self.image.partition(part.topic, part.partition)
+        return core.AlterPartitionResponse(ErrorCode.NONE, after.leader_epoch, frozenset(after.isr), after.partition_epoch)
 
     def _latest_log_epoch(self, name: str, partition: int) -> int:
         log_ = self.log_manager.get_log(name, partition) if self.log_manager is not None else None

@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
@@ -94,8 +94,12 @@ class Partition:
         fetch_purgatory: Purgatory,
         trace: TraceSink | None = None,
         replica_lag_time_max_ms: int = 30_000,
+        alter_partition: Callable[[Partition, core.AlterPartition], core.AlterPartitionResponse] | None = None,
     ) -> None:
         self.log = log_
+        # The controller this leader sends AlterPartition to (the Broker's local
+        # metadata source on a single node); None: no controller (tests).
+        self.alter_partition = alter_partition
         self.topic = log_.topic
         self.partition = log_.partition
         self.key = (self.topic, self.partition)
@@ -145,9 +149,10 @@ class Partition:
 
     # ------------------------------------------------------------ effects
 
-    def _apply(self, effects: list[core.Effect]) -> list[core.Effect]:
+    def _apply(self, effects: list[core.Effect], now_ms: int) -> list[core.Effect]:
         """Carry out the side effects; return those the caller answers with."""
         answers: list[core.Effect] = []
+        alter_requests: list[core.AlterPartition] = []
         woke = False
         for effect in effects:
             if isinstance(effect, core.Emit):
@@ -163,15 +168,23 @@ class Partition:
                 woke = True
             elif isinstance(effect, core.AssignLeaderEpoch):
                 self.log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
-            elif isinstance(effect, core.AlterIsr):
-                log.info("%s-%d isr now %s (partition epoch %d)", self.topic, self.partition,
-                         sorted(effect.isr), effect.partition_epoch)
+            elif isinstance(effect, core.AlterPartition):
+                # To the controller (the single broker's local metadata source);
+                # its answer is stepped once these effects are carried out.
+                if self.alter_partition is None:
+                    log.warning("%s-%d: no controller for AlterPartition %s", self.topic, self.partition,
+                                sorted(effect.new_isr))
+                else:
+                    alter_requests.append(effect)
             else:
                 answers.append(effect)
         if woke:
             # After the step, so woken operations see the core's new state.
             self.produce_purgatory.check_and_complete(self.key)
             self.fetch_purgatory.check_and_complete(self.key)
+        for request in alter_requests:
+            response = self.alter_partition(self, request)
+            answers += self._apply(self.core.step(response, now_ms), now_ms)
         return answers
 
     # ------------------------------------------------------------ leadership
@@ -210,8 +223,7 @@ class Partition:
                     high_watermark=high_watermark,
                 ),
                 now_ms,
-            )
-        )
+            ), now_ms)
 
     def become_follower(
         self,
@@ -237,11 +249,10 @@ class Partition:
                     high_watermark=self.log.high_watermark or 0,
                 ),
                 now_ms,
-            )
-        )
+            ), now_ms)
 
     def tick(self, now_ms: int) -> None:
-        self._apply(self.core.step(core.Tick(), now_ms))
+        self._apply(self.core.step(core.Tick(), now_ms), now_ms)
 
     def check_produce_completion(self, required_offset: int) -> int | None:
         return self.core.check_produce_completion(required_offset)
@@ -266,7 +277,7 @@ class Partition:
         self._request_ids += 1
         request_id = self._request_ids
         answers = self._apply(self.core.step(
-            core.ClientProduce(request_id, acks, records_count, self._min_insync_replicas()), now_ms))
+            core.ClientProduce(request_id, acks, records_count, self._min_insync_replicas()), now_ms), now_ms)
         result = AppendResult(ErrorCode.NONE)
         for answer in answers:
             if isinstance(answer, core.ProduceResult):
@@ -291,8 +302,7 @@ class Partition:
                         core.LogAppended(request_id, acks, info.first_offset, info.last_offset,
                                          self.log.log_end_offset),
                         now_ms,
-                    )
-                )
+                    ), now_ms)
                 for outcome in after:
                     if isinstance(outcome, core.ProduceResult):
                         result.error_code = outcome.error_code
@@ -341,7 +351,7 @@ class Partition:
         if last_fetched_epoch >= 0:
             end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, self.log.log_end_offset)
         answers = self._apply(self.core.step(core.FetchFromFollower(
-            replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end), now_ms))
+            replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end), now_ms), now_ms)
         for answer in answers:
             if isinstance(answer, core.RespondFollowerFetch):
                 if answer.error_code != ErrorCode.NONE or answer.diverging_epoch != core.NO_EPOCH:
@@ -394,7 +404,7 @@ class Partition:
     def report_log_start_offset(self, now_ms: int) -> None:
         """DeleteRecords or retention moved the Log's start: the core hears of it."""
         if self.log.log_start_offset != self.core.log_start_offset:
-            self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms))
+            self._apply(self.core.step(core.LogStartOffsetAdvanced(self.log.log_start_offset), now_ms), now_ms)
 
     # ------------------------------------------------------------ lifecycle
 

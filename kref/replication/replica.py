@@ -45,12 +45,13 @@ Invariants kept here (a violation is a bug and raises): the high watermark
 never decreases on a leader and never passes its log_end_offset; the leader
 is always in its isr.
 
-Simplification while kref runs without a controller quorum: ISR changes are
-applied at once with partition_epoch + 1 and announced with an AlterIsr
-effect, rather than held as "pending" until an AlterPartition round trip
-commits them. The broker today runs every partition with replicas = isr =
-{self}, where neither ever happens; the N-replica logic is here so that
-replication can be added by a driver without rewriting the core.
+ISR changes follow KIP-497: ShrinkIsr / ExpandIsr only propose a new isr
+(an AlterPartition effect, one in flight at a time); the isr and
+partition_epoch change when the controller's AlterPartitionResponse commits
+them (HandleAlterPartitionResponse). Meanwhile the high watermark counts the
+maximal isr (committed | proposed), so a shrink cannot advance the HW before
+it is committed. The single broker's controller is its local metadata source
+(the Broker commits the change as a PartitionChangeRecord and answers).
 """
 
 from __future__ import annotations
@@ -169,6 +170,17 @@ class LogStartOffsetAdvanced:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    """The controller's answer to this leader's AlterPartition: the committed isr and
+    partition_epoch, or an error (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, ...)."""
+
+    error_code: int
+    leader_epoch: int
+    isr: frozenset[int]
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Periodic: time for the ISR shrink check (Kafka runs it every lag/2 ms)."""
 
@@ -182,6 +194,7 @@ Event = (
     | FollowerAppended
     | FollowerTruncated
     | LogStartOffsetAdvanced
+    | AlterPartitionResponse
     | Tick
 )
 
@@ -248,11 +261,13 @@ class RespondFollowerFetch:
 
 
 @dataclass(frozen=True, slots=True)
-class AlterIsr:
-    """The isr changed; a driver with a controller propagates it (AlterPartition)."""
+class AlterPartition:
+    """Send AlterPartition to the controller: the leader proposes `new_isr` from the
+    epochs it applied; the answer comes back as AlterPartitionResponse (KIP-497)."""
 
-    isr: frozenset[int]
+    leader_epoch: int
     partition_epoch: int
+    new_isr: frozenset[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +285,7 @@ Effect = (
     | HighWatermarkAdvanced
     | LogEndOffsetAdvanced
     | RespondFollowerFetch
-    | AlterIsr
+    | AlterPartition
     | Emit
 )
 
@@ -318,6 +333,9 @@ class PartitionReplica:
     # BecomeLeader); a follower joins the isr only once past it.
     leader_epoch_start_offset: int = 0
     followers: dict[int, ReplicaState] = field(default_factory=dict)
+    # The isr this leader proposed in an AlterPartition still in flight (one at
+    # a time); None when none is. The HW counts isr | pending_isr.
+    pending_isr: frozenset[int] | None = None
 
     # ------------------------------------------------------------ queries
 
@@ -417,6 +435,8 @@ class PartitionReplica:
                 self._on_follower_truncated(event, now_ms, out)
             case LogStartOffsetAdvanced():
                 self._on_log_start_offset_advanced(event)
+            case AlterPartitionResponse():
+                self._on_alter_partition_response(event, now_ms, out)
             case _:
                 raise TypeError(f"not a replica event: {event!r}")
         return out
@@ -447,8 +467,14 @@ class PartitionReplica:
             self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
             self.replicas = tuple(e.replicas)
             self.isr = frozenset(e.isr)
+            self.followers = {
+                r: self.followers.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0)
+                for r in self.replicas
+                if r != self.replica_id
+            }
             return
         self.role = Role.LEADER
+        self.pending_isr = None
         self.leader = self.replica_id
         self.leader_epoch = e.leader_epoch
         self.partition_epoch = e.partition_epoch
@@ -483,6 +509,7 @@ class PartitionReplica:
         if e.leader_epoch < self.leader_epoch:
             raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
         self.role = Role.FOLLOWER
+        self.pending_isr = None
         self.leader = e.leader
         self.leader_epoch = e.leader_epoch
         self.partition_epoch = e.partition_epoch
@@ -584,7 +611,8 @@ class PartitionReplica:
         self._emit_handle_fetch(e, now_ms, out, state.log_end_offset, NO_EPOCH, UNKNOWN_OFFSET)
 
         if (
-            e.replica_id not in self.isr
+            self.pending_isr is None  # one AlterPartition in flight at a time
+            and e.replica_id not in self.isr
             and state.log_end_offset >= self.high_watermark
             and state.log_end_offset >= self.leader_epoch_start_offset
         ):
@@ -612,7 +640,7 @@ class PartitionReplica:
         )
 
     def _on_tick(self, now_ms: int, out: list[Effect]) -> None:
-        if not self.is_leader:
+        if not self.is_leader or self.pending_isr is not None:
             return
         lagging = frozenset(
             r
@@ -623,7 +651,6 @@ class PartitionReplica:
         )
         if lagging:
             self._change_isr(self.isr - lagging, now_ms, out, removed=lagging)
-            self._maybe_advance_high_watermark(now_ms, out)
 
     def _change_isr(
         self,
@@ -634,25 +661,55 @@ class PartitionReplica:
         added: int | None = None,
         removed: frozenset[int] = frozenset(),
     ) -> None:
+        """Propose `new_isr` to the controller; nothing changes until it commits (KIP-497)."""
         if self.replica_id not in new_isr:
             raise InvariantViolation("the leader must stay in its isr")
-        self.isr = new_isr
-        self.partition_epoch += 1
+        self.pending_isr = new_isr
         common = {
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
-            "isr": self.isr,
+            "isr": new_isr,
             "high_watermark": self.high_watermark,
         }
         if added is not None:
             self._emit(out, trace.ExpandIsr, now_ms, **common, added=added)
         else:
             self._emit(out, trace.ShrinkIsr, now_ms, **common, removed=removed)
-        out.append(AlterIsr(self.isr, self.partition_epoch))
+        out.append(AlterPartition(self.leader_epoch, self.partition_epoch, new_isr))
+
+    def _maximal_isr(self) -> frozenset[int]:
+        return self.isr | self.pending_isr if self.pending_isr is not None else self.isr
+
+    def _on_alter_partition_response(self, e: AlterPartitionResponse, now_ms: int, out: list[Effect]) -> None:
+        if self.pending_isr is None:
+            return  # not ours (a late answer after a new term)
+        if (
+            e.error_code == ErrorCode.NONE
+            and self.is_leader
+            and e.leader_epoch == self.leader_epoch
+            and e.partition_epoch > self.partition_epoch
+        ):
+            self.isr = frozenset(e.isr)
+            self.partition_epoch = e.partition_epoch
+        self.pending_isr = None
+        self._emit(
+            out,
+            trace.HandleAlterPartitionResponse,
+            now_ms,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            isr=self.isr,
+            error_code=e.error_code,
+            high_watermark=self.high_watermark,
+        )
+        if self.is_leader:
+            self._maybe_advance_high_watermark(now_ms, out)
 
     def _maybe_advance_high_watermark(self, now_ms: int, out: list[Effect]) -> None:
+        # Over the maximal isr (KIP-497): a proposed member counts at once, a
+        # member proposed for removal keeps counting until the removal commits.
         candidate = self.log_end_offset
-        for r in self.isr:
+        for r in self._maximal_isr():
             if r != self.replica_id:
                 leo = self.followers[r].log_end_offset
                 if leo == UNKNOWN_OFFSET:

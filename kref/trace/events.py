@@ -133,7 +133,8 @@ class TruncateToEpochEndOffset(TraceEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShrinkIsr(TraceEvent):
-    """The leader removed lagging replicas from the isr."""
+    """The leader asks the controller to remove lagging replicas (`isr` is the
+    proposed isr; it takes effect at HandleAlterPartitionResponse, KIP-497)."""
 
     leader_epoch: int
     partition_epoch: int
@@ -144,12 +145,25 @@ class ShrinkIsr(TraceEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpandIsr(TraceEvent):
-    """The leader added a follower that caught up to the high watermark."""
+    """The leader asks the controller to add a follower that caught up to the high
+    watermark (`isr` is the proposed isr; the HW counts it at once: the maximal isr)."""
 
     leader_epoch: int
     partition_epoch: int
     isr: frozenset[int]
     added: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandleAlterPartitionResponse(TraceEvent):
+    """The leader applied the controller's answer to its AlterPartition (KIP-497):
+    the committed isr and partition_epoch (unchanged on an error or a stale answer)."""
+
+    leader_epoch: int
+    partition_epoch: int
+    isr: frozenset[int]
+    error_code: int
     high_watermark: int
 
 
@@ -166,5 +180,6 @@ REPLICATION_EVENT_TYPES: dict[str, type[TraceEvent]] = {
         TruncateToEpochEndOffset,
         ShrinkIsr,
         ExpandIsr,
+        HandleAlterPartitionResponse,
     )
 }

@@ -39,6 +39,8 @@ class Cluster:
         self.lag_ms = 30_000
         self.request_ids = 0
         self.waiting: list[tuple[int, int]] = []  # (request id, required offset) of acks=all produces
+        self.partition_epoch = 0  # the controller's
+        self.controller_isr: tuple[int, ...] = ()
 
     def handle(self, b: Block) -> str:
         a = b.args
@@ -55,6 +57,7 @@ class Cluster:
                 return f"now_ms={self.now_ms}"
             case "elect":
                 leader, epoch, isr = int(a["leader"]), int(a["epoch"]), _ints(a["isr"])
+                self.partition_epoch, self.controller_isr = int(a.get("pe", 0)), isr
                 replicas = tuple(sorted(self.cores))
                 for rid, core in sorted(self.cores.items()):
                     log = self.logs[rid]
@@ -117,6 +120,16 @@ class Cluster:
     def _step_raw(self, rid: int, event, out: list[str]) -> list:
         effects = self.cores[rid].step(event, self.now_ms)
         out += [f"{rid}: {render_effect(e)}" for e in effects]
+        for e in effects:
+            if isinstance(e, r.AlterPartition):
+                # The controller commits at once when the request's epochs are current.
+                if e.partition_epoch == self.partition_epoch:
+                    self.partition_epoch += 1
+                    self.controller_isr = tuple(sorted(e.new_isr))
+                    answer = r.AlterPartitionResponse(0, e.leader_epoch, frozenset(e.new_isr), self.partition_epoch)
+                else:
+                    answer = r.AlterPartitionResponse(57, e.leader_epoch, frozenset(), -1)  # INVALID_UPDATE_VERSION
+                effects = effects + self._step_raw(rid, answer, out)
         return effects
 
     def _complete(self, leader_core: r.PartitionReplica, out: list[str]) -> None:

@@ -76,3 +76,27 @@ def test_an_unknown_follower_is_refused_by_the_core(tmp_path):
     part.append_records_as_leader(build_batch([Record(timestamp=NOW, value=b"x")]), 1, 1, NOW)
     got = part.read_as_follower(7, 0, -1, 1, 1 << 20, NOW)
     assert got.error_code == ErrorCode.NONE and got.records and got.high_watermark == 1
+
+
+def test_the_single_broker_commits_an_isr_shrink_through_its_metadata(tmp_path):
+    """KIP-497 end to end on one broker: the core proposes, the local metadata
+    source commits a PartitionChangeRecord, the answer brings the new isr."""
+    from kref.broker.broker import Broker
+    from kref.broker.config import BrokerConfig
+    from kref.metadata import records as mr
+
+    broker = Broker(BrokerConfig.load(None, [f"log.dirs={tmp_path / 'data'}", "replica.lag.time.max.ms=10"]))
+    broker.open()
+    broker.create_topic("t", 1)
+    topic_id = broker.get_topic("t").topic_id
+    # Give the partition a second replica (as a controller would), then let it lag.
+    broker._commit([mr.PartitionChangeRecord(0, topic_id, isr=(1, 2), replicas=(1, 2))])
+    part = broker.partitions[("t", 0)]
+    assert part.core.isr == frozenset({1, 2}) and part.core.partition_epoch == 1
+    part.append_records_as_leader(build_batch([Record(timestamp=NOW, value=b"x")]), 1, 1, NOW)
+    assert part.high_watermark == 0  # replica 2 holds it
+    part.tick(broker.now_ms() + 1_000)
+    assert part.core.isr == frozenset({1}) and part.core.pending_isr is None
+    assert broker.image.partition("t", 0).isr == (1,) and broker.image.partition("t", 0).partition_epoch == 2
+    assert part.high_watermark == 1  # the committed shrink lets the HW advance
+    broker.shutdown()

@@ -114,6 +114,11 @@ class Harness:
                 return r.LogStartOffsetAdvanced(int(a["offset"]))
             case "tick":
                 return r.Tick()
+            case "alter-response":
+                # The controller's answer to the leader's AlterPartition (KIP-497).
+                return r.AlterPartitionResponse(
+                    int(a.get("error", 0)), int(a["epoch"]), frozenset(_ints(a["isr"])), int(a["pe"]),
+                )
         raise ValueError(f"unknown command {b.command}")
 
     def render_state(self) -> str:
