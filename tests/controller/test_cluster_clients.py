@@ -54,8 +54,14 @@ def test_confluent_kafka_sees_three_brokers_and_uses_a_replicated_topic(bootstra
     too_many = admin.create_topics([NewTopic("too-many", num_partitions=1, replication_factor=4)])
     with pytest.raises(Exception, match="INVALID_REPLICATION_FACTOR|replication factor"):
         too_many["too-many"].result(timeout=30)
-    partitions = admin.list_topics("replicated", timeout=10).topics["replicated"].partitions
-    assert len(partitions) == 3
+    # Every broker learns the topic from the metadata log on its own: a broker other
+    # than the one that answered CreateTopics may not have replayed it yet (as in Kafka,
+    # broker metadata is eventually consistent), so wait for it rather than race.
+    partitions = wait_until(
+        lambda: _when(admin.list_topics("replicated", timeout=10).topics["replicated"].partitions,
+                      lambda ps: len(ps) == 3),
+        "the new topic's 3 partitions in Metadata",
+    )
     for p in partitions.values():
         assert sorted(p.replicas) == [1, 2, 3] and sorted(p.isrs) == [1, 2, 3] and p.leader == p.replicas[0]
     assert sorted(p.leader for p in partitions.values()) == [1, 2, 3]  # leaders spread
@@ -77,9 +83,10 @@ def test_confluent_kafka_sees_three_brokers_and_uses_a_replicated_topic(bootstra
 
     # CreatePartitions and DeleteTopics go through the controller too.
     admin.create_partitions([NewPartitions("replicated", 5)])["replicated"].result(timeout=30)
-    assert len(admin.list_topics("replicated", timeout=10).topics["replicated"].partitions) == 5
+    wait_until(lambda: len(admin.list_topics("replicated", timeout=10).topics["replicated"].partitions) == 5,
+               "5 partitions in Metadata")
     admin.delete_topics(["replicated"])["replicated"].result(timeout=30)
-    assert "replicated" not in admin.list_topics(timeout=10).topics
+    wait_until(lambda: "replicated" not in admin.list_topics(timeout=10).topics, "the topic gone from Metadata")
 
 
 def test_kafka_python_sees_three_brokers_and_uses_a_replicated_topic(bootstrap):
@@ -91,8 +98,10 @@ def test_kafka_python_sees_three_brokers_and_uses_a_replicated_topic(bootstrap):
                          "three brokers in DescribeCluster")
     assert sorted(b["broker_id"] for b in cluster["brokers"]) == [1, 2, 3]
     admin.create_topics([NewTopic("kp-replicated", num_partitions=2, replication_factor=3)])
-    described = admin.describe_topics(["kp-replicated"])[0]
-    assert len(described["partitions"]) == 2
+    described = wait_until(
+        lambda: _when(admin.describe_topics(["kp-replicated"])[0], lambda d: len(d["partitions"]) == 2),
+        "the new topic's 2 partitions in Metadata",
+    )
     for p in described["partitions"]:
         replicas = p.get("replicas", p.get("replica_nodes"))
         assert sorted(replicas) == [1, 2, 3] and p.get("leader", p.get("leader_id")) in (1, 2, 3), p
