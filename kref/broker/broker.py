@@ -523,6 +523,10 @@ class Broker:
         latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
         return latest if latest is not None else -1
 
+    def commit_metadata(self, records: list[mr.MetadataRecord]) -> None:
+        """Commit records as this single broker's own controller (e.g. a producer id block)."""
+        self._commit(list(records))
+
     def _commit(self, records: list[mr.MetadataRecord]) -> None:
         """Durable first, then applied: the image, the topic views, the replica manager."""
         try:

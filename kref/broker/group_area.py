@@ -29,6 +29,7 @@ consumer of `__consumer_offsets` sees them) or, without one, the Log.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 
 import trio
@@ -36,7 +37,10 @@ import trio
 from kref.broker.group_coordinator import GroupCoordinatorDriver
 from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
-from kref.coordinator.producer_id import ProducerIdManager
+from kref.coordinator.producer_id import (
+    LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE, ProducerIdManager, grant_block, read_legacy_file,
+)
+from kref.metadata.records import ProducerIdsRecord
 from kref.protocol.errors import ErrorCode
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
 from kref.storage.producer_state import ProducerStateManager
@@ -217,6 +221,27 @@ async def coordinator_for(broker, key: str, key_type: int, listener_name: str = 
 
 
 def producer_id_manager(broker) -> ProducerIdManager:
+    """The single broker is its own controller: blocks are ProducerIdsRecords in
+    its local metadata log (a KRaft node installs a manager that asks the
+    active controller instead, kref/controller/node.py)."""
     if broker.producer_id_manager is None:
-        broker.producer_id_manager = ProducerIdManager(broker.config.log_dirs[0])
+        _migrate_producer_id_file(broker)
+
+        async def reserve() -> tuple[int, int]:
+            record = grant_block(broker.metadata.image.next_producer_id, broker.node_id, -1)
+            broker.commit_metadata([record])  # durable before the first id is used
+            return record.next_producer_id - PRODUCER_ID_BLOCK_SIZE, PRODUCER_ID_BLOCK_SIZE
+
+        broker.producer_id_manager = ProducerIdManager(reserve)
     return broker.producer_id_manager
+
+
+def _migrate_producer_id_file(broker) -> None:
+    """kref-producer-ids.json (before KIP-730 records) becomes one record, then goes."""
+    directory = broker.config.log_dirs[0]
+    legacy = read_legacy_file(directory)
+    if legacy is None:
+        return
+    if legacy > broker.metadata.image.next_producer_id:
+        broker.commit_metadata([ProducerIdsRecord(broker.node_id, -1, legacy)])
+    os.unlink(os.path.join(directory, LEGACY_STATE_FILE))

@@ -41,6 +41,9 @@ Decisions, with the spec/KRaft.tla actions they implement:
   partition land on distinct racks while racks remain). Replication factor
   above the unfenced broker count: INVALID_REPLICATION_FACTOR.
 - CreatePartitions -> PartitionRecords; DeleteTopics -> RemoveTopicRecord.
+- AllocateProducerIds -> ProducerIdsRecord (KIP-730): the next block of
+  producer ids for a registered broker of the current broker epoch
+  (kref/coordinator/producer_id.grant_block decides the block).
 - AlterPartition (the leader's isr change) -> PartitionChangeRecord, after
   the checks Kafka makes: broker epoch (STALE_BROKER_EPOCH), leader
   (NOT_LEADER_OR_FOLLOWER), leader epoch (FENCED_LEADER_EPOCH), partition
@@ -57,6 +60,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
+from kref.coordinator.producer_id import ProducerIdsExhaustedError, grant_block
 from kref.metadata import records as r
 from kref.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
 from kref.protocol.errors import ErrorCode
@@ -156,6 +160,15 @@ class AlterPartition:
 
 
 @dataclass(frozen=True, slots=True)
+class AllocateProducerIds:
+    """KIP-730: a broker asks for its next block of producer ids."""
+
+    request_id: int
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     pass
 
@@ -183,7 +196,7 @@ class Replay:
 
 Event = (
     BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
-    | AlterPartition | Tick | BecomeActive | Resign | Replay
+    | AlterPartition | AllocateProducerIds | Tick | BecomeActive | Resign | Replay
 )
 
 
@@ -238,6 +251,13 @@ class TopicReply:
     error_code: int
     message: str | None = None
     topic_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsReply:
+    error_code: int
+    producer_id_start: int = -1
+    producer_id_len: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +342,8 @@ class ControllerCore:
                 self._on_delete_topic(event, out)
             case AlterPartition():
                 self._on_alter_partition(event, out)
+            case AllocateProducerIds():
+                self._on_allocate_producer_ids(event, out)
             case _:
                 raise TypeError(f"not a controller event: {event!r}")
         return out
@@ -568,6 +590,26 @@ class ControllerCore:
                     AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, isr, base_epoch + 1), out)
 
 
+    def _on_allocate_producer_ids(self, e: AllocateProducerIds, out: list[Effect]) -> None:
+        broker = self.brokers.get(e.broker_id)
+        if broker is None:
+            out.append(Reply(e.request_id, ProducerIdsReply(ErrorCode.BROKER_ID_NOT_REGISTERED)))
+            return
+        if broker.broker_epoch != e.broker_epoch:
+            # a zombie incarnation must not take ids (Kafka checks the epoch too)
+            out.append(Reply(e.request_id, ProducerIdsReply(ErrorCode.STALE_BROKER_EPOCH)))
+            return
+        start = self.image.next_producer_id
+        try:
+            record = grant_block(start, e.broker_id, e.broker_epoch)
+        except ProducerIdsExhaustedError:
+            out.append(Reply(e.request_id, ProducerIdsReply(ErrorCode.UNKNOWN_SERVER_ERROR)))
+            return
+        # Applied at once (see _write): a second request before the commit gets the next block.
+        self._write([record], e.request_id,
+                    ProducerIdsReply(ErrorCode.NONE, start, record.next_producer_id - start), out)
+
+
 def _rack_alternated(brokers: list[Broker]) -> list[Broker]:
     """Brokers ordered rack by rack in turn (Kafka's rack-alternated list), or by id without racks."""
     if all(b.rack is None for b in brokers):
@@ -594,4 +636,6 @@ def _not_controller(event: object) -> object:
             return HeartbeatReply(ErrorCode.NOT_CONTROLLER)
         case AlterPartition():
             return AlterPartitionReply(ErrorCode.NOT_CONTROLLER)
+        case AllocateProducerIds():
+            return ProducerIdsReply(ErrorCode.NOT_CONTROLLER)
     return TopicReply(ErrorCode.NOT_CONTROLLER, "not the active controller")

@@ -55,6 +55,7 @@ from kref.protocol.messages import build, nested
 log = logging.getLogger("kref.controller")
 
 BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
+ALLOCATE_PRODUCER_IDS = 67
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -189,6 +190,7 @@ class ControllerDriver:
         router.register(CREATE_TOPICS, 2, 7, self._handle_create_topics)
         router.register(DELETE_TOPICS, 1, 6, self._handle_delete_topics)
         router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
+        router.register(ALLOCATE_PRODUCER_IDS, 0, 0, self._handle_allocate_producer_ids)
 
     async def _handle_delete_topics(self, ctx: RequestContext, request: Any) -> Any:
         response_type = response_class(DELETE_TOPICS, ctx.api_version)
@@ -282,6 +284,14 @@ class ControllerDriver:
         )
 
 
+    async def _handle_allocate_producer_ids(self, ctx: RequestContext, request: Any) -> Any:
+        cls, _ = _kio(ALLOCATE_PRODUCER_IDS, 0, "response")
+        reply = await self.request(lambda rid: c.AllocateProducerIds(rid, request.broker_id, request.broker_epoch))
+        return cls(throttle_time=_zero(), error_code=reply.error_code,
+                   producer_id_start=getattr(reply, "producer_id_start", -1),
+                   producer_id_len=getattr(reply, "producer_id_len", 0))
+
+
 async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
     """One request to the active controller's CONTROLLER listener (the leader
     this node's quorum core knows, at its controller.quorum.voters address)."""
@@ -347,6 +357,22 @@ class BrokerLifecycle:
             log.info("broker %d: registered with broker epoch %d", self.config.node_id, self.broker_epoch)
         else:
             log.info("broker %d: registration refused: %s", self.config.node_id, ErrorCode(response.error_code).name)
+
+    async def allocate_producer_ids(self) -> tuple[int, int]:
+        """The next producer id block from the active controller (KIP-730), as
+        (first id, count); ProducerIdUnavailable while none can be had."""
+        from kref.coordinator.producer_id import ProducerIdUnavailable
+
+        if self.broker_epoch < 0:
+            raise ProducerIdUnavailable("this broker is not registered yet")
+        cls, _ = _kio(ALLOCATE_PRODUCER_IDS, 0, "request")
+        try:
+            response = await self._rpc(cls(broker_id=self.config.node_id, broker_epoch=self.broker_epoch))
+        except (OSError, ConnectionError, trio.TooSlowError) as exc:
+            raise ProducerIdUnavailable(f"controller unreachable: {exc}") from None
+        if response.error_code != ErrorCode.NONE:
+            raise ProducerIdUnavailable(f"controller answered {ErrorCode(response.error_code).name}")
+        return response.producer_id_start, response.producer_id_len
 
     async def _heartbeat(self) -> None:
         cls, m = _kio(BROKER_HEARTBEAT, 0, "request")

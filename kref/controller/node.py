@@ -123,6 +123,11 @@ def run(args: Any, config: BrokerConfig) -> int:
         controller.register(controller_router)
     lifecycle = BrokerLifecycle(raft, config, broker.config.advertised) if broker is not None else None
     if broker is not None:
+        from kref.coordinator.producer_id import ProducerIdManager
+
+        # KIP-730: producer ids come in blocks from the active controller.
+        broker.producer_id_manager = ProducerIdManager(lifecycle.allocate_producer_ids)
+    if broker is not None:
         from kref.controller.broker_view import ClusterView
 
         ClusterView(raft, broker)  # hooks itself in as broker.kraft

@@ -1,70 +1,105 @@
-"""Producer id allocation for InitProducerId, never repeating across restarts.
+"""Producer ids for InitProducerId, never handed out twice in a cluster (KIP-730).
 
-What: the broker hands each idempotent producer a fresh producer id (epoch 0)
-in InitProducerId (KIP-98). Two producers must never share an id, not even
-across a broker restart, or one producer's sequence numbers would be judged
-against the other's state and its batches dropped as "duplicates".
+Theory of operation
+-------------------
+An idempotent producer (KIP-98) gets a producer id once and numbers its
+batches per partition from sequence 0. Two producers must never share an id,
+neither across brokers nor across restarts: the partition leader would judge
+one producer's sequence numbers against the other's state and drop or refuse
+its batches.
 
-How: like Kafka's ProducerIdManager, ids are reserved in blocks
-(PRODUCER_ID_BLOCK_SIZE, 1000). Before the first id of a block is handed out
-the end of the block is persisted (write to a temporary file, fsync, rename),
-so after any crash the next block starts past every id ever given. A crash
-wastes at most the rest of one block, which the 2^63 id space does not mind.
-Kafka keeps the block in the metadata log (ProducerIdsRecord, or
-/latest_producer_id_block in ZooKeeper); kref keeps it as a small JSON file
-in the first log directory.
+Kafka (KIP-730) grants ids in blocks through the metadata log: a broker asks
+the active controller (AllocateProducerIds), the controller writes a
+ProducerIdsRecord whose `next_producer_id` is the end of the new block, and
+answers only once the record is committed. Because the metadata image
+replays that record, every later grant starts past every id ever given, on
+any controller, after any crash. kref does the same:
+
+- `grant_block` is the one decision (pure): given the image's
+  next_producer_id it returns the record for the next block, or raises when
+  the 2^63 id space is used up. The KRaft controller core calls it for
+  AllocateProducerIds; the single broker, its own controller, calls it and
+  commits the record to its local metadata log (kref/metadata/local_source).
+- `ProducerIdManager` is the broker's side: it hands out the ids of its
+  current block and, when the block is used up, awaits `reserve()` for the
+  next one. A crash wastes at most the rest of one block.
+
+The single broker's former `kref-producer-ids.json` (a block end kept in a
+JSON file) is migrated once into a ProducerIdsRecord by `migrate_legacy_file`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-PRODUCER_ID_BLOCK_SIZE = 1000
-STATE_FILE = "kref-producer-ids.json"
+import trio
+
+from kref.metadata import records as r
+
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's block size too
 MAX_PRODUCER_ID = 2**63 - 1
+LEGACY_STATE_FILE = "kref-producer-ids.json"
 
 
 class ProducerIdsExhaustedError(RuntimeError):
     pass
 
 
+class ProducerIdUnavailable(Exception):
+    """No block can be had now (no active controller, a timeout): retriable."""
+
+
+def grant_block(next_producer_id: int, broker_id: int, broker_epoch: int,
+                block_size: int = PRODUCER_ID_BLOCK_SIZE) -> r.ProducerIdsRecord:
+    """The record granting `broker_id` the block that starts at `next_producer_id`."""
+    end = next_producer_id + block_size
+    if end > MAX_PRODUCER_ID:
+        raise ProducerIdsExhaustedError("producer id space exhausted")
+    return r.ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end)
+
+
 class ProducerIdManager:
-    def __init__(self, directory: str | os.PathLike, *, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
-        self.path = Path(directory) / STATE_FILE
-        self.block_size = block_size
-        self._next = self._block_end = self._read_next_block_start()
+    """Ids from the current block; `reserve()` returns (first id, count) of the next one."""
 
-    def _read_next_block_start(self) -> int:
-        try:
-            state = json.loads(self.path.read_text())
-            value = int(state["next_block_start"])
-        except FileNotFoundError:
-            return 0
-        except (ValueError, KeyError, TypeError) as e:
-            # never guess: a lost high-water mark could hand out ids twice
-            raise RuntimeError(f"{self.path} is unreadable ({e}); refusing to allocate producer ids") from e
-        if value < 0:
-            raise RuntimeError(f"{self.path}: negative next_block_start {value}")
-        return value
+    def __init__(self, reserve: Callable[[], Awaitable[tuple[int, int]]]) -> None:
+        self._reserve = reserve
+        self._next = self._end = 0
+        # One reservation at a time: concurrent InitProducerId calls share it.
+        self._lock = trio.Lock()
 
-    def _reserve_block(self) -> None:
-        end = self._block_end + self.block_size
-        if end > MAX_PRODUCER_ID:
-            raise ProducerIdsExhaustedError("producer id space exhausted")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"version": 1, "next_block_start": end}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self._next, self._block_end = self._block_end, end
+    async def generate_producer_id(self) -> int:
+        async with self._lock:
+            if self._next >= self._end:
+                start, length = await self._reserve()
+                if length <= 0 or start < self._end:
+                    # a block that overlaps one already used would repeat ids
+                    raise RuntimeError(f"refusing producer id block [{start}, {start + length}) after {self._end}")
+                self._next, self._end = start, start + length
+            producer_id = self._next
+            self._next += 1
+            return producer_id
 
-    def generate_producer_id(self) -> int:
-        if self._next >= self._block_end:
-            self._reserve_block()
-        producer_id = self._next
-        self._next += 1
-        return producer_id
+
+def read_legacy_file(directory: str | os.PathLike) -> int | None:
+    """The block end kept by kref's earlier JSON file, None when there is none."""
+    path = Path(directory) / LEGACY_STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+        value = int(state["next_block_start"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as e:
+        # never guess: a lost high-water mark could hand out ids twice
+        raise RuntimeError(f"{path} is unreadable ({e}); refusing to allocate producer ids") from e
+    if value < 0:
+        raise RuntimeError(f"{path}: negative next_block_start {value}")
+    return value
+
+
+__all__ = [
+    "PRODUCER_ID_BLOCK_SIZE", "ProducerIdsExhaustedError", "ProducerIdUnavailable", "ProducerIdManager", "grant_block",
+    "read_legacy_file", "LEGACY_STATE_FILE",
+]

@@ -103,6 +103,8 @@ class MetadataImage:
     # (resource_type, resource_name) -> {config name: value}
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
     features: dict[str, int] = field(default_factory=dict)
+    # KIP-730: the first producer id not yet granted to any broker.
+    next_producer_id: int = 0
 
     # ------------------------------------------------------------ queries
 
@@ -199,6 +201,12 @@ class MetadataImage:
             case r.FeatureLevelRecord():
                 self.features[record.name] = record.feature_level
                 delta.changed_features.add(record.name)
+            case r.ProducerIdsRecord():
+                if record.next_producer_id <= self.next_producer_id:
+                    # a block granted twice would give two producers one id
+                    raise MetadataImageError(
+                        f"producer id block goes back: {record.next_producer_id} <= {self.next_producer_id}")
+                self.next_producer_id = record.next_producer_id
             case _:
                 raise MetadataImageError(f"not a metadata record: {record!r}")
 
@@ -236,4 +244,6 @@ class MetadataImage:
         for (rtype, rname), configs in sorted(self.configs.items()):
             for name, value in sorted(configs.items()):
                 out.append(r.ConfigRecord(rtype, rname, name, value))
+        if self.next_producer_id:
+            out.append(r.ProducerIdsRecord(-1, -1, self.next_producer_id))
         return out

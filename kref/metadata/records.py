@@ -43,6 +43,7 @@ __all__ = [
     "RemoveTopicRecord",
     "ConfigRecord",
     "FeatureLevelRecord",
+    "ProducerIdsRecord",
     "MetadataRecord",
     "TOPIC_RESOURCE",
     "BROKER_RESOURCE",
@@ -148,6 +149,18 @@ class FeatureLevelRecord:
     feature_level: int
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """KIP-730: a block of producer ids handed to one broker.
+
+    `next_producer_id` is the first id no broker may receive yet; the block
+    just granted is [next_producer_id - block size, next_producer_id).
+    """
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -159,4 +172,5 @@ MetadataRecord = (
     | RemoveTopicRecord
     | ConfigRecord
     | FeatureLevelRecord
+    | ProducerIdsRecord
 )

@@ -86,6 +86,9 @@ SCHEMAS: dict[type, tuple[int, int, tuple]] = {
     r.UnfenceBrokerRecord: (8, 0, (("id", "int32", None), ("epoch", "int64", None))),
     r.RemoveTopicRecord: (9, 0, (("topic_id", "uuid", None),)),
     r.FeatureLevelRecord: (12, 0, (("name", "string", None), ("feature_level", "int16", None))),
+    r.ProducerIdsRecord: (15, 0, (
+        ("broker_id", "int32", None), ("broker_epoch", "int64", None), ("next_producer_id", "int64", None),
+    )),
 }
 BY_API_KEY = {api_key: cls for cls, (api_key, _, _) in SCHEMAS.items()}
 # Tagged fields' values when absent (PartitionChangeRecord: "no change").

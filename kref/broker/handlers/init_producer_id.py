@@ -5,8 +5,11 @@ Theory of operation
 An idempotent producer (enable.idempotence=true, KIP-98) asks once for a
 producer id and starts at epoch 0 and sequence 0 in every partition; the
 partition logs' ProducerStateManagers then drop its retried batches as
-duplicates and reject gaps. Ids come from ProducerIdManager, which persists
-reserved blocks so no id is ever handed out twice, even after a crash.
+duplicates and reject gaps. Ids come from ProducerIdManager in blocks the
+controller grants through the metadata log (KIP-730), so no id is handed out
+twice, across brokers and restarts. While no block can be had (no active
+controller yet), the answer is COORDINATOR_LOAD_IN_PROGRESS, which clients
+retry, as Kafka answers.
 
 Like Kafka for a producer without transactional.id, every call gets a new id
 with epoch 0, also when the request names its previous id and epoch
@@ -24,6 +27,8 @@ from typing import Any
 from kref.broker.group_area import TRANSACTIONS_REFUSED, install, producer_id_manager
 from kref.broker.handlers._responses import build, error, response_types
 from kref.coordinator import group as g
+from kref.coordinator.producer_id import ProducerIdUnavailable
+from kref.protocol.errors import ErrorCode
 
 INIT_PRODUCER_ID = 22
 _ZERO = datetime.timedelta(0)
@@ -37,7 +42,11 @@ async def init_producer_id(ctx, request) -> Any:
         return build(types.InitProducerIdResponse, throttle_time=_ZERO,
                      error_code=error(TRANSACTIONS_REFUSED), producer_id=-1, producer_epoch=-1)
     try:
-        producer_id = producer_id_manager(ctx.broker).generate_producer_id()
+        producer_id = await producer_id_manager(ctx.broker).generate_producer_id()
+    except ProducerIdUnavailable as exc:
+        log.info("no producer id block yet: %s", exc)
+        return build(types.InitProducerIdResponse, throttle_time=_ZERO,
+                     error_code=error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), producer_id=-1, producer_epoch=-1)
     except Exception:
         log.exception("cannot allocate a producer id")
         return build(types.InitProducerIdResponse, throttle_time=_ZERO,
