@@ -45,6 +45,7 @@ from kref.storage.cleaner_planner import (
     CleaningDone,
     CleaningFailed,
     LogDeleted,
+    LogTruncated,
     LogToClean,
     OffsetMap,
     PlanCleaning,
@@ -73,6 +74,13 @@ class LogCleaner:
         self.config_source = config if callable(config) else (lambda: config)
         self.now_ms = now_ms
         self.core = CleanerManagerCore(checkpoints=read_cleaner_checkpoints(log_manager.log_dirs))
+        # A follower truncating below the checkpoint (TruncateToEpochEndOffset)
+        # makes the records past the new end dirty again (Kafka's
+        # LogCleanerManager.maybeTruncateCheckpoint); a cleaning in progress
+        # notices the changed segments itself (swap_in refuses).
+        log_manager.truncation_listeners.append(
+            lambda topic, partition, log_end_offset: self._step(LogTruncated((topic, partition), log_end_offset))
+        )
         self.wakeup = trio.Event()
         self.limiter: trio.CapacityLimiter | None = None  # at most log.cleaner.threads workers at once
         self.cleanings = 0  # completed cleanings, for tests and the bench

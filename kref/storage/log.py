@@ -202,6 +202,10 @@ class Log:
         self._read_hint: tuple[int, LogSegment, int] | None = None
         self.leader_epoch_cache = LeaderEpochFileCache(None)
         self.closed = False
+        # Called as listener(topic, partition, new log_end_offset) after a
+        # truncation (LogManager shares one list with the log cleaner, whose
+        # progress checkpoint must not stay above the truncation point).
+        self.truncation_listeners: list = []
 
     # =====================================================================
     # opening and recovery
@@ -703,7 +707,12 @@ class Log:
         self.leader_epoch_cache.truncate_from_end(leo)
         if self.producer_state is not None:
             self.producer_state.truncate_to(leo)
+        self._notify_truncated()
         return True
+
+    def _notify_truncated(self) -> None:
+        for listener in self.truncation_listeners:
+            listener(self.topic, self.partition, self.log_end_offset)
 
     @_disk_errors_as_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -718,6 +727,7 @@ class Log:
                 reset(offset)
             else:
                 self.producer_state.truncate_to(offset)
+        self._notify_truncated()
 
     def _truncate_fully(self, offset: int, now_ms: int) -> None:
         self._read_hint = None

@@ -90,6 +90,9 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self.producer_state_factory = producer_state_factory
         self._logs: dict[tuple[str, int], Log] = {}
+        # One list shared by every log: listener(topic, partition, log_end_offset)
+        # after a truncation (the log cleaner lowers its checkpoint there).
+        self.truncation_listeners: list[Callable[[str, int, int], None]] = []
         self._now_ms = now_ms
         self.had_clean_shutdown: dict[str, bool] = {}
         for d in self.log_dirs:
@@ -134,6 +137,7 @@ class LogManager:
                     high_watermark=high_watermarks.get(key),
                     had_clean_shutdown=clean,
                 )
+                log.truncation_listeners = self.truncation_listeners
                 self._logs[key] = log
                 loaded.append(log)
             if clean:
@@ -193,6 +197,7 @@ class LogManager:
                 with open_segment_files.spares():  # listing a directory takes descriptors
                     shutil.rmtree(path, ignore_errors=True)
             raise
+        log.truncation_listeners = self.truncation_listeners
         self._logs[(topic, partition)] = log
         return log
 

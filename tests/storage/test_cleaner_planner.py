@@ -198,3 +198,30 @@ def test_the_cleaner_honours_io_max_bytes_per_second(tmp_path):
         assert moved / rate * 0.85 <= clock[0] <= moved / rate * 1.1 + 0.1
     finally:
         log.close()
+
+
+def test_truncation_below_the_cleaner_checkpoint_lowers_it(tmp_path):
+    """A follower's TruncateToEpochEndOffset below the cleaned part makes the
+    records it then fetches dirty again: the checkpoint (in memory and in
+    cleaner-offset-checkpoint) drops to the new log end offset, as Kafka's
+    LogCleanerManager.maybeTruncateCheckpoint does; a truncation above it
+    changes nothing."""
+    from kref.storage.cleaner import CLEANER_CHECKPOINT_FILE, read_cleaner_checkpoints
+    from kref.storage.cleaner_driver import LogCleaner
+    from kref.storage.log_manager import LogManager
+
+    manager = LogManager([str(tmp_path)], LogConfig.from_properties({"cleanup.policy": "compact"}))
+    log = manager.get_or_create_log("t", 0)
+    for i in range(40):
+        log.append_as_leader(build_batch([Record(timestamp=i, key=b"k%d" % (i % 4), value=b"v")]), 0, i)
+    cleaner = LogCleaner(manager, cleaner_config_of(BrokerConfig.from_properties({})), lambda: NOW)
+    cleaner.core.step(CleaningDone(("t", 0), 30, -1), NOW)  # as if a cleaning reached offset 30
+    log.truncate_to(35)
+    assert cleaner.core.checkpoints[("t", 0)] == 30
+    log.truncate_to(12)
+    assert cleaner.core.checkpoints[("t", 0)] == 12
+    assert read_cleaner_checkpoints([str(tmp_path)])[("t", 0)] == 12
+    assert (tmp_path / CLEANER_CHECKPOINT_FILE).exists()
+    log.truncate_fully_and_start_at(5)
+    assert cleaner.core.checkpoints[("t", 0)] == 5
+    manager.shutdown()
