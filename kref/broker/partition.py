@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
+from kref.broker.resources import resource_warning
 from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
 from kref.records.header import BatchHeader
@@ -53,6 +54,10 @@ def error_code_for(exc: BaseException) -> int:
     """The Kafka error code a storage or record error answers a client with."""
     code = getattr(exc, "error_code", None)
     if isinstance(code, int):
+        if code == ErrorCode.KAFKA_STORAGE_ERROR:
+            # The client only sees the code; the operator needs the cause (out of
+            # descriptors, disk full, an I/O error), once, not once per request.
+            resource_warning(log, "storage error answered as KAFKA_STORAGE_ERROR: %s", exc)
         return code
     if isinstance(exc, (InvalidMagicError, InvalidRecordError)):
         return ErrorCode.INVALID_RECORD
