@@ -167,6 +167,10 @@ class ClusterView:
                 self.broker.now_ms(),
             )
 
+    def partition_count(self, name: str) -> int | None:
+        t = self.image.topics.get(name)
+        return len(t.partitions) if t is not None else None
+
     # ------------------------------------------------------------ forwarding
 
     async def forward(self, body: Any) -> Any:
