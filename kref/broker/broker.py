@@ -38,7 +38,7 @@ from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError
 from kref.broker.partition import MAX_DELAYED_FETCHES, MAX_DELAYED_PRODUCES, Partition, flush_trace_periodically
 from kref.broker.replica_manager import ReplicaManager
 from kref.metadata import records as mr
-from kref.metadata.image import MetadataImage
+from kref.metadata.image import MetadataDelta, MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
 from kref.ports.clock import Clock, SystemClock
 from kref.replication import replica as core
@@ -534,13 +534,17 @@ class Broker:
         latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
         return latest if latest is not None else -1
 
-    def apply_cluster_records(self, records: list[mr.MetadataRecord]) -> None:
+    def apply_cluster_records(self, records: list[mr.MetadataRecord]) -> MetadataDelta:
         """A KRaft node: records committed to __cluster_metadata (ClusterView), replayed
         into the one image; the replica manager acts on the delta. They are durable in
         the metadata log already, so nothing is written here."""
-        delta = self.metadata.image.apply(records)
+        def skip(record: object, exc: Exception) -> None:
+            log.warning("node %d: metadata record not applied: %s", self.node_id, exc)
+
+        delta = self.metadata.image.apply(records, on_invalid=skip)
         self._topic_views = None
         self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
+        return delta
 
     def commit_metadata(self, records: list[mr.MetadataRecord]) -> None:
         """Commit records as this single broker's own controller (e.g. a producer id block)."""

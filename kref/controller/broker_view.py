@@ -44,9 +44,8 @@ from typing import Any
 import trio
 
 from kref.controller.raft_driver import RaftNode
-from kref.metadata import records as mr
 from kref.metadata import serde
-from kref.metadata.image import MetadataImage, MetadataImageError, PartitionImage
+from kref.metadata.image import MetadataImage, PartitionImage
 from kref.controller.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
@@ -84,15 +83,9 @@ class ClusterView:
                 decoded.append(serde.decode(value))
             except Exception as exc:  # noqa: BLE001 - a record we cannot read is skipped, loudly
                 log.error("node %d: metadata record at offset %d unreadable: %s", self.broker.node_id, offset, exc)
-        for record in decoded:
-            try:
-                self.broker.apply_cluster_records([record])
-                if isinstance(record, mr.TopicRecord):
-                    self.cluster_topics.add(record.name)
-                elif isinstance(record, mr.RemoveTopicRecord):
-                    self.cluster_topics -= {n for n in self.cluster_topics if n not in self.image.topics}
-            except MetadataImageError as exc:
-                log.warning("node %d: metadata record not applied: %s", self.broker.node_id, exc)
+        delta = self.broker.apply_cluster_records(decoded)
+        self.cluster_topics.update(delta.created_topics)
+        self.cluster_topics.difference_update(delta.deleted_topics)
         self.changed.set()
         self.changed = trio.Event()
 
