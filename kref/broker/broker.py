@@ -303,6 +303,14 @@ class Broker:
             }
         return self._topic_views
 
+    def absent_partition_error(self, name: str | None, partition: int, unknown: int) -> int:
+        """The error for a partition this broker hosts no replica of: one the
+        metadata knows lives elsewhere (NOT_LEADER_OR_FOLLOWER: the client
+        refreshes its metadata and goes to the leader, as with Kafka), else `unknown`."""
+        if name is not None and self.image.partition(name, partition) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return unknown
+
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
 

@@ -104,7 +104,7 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request) -> tuple[l
     for w in wanted:
         part = broker.partitions.get((w.name, w.partition)) if w.name is not None else None
         if part is None:
-            results.append(ReadResult(w.unknown_error, -1, -1, -1))
+            results.append(ReadResult(broker.absent_partition_error(w.name, w.partition, w.unknown_error), -1, -1, -1))
             continue
         limit = min(w.partition_max_bytes, remaining)
         if replica_id >= 0:
