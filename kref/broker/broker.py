@@ -542,17 +542,29 @@ class Broker:
         latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
         return latest if latest is not None else -1
 
-    def apply_cluster_records(self, records: list[mr.MetadataRecord]) -> MetadataDelta:
+    def apply_cluster_records(self, records: list[mr.MetadataRecord], *, publish: bool = True) -> MetadataDelta:
         """A KRaft node: records committed to __cluster_metadata (ClusterView), replayed
-        into the one image; the replica manager acts on the delta. They are durable in
-        the metadata log already, so nothing is written here."""
+        into the one image; the replica manager acts on the delta once `publish`
+        (ClusterView holds it back while the node replays history at start). They are
+        durable in the metadata log already, so nothing is written here."""
         def skip(record: object, exc: Exception) -> None:
             log.warning("node %d: metadata record not applied: %s", self.node_id, exc)
 
         delta = self.metadata.image.apply(records, on_invalid=skip)
         self._topic_views = None
-        self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
+        if publish:
+            self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
         return delta
+
+    def publish_cluster_image(self) -> None:
+        """The node caught up with __cluster_metadata: act on the whole image at once
+        (Kafka's first metadata publication), never on the history that led to it
+        (a deposed term replayed as BecomeLeader would rewrite the epoch cache).
+        Logs the image does not know, or not here, are stray: deleted."""
+        image = self.metadata.image
+        self._topic_views = None
+        self._delete_stray_logs()
+        self.replica_manager.apply_delta(MetadataImage().apply(image.to_records()), image, self.now_ms())
 
     def commit_metadata(self, records: list[mr.MetadataRecord]) -> None:
         """Commit records as this single broker's own controller (e.g. a producer id block)."""
