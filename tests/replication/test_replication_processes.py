@@ -144,6 +144,8 @@ def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path):
         print(f"acknowledged={len(acked)} consumed={len(got)} lost={len(lost)}")
         assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}"
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        # Idempotence survives the failover: the producer state came along with the batches.
+        assert len(set(values)) == len(values), "a retried batch was written twice"
         for value, offset in acked.items():
             assert (offset, value) in got, f"{value!r} acknowledged at {offset}, not read there"
 
