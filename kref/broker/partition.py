@@ -96,6 +96,8 @@ class ReadResult:
     records: bytes = b""
     # A follower whose log diverges (KIP-320): truncate to this epoch's end.
     diverging: tuple[int, int] | None = None
+    # KIP-392: the replica the consumer should fetch this partition from.
+    preferred_read_replica: int = -1
 
 
 class Partition:
@@ -339,10 +341,14 @@ class Partition:
                 return
             after = self.log.log_end_offset
             first, last = (info.first_offset, info.last_offset) if info.first_offset >= 0 else (before, before - 1)
+            hw_before = self.core.high_watermark
             self._apply(self.core.step(core.FollowerAppended(
                 first, last, after, effect.leader_high_watermark, self._last_log_epoch(),
                 effect.leader_log_start_offset), now_ms), now_ms, backoff_ms=backoff_ms)
             self.log.update_high_watermark(self.core.high_watermark)
+            if self.core.high_watermark != hw_before:
+                # Consumers reading from this follower (KIP-392) wait on its HW.
+                self.fetch_purgatory.check_and_complete(self.key)
         elif isinstance(effect, fcore.TruncateLog):
             self.log.truncate_to(effect.offset)
             self._apply(self.core.step(core.FollowerTruncated(
@@ -425,7 +431,8 @@ class Partition:
     # ------------------------------------------------------------ fetch
 
     def read(
-        self, fetch_offset: int, max_bytes: int, *, min_one_message: bool, current_leader_epoch: int = -1
+        self, fetch_offset: int, max_bytes: int, *, min_one_message: bool, current_leader_epoch: int = -1,
+        allow_follower: bool = False,
     ) -> ReadResult:
         """Consumer read: the core says what is visible, the Log supplies the bytes.
 
@@ -433,7 +440,7 @@ class Partition:
         before `fetch_offset` comes whole and the client skips the records
         it did not ask for.
         """
-        error, upper = self.core.consumer_read(fetch_offset, current_leader_epoch)
+        error, upper = self.core.consumer_read(fetch_offset, current_leader_epoch, allow_follower=allow_follower)
         hw, lso = self.core.high_watermark, self.core.log_start_offset
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             return ReadResult(error, hw, hw, lso)

@@ -385,22 +385,27 @@ class PartitionReplica(FollowerSide):
             return ErrorCode.NONE if len(self.isr) >= self.min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> int:
-        """KIP-320: a client that names an epoch must name ours (and we must lead)."""
-        if not self.is_leader:
+    def check_leader_epoch(self, current_leader_epoch: int, *, allow_follower: bool = False) -> int:
+        """KIP-320: a client that names an epoch must name ours (and we must lead, or,
+        for a consumer allowed to read from followers (KIP-392), follow)."""
+        if not self.is_leader and not (allow_follower and self.role is Role.FOLLOWER):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
             return ErrorCode.NONE
         return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
-    def consumer_read(self, fetch_offset: int, current_leader_epoch: int) -> tuple[int, int]:
+    def consumer_read(
+        self, fetch_offset: int, current_leader_epoch: int, *, allow_follower: bool = False
+    ) -> tuple[int, int]:
         """Read visibility of a consumer fetch: (error_code, offset to read up to).
 
         Consumers see only offsets below the high watermark; a fetch offset
         outside [log_start_offset, log_end_offset] is OFFSET_OUT_OF_RANGE. An
         upper bound equal to the fetch offset means "nothing to read yet".
+        A follower serves consumers that may read from followers (Fetch v11+,
+        KIP-392) the same way, up to its own high watermark.
         """
-        error = self.check_leader_epoch(current_leader_epoch)
+        error = self.check_leader_epoch(current_leader_epoch, allow_follower=allow_follower)
         if error != ErrorCode.NONE:
             return error, fetch_offset
         if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
@@ -421,6 +426,31 @@ class PartitionReplica(FollowerSide):
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return ErrorCode.NONE, UNKNOWN_OFFSET  # nothing is tiered
         return ErrorCode.NONE, None
+
+    def preferred_read_replica(self, fetch_offset: int, client_rack: str, racks: dict[int, str | None], now_ms: int) -> int:
+        """KIP-392's RackAwareReplicaSelector, decided on the leader: the replica a
+        consumer in `client_rack` should fetch from, or -1 for this leader itself.
+
+        Candidates are the leader and the followers that hold `fetch_offset` and
+        were caught up within replica_lag_time_max_ms; among those in the
+        client's rack the leader wins, else the follower with the largest log
+        end offset (then the most recently caught up). No rack, no candidate in
+        it: the leader.
+        """
+        if not self.is_leader or not client_rack or fetch_offset < self.log_start_offset:
+            return -1
+        if racks.get(self.replica_id) == client_rack:
+            return -1
+        best: tuple[int, int, int] | None = None
+        for r, state in self.followers.items():
+            if racks.get(r) != client_rack or state.log_end_offset < fetch_offset:
+                continue
+            if now_ms - state.last_caught_up_time_ms > self.replica_lag_time_max_ms:
+                continue
+            key = (state.log_end_offset, state.last_caught_up_time_ms, -r)
+            if best is None or key > best:
+                best = key
+        return -best[2] if best is not None else -1
 
     def is_visible(self, offset: int) -> bool:
         """Consumers (read_uncommitted; LSO = HW without transactions) see offsets below the HW."""

@@ -10,7 +10,7 @@ Shapes written (what the fetch handler answers): top-level throttle time 0,
 an error code (v7+) and session id (v7+); per topic its name (v4-v12) or
 topic id (v13+, KIP-516); per partition the index, error code,
 high_watermark, last_stable_offset, log_start_offset (v5+), a null
-aborted-transactions list, preferred_read_replica -1 (v11+) and the records.
+aborted-transactions list, preferred_read_replica (v11+, KIP-392) and the records.
 Flexible versions (v12+, KIP-482) carry tag buffers: empty, except the
 diverging epoch (tag 0) a leader sends a follower whose log diverges
 (KIP-320); the other tagged fields (current leader, snapshot id, node
@@ -32,8 +32,9 @@ _PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, las
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
 _EPOCH_END = struct.Struct(">iq")  # diverging_epoch: epoch, end_offset
 
-# (index, error_code, high_watermark, last_stable_offset, log_start_offset, records[, diverging])
-# where the optional diverging is (epoch, end_offset) for a follower told to truncate (v12+)
+# (index, error_code, high_watermark, last_stable_offset, log_start_offset, records[, diverging[, preferred]])
+# where diverging is (epoch, end_offset) for a follower told to truncate (v12+) or None, and
+# preferred the replica a consumer should fetch from (KIP-392, v11+) or -1
 PartitionData = tuple
 
 
@@ -59,7 +60,8 @@ def encode_fetch_response(
                 out.append(_PARTITION_V4.pack(index, code, high_watermark, last_stable_offset))
             out.append(b"\x00" if flexible else b"\xff\xff\xff\xff")  # aborted_transactions: null
             if api_version >= 11:
-                out.append(b"\xff\xff\xff\xff")  # preferred_read_replica -1
+                preferred = extra[1] if len(extra) > 1 else -1
+                out.append(_I32.pack(preferred))  # preferred_read_replica (KIP-392), -1: none
             if records is None:
                 out.append(b"\x00" if flexible else b"\xff\xff\xff\xff")
             else:
