@@ -77,3 +77,26 @@ def test_empty_log_without_epochs_keeps_only_the_high_watermark() -> None:
     core = r.PartitionReplica("t", 0, 2, tracing=False)
     out = core.step(r.BecomeFollower(1, 0, 0, frozenset({1, 2}), (1, 2), 0, 4, 2, f.NO_EPOCH), 0)
     assert out == [f.TruncateLog(2)]
+
+
+def test_rack_aware_preferred_read_replica() -> None:
+    """KIP-392 on the leader: the caught-up follower in the client's rack, else the leader (-1)."""
+    core = r.PartitionReplica("t", 0, 1, tracing=False, replica_lag_time_max_ms=1000)
+    core.step(r.BecomeLeader(0, 0, frozenset({1, 2, 3}), (1, 2, 3), 0, 10, 0), 0)
+    for follower, offset in ((2, 10), (3, 4)):
+        core.step(r.FetchFromFollower(follower, offset, 0, 0, (0, 10)), 100)
+    racks = {1: "a", 2: "b", 3: "c"}
+    assert core.preferred_read_replica(5, "b", racks, 200) == 2
+    assert core.preferred_read_replica(5, "a", racks, 200) == -1  # the leader's own rack
+    assert core.preferred_read_replica(5, "c", racks, 200) == -1  # 3 does not hold offset 5
+    assert core.preferred_read_replica(5, "", racks, 200) == -1  # no client rack
+    assert core.preferred_read_replica(5, "b", racks, 5000) == -1  # 2 is no longer caught up
+    # Two candidates in the rack: the one with the larger log end offset.
+    racks[3] = "b"
+    core.step(r.FetchFromFollower(3, 10, 0, 0, (0, 10)), 150)
+    assert core.preferred_read_replica(5, "b", racks, 200) in (2, 3)
+    # A follower may serve a consumer that is allowed to read from followers.
+    follower = _follower()
+    assert follower.consumer_read(2, 4)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert follower.consumer_read(2, 4, allow_follower=True) == (ErrorCode.NONE, 3)
+    assert follower.consumer_read(2, 3, allow_follower=True)[0] == ErrorCode.FENCED_LEADER_EPOCH
