@@ -126,3 +126,23 @@ def test_follower_behind_the_leaders_log_start_restarts_there(tmp_path):
     assert (parts[2].log.log_start_offset, parts[2].log_end_offset) == (6, 6)
     _fetch(parts, 2)
     assert _batches(parts[2]) == [(6, 6, 0, -1)]
+
+
+def test_deposed_leader_that_wrote_nothing_drops_its_empty_epoch(tmp_path):
+    """A replica led an epoch without appending (its epoch cache names it at the log
+    end), then follows a leader that never knew that epoch: truncating to its own
+    log end removes the empty epoch, so the next fetch agrees (found by the simulator)."""
+    parts = {rid: _partition(tmp_path, rid) for rid in REPLICAS}
+    _elect(parts, 1, 0)
+    _produce(parts[1], 2)
+    for _ in range(2):
+        for rid in (2, 3):
+            _fetch(parts, rid)
+    _elect(parts, 3, 1, isr=(3,))  # 3 leads epoch 1, writes nothing
+    assert parts[3].log.leader_epoch_cache.entries() == [(0, 0), (1, 2)]
+    _elect(parts, 2, 2, isr=(1, 2))  # 2 never saw epoch 1
+    _produce(parts[2], 1)
+    _fetch(parts, 3)  # diverging: truncate to 2 (its log end)
+    assert parts[3].log.leader_epoch_cache.entries() == [(0, 0)]
+    _fetch(parts, 3)
+    assert parts[3].log_end_offset == 3 and _batches(parts[3]) == _batches(parts[2])
