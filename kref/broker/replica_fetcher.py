@@ -39,7 +39,7 @@ import trio
 
 from kref.protocol.codec import decode_response, encode_request, request_class, response_class
 from kref.protocol.errors import ErrorCode
-from kref.protocol.framing import FrameDecoder
+from kref.protocol.framing import FrameDecoder, FrameError
 from kref.replication.follower import SendFetch
 from kref.replication.replica import Role
 
@@ -133,10 +133,13 @@ class ReplicaFetcherManager:
                                 raise ConnectionError("leader closed the connection")
                             decoder.feed(data)
                             frame = decoder.next_frame()
-                    got, response = decode_response(frame, response_class(FETCH, FETCH_VERSION))
+                    try:
+                        got, response = decode_response(frame, response_class(FETCH, FETCH_VERSION))
+                    except Exception as exc:  # noqa: BLE001 - a garbled answer: drop the connection
+                        raise ConnectionError(f"undecodable fetch response: {exc}") from None
                     if got != correlation_id:
                         raise ConnectionError(f"correlation id {got}, expected {correlation_id}")
-                except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as exc:
+                except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
                     log.info("%s: fetch from broker %d failed: %s", name, leader, exc)
                     if stream is not None:
                         with trio.CancelScope(shield=True):
@@ -202,14 +205,23 @@ class ReplicaFetcherManager:
                 code = int(p.error_code)
                 if code != ErrorCode.NONE:
                     log.debug("%s-%d: fetch from %d answered error %d", part.topic, part.partition, due.leader, code)
-                part.on_fetch_response(
-                    due,
-                    error_code=code,
-                    high_watermark=int(p.high_watermark),
-                    log_start_offset=int(p.log_start_offset),
-                    diverging_epoch=epoch,
-                    diverging_end_offset=end,
-                    records=records,
-                    now_ms=now,
-                    backoff_ms=config.replica_fetch_backoff_ms,
-                )
+                try:
+                    self._deliver(part, due, p, code, epoch, end, records, now)
+                except Exception:  # noqa: BLE001 - one partition's failure must not stop the others
+                    # (a storage error on truncate/append; Kafka marks the partition failed)
+                    log.exception("%s-%d: cannot apply the fetch answer from broker %d", part.topic,
+                                  part.partition, due.leader)
+                    part.fetch_backoff_until_ms = now + config.replica_fetch_backoff_ms
+
+    def _deliver(self, part: Any, due: SendFetch, p: Any, code: int, epoch: int, end: int, records, now: int) -> None:
+        part.on_fetch_response(
+            due,
+            error_code=code,
+            high_watermark=int(p.high_watermark),
+            log_start_offset=int(p.log_start_offset),
+            diverging_epoch=epoch,
+            diverging_end_offset=end,
+            records=records,
+            now_ms=now,
+            backoff_ms=self.broker.config.replica_fetch_backoff_ms,
+        )
