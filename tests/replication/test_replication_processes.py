@@ -213,3 +213,61 @@ def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_pat
         retrying.send(TOPIC, b"after", partition=0).get(timeout=30)
         retrying.close()
         all_acks.close()
+
+
+@pytest.mark.timeout(400)
+def test_committed_offsets_survive_the_loss_of_the_coordinator(tmp_path):
+    """__consumer_offsets is replicated (offsets.topic.replication.factor 3 on
+    `kref cluster`): kill -9 of the group's coordinator moves its
+    __consumer_offsets partition to a follower, which becomes the coordinator
+    with the committed offsets it replicated; a new member resumes there."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kref.controller.local_cluster import bootstrap_servers
+    from tests.controller.test_cluster_groups import _find_coordinator
+
+    group = "survivors"
+    settings = {**SETTINGS, "offsets.topic.num.partitions": "3"}
+    with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
+        bootstrap = bootstrap_servers(specs)
+        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
+        wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0, "the topic")
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for i in range(20):
+            producer.produce(TOPIC, value=b"c%d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        read = 0
+        deadline = time.monotonic() + 30
+        while read < 12 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                read += 1
+        consumer.commit(offsets=[TopicPartition(TOPIC, 0, 12)], asynchronous=False)
+        consumer.close()
+        servers = bootstrap.split(",")
+        code, coordinator = _find_coordinator(servers[0], group)
+        assert code == 0 and coordinator in processes
+
+        processes[coordinator].send_signal(signal.SIGKILL)
+        processes[coordinator].wait(timeout=10)
+        alive = [s for s, spec in zip(servers, specs) if spec.node_id != coordinator]
+
+        def moved():
+            code, node = _find_coordinator(alive[0], group)
+            return code == 0 and node != coordinator and node
+
+        wait_long(moved, "a new coordinator for the group")
+        resumed = Consumer({"bootstrap.servers": ",".join(alive), "group.id": group, "enable.auto.commit": False})
+        committed = wait_long(
+            lambda: (c := resumed.committed([TopicPartition(TOPIC, 0)], timeout=10)) and c[0].offset >= 0 and c,
+            "the committed offset from the new coordinator",
+        )
+        resumed.close()
+        assert committed[0].offset == 12
