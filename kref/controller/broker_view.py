@@ -49,6 +49,7 @@ from kref.metadata.image import MetadataImage, PartitionImage
 from kref.controller.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
+from kref.protocol.framing import FrameError
 from kref.replication import replica as core
 
 log = logging.getLogger("kref.cluster_view")
@@ -163,7 +164,8 @@ class ClusterView:
                 p = response.topics[0].partitions[0]
                 code = response.error_code or p.error_code
                 leader_epoch, isr, partition_epoch = p.leader_epoch, tuple(p.isr), p.partition_epoch
-            except (OSError, ConnectionError, trio.TooSlowError, IndexError, AttributeError) as exc:
+            except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError,
+                    IndexError, AttributeError) as exc:
                 log.info("node %d: AlterPartition %s-%d failed: %s", self.broker.node_id, part.topic, part.partition, exc)
                 code = ErrorCode.REQUEST_TIMED_OUT
         if self.broker.partitions.get(part.key) is part:
@@ -203,7 +205,7 @@ class ClusterView:
         client's next Metadata request, to this broker, sees it."""
         try:
             response = await self.forward(request)
-        except (OSError, ConnectionError, trio.TooSlowError) as exc:
+        except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
             log.info("node %d: forwarding %s failed: %s", self.broker.node_id, type(request).__name__, exc)
             return None
         if not getattr(request, "validate_only", False):
