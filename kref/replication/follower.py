@@ -221,17 +221,15 @@ class FollowerSide:
                     self.leader, self.log_end_offset, self.last_fetched_epoch, self.leader_epoch, self.log_start_offset
                 )
             )
-            follower_fetch = getattr(trace, "FollowerFetch", None)
-            if follower_fetch is not None:
-                self._emit(
-                    out,
-                    follower_fetch,
-                    now_ms,
-                    leader=self.leader,
-                    leader_epoch=self.leader_epoch,
-                    fetch_offset=self.log_end_offset,
-                    last_fetched_epoch=self.last_fetched_epoch,
-                )
+            self._emit(
+                out,
+                trace.FollowerFetch,
+                now_ms,
+                leader=self.leader,
+                leader_epoch=self.leader_epoch,
+                fetch_offset=self.log_end_offset,
+                last_fetched_epoch=self.last_fetched_epoch,
+            )
         elif self.fetch_state is FetchState.TRUNCATING:
             out.append(SendOffsetsForLeaderEpoch(self.leader, self.last_fetched_epoch, self.leader_epoch))
 
@@ -269,6 +267,8 @@ class FollowerSide:
             return
         if e.error_code in _FENCED:
             self.fetch_state = FetchState.FENCED
+        self._emit(out, trace.FetchError, now_ms, leader=self.leader, leader_epoch=self.leader_epoch,
+                   error_code=e.error_code)
         out.append(FetchBackoff(e.error_code))
 
     def _on_epoch_end_offset(self, e: EpochEndOffsetReceived, now_ms: int, out: list) -> None:
