@@ -97,11 +97,12 @@ def _consume_all(bootstrap: str, expected: int) -> list[tuple[int, bytes]]:
     return got
 
 
-def _trace_types(spec) -> set[str]:
+def _trace_events(spec) -> list[dict]:
+    """This node's trace events of TOPIC, as flushed so far (a torn last line is skipped)."""
     import json
 
     path = spec.dir / "trace.ndjson"
-    types = set()
+    events = []
     if path.exists():
         for line in path.read_text().splitlines():
             try:
@@ -109,8 +110,12 @@ def _trace_types(spec) -> set[str]:
             except ValueError:
                 continue
             if event.get("topic") == TOPIC:
-                types.add(event.get("type"))
-    return types
+                events.append(event)
+    return events
+
+
+def _trace_types(spec) -> set[str]:
+    return {e.get("type") for e in _trace_events(spec)}
 
 
 @pytest.mark.timeout(400)
@@ -137,6 +142,16 @@ def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path):
         # The trace sink flushes periodically: wait for the leader's lines too.
         wait_until(lambda: {"LeaderAppend", "AdvanceHighWatermark", "LeaderHandleFetch"} <= _trace_types(by_id[first.leader]),
                    "the leader's trace of the replicated appends")
+
+        # The traces of the three processes merge on CLOCK_MONOTONIC consistently with
+        # causality: a follower appends records only after the leader appended them.
+        merged = sorted((e for s in specs for e in _trace_events(s)), key=lambda e: e["mono_ns"])
+        leader_end = 0
+        for e in merged:
+            if e["type"] == "LeaderAppend":
+                leader_end = max(leader_end, e["last_offset"] + 1)
+            elif e["type"] == "FollowerAppend" and e["last_offset"] >= e["first_offset"]:
+                assert e["last_offset"] < leader_end, f"follower appended {e} before the leader wrote it"
 
         # 2. kill -9 of the leader: a follower takes over with a newer epoch.
         old_leader = first.leader
