@@ -38,7 +38,7 @@ from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError
 from kref.broker.partition import MAX_DELAYED_FETCHES, MAX_DELAYED_PRODUCES, Partition, flush_trace_periodically
 from kref.broker.replica_manager import ReplicaManager
 from kref.metadata import records as mr
-from kref.metadata.image import MetadataImage
+from kref.metadata.image import MetadataDelta, MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
 from kref.ports.clock import Clock, SystemClock
 from kref.replication import replica as core
@@ -201,7 +201,10 @@ class Broker:
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
         self.replica_manager.on_partition_role = self.on_partition_role
-        self._delete_stray_logs()
+        if self.config.process_roles is None:
+            # A KRaft node learns its topics from __cluster_metadata after the
+            # start (ClusterView): its logs are not stray before that replay.
+            self._delete_stray_logs()
         # A new leadership term for every partition, durable before it leads:
         # an epoch is never reused across restarts (KIP-101).
         image = self.metadata.image
@@ -299,6 +302,14 @@ class Broker:
                 for name, t in image.topics.items()
             }
         return self._topic_views
+
+    def absent_partition_error(self, name: str | None, partition: int, unknown: int) -> int:
+        """The error for a partition this broker hosts no replica of: one the
+        metadata knows lives elsewhere (NOT_LEADER_OR_FOLLOWER: the client
+        refreshes its metadata and goes to the leader, as with Kafka), else `unknown`."""
+        if name is not None and self.image.partition(name, partition) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return unknown
 
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
@@ -503,9 +514,12 @@ class Broker:
             alter_partition=self._alter_partition,
         )
 
-    def _alter_partition(self, part: Partition, request: core.AlterPartition) -> core.AlterPartitionResponse:
+    def _alter_partition(self, part: Partition, request: core.AlterPartition) -> core.AlterPartitionResponse | None:
         """The single broker is its own controller: AlterPartition is checked against
         the image (Kafka's controller rules) and committed as a PartitionChangeRecord."""
+        kraft = getattr(self, "kraft", None)
+        if kraft is not None and kraft.is_cluster_topic(part.topic):
+            return kraft.alter_partition(part, request)  # to the active controller
         registration = self.image.partition(part.topic, part.partition)
         topic = self.image.topic(part.topic)
         if registration is None or topic is None:
@@ -527,6 +541,30 @@ class Broker:
         log_ = self.log_manager.get_log(name, partition) if self.log_manager is not None else None
         latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
         return latest if latest is not None else -1
+
+    def apply_cluster_records(self, records: list[mr.MetadataRecord], *, publish: bool = True) -> MetadataDelta:
+        """A KRaft node: records committed to __cluster_metadata (ClusterView), replayed
+        into the one image; the replica manager acts on the delta once `publish`
+        (ClusterView holds it back while the node replays history at start). They are
+        durable in the metadata log already, so nothing is written here."""
+        def skip(record: object, exc: Exception) -> None:
+            log.warning("node %d: metadata record not applied: %s", self.node_id, exc)
+
+        delta = self.metadata.image.apply(records, on_invalid=skip)
+        self._topic_views = None
+        if publish:
+            self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
+        return delta
+
+    def publish_cluster_image(self) -> None:
+        """The node caught up with __cluster_metadata: act on the whole image at once
+        (Kafka's first metadata publication), never on the history that led to it
+        (a deposed term replayed as BecomeLeader would rewrite the epoch cache).
+        Logs the image does not know, or not here, are stray: deleted."""
+        image = self.metadata.image
+        self._topic_views = None
+        self._delete_stray_logs()
+        self.replica_manager.apply_delta(MetadataImage().apply(image.to_records()), image, self.now_ms())
 
     def commit_metadata(self, records: list[mr.MetadataRecord]) -> None:
         """Commit records as this single broker's own controller (e.g. a producer id block)."""

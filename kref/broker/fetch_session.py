@@ -143,6 +143,8 @@ class FetchSessionCache:
             changed = (
                 result.error_code != ErrorCode.NONE
                 or bool(result.records)
+                or getattr(result, "diverging", None) is not None  # a follower told to truncate
+                or getattr(result, "preferred_read_replica", -1) >= 0  # KIP-392: go elsewhere
                 or result.high_watermark != cached.high_watermark
                 or result.log_start_offset != cached.log_start_offset
                 or result.last_stable_offset != cached.last_stable_offset

@@ -60,6 +60,13 @@ import enum
 from dataclasses import dataclass, field
 
 from kref.protocol.errors import ErrorCode
+from kref.replication.follower import (
+    EpochEndOffsetReceived,
+    FetchResponseReceived,
+    FetchState,
+    FollowerFetchDue,
+    FollowerSide,
+)
 from kref.trace import events as trace
 
 
@@ -105,6 +112,11 @@ class BecomeFollower:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    # The epoch of the last record in the local log (NO_EPOCH when empty),
+    # and whether the Fetch version carries diverging epochs (KIP-320, v12+)
+    # or the follower must reconcile through OffsetsForLeaderEpoch first.
+    last_fetched_epoch: int = NO_EPOCH
+    truncate_on_fetch: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +165,20 @@ class FollowerAppended:
     last_offset: int
     log_end_offset: int
     leader_high_watermark: int
+    # The epoch of the last appended batch (unchanged when nothing came).
+    last_fetched_epoch: int = NO_EPOCH
+    leader_log_start_offset: int = UNKNOWN_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
 class FollowerTruncated:
-    """Follower side: the log was cut at the leader's end offset for a diverging epoch."""
+    """Follower side: the log was cut (TruncateLog / TruncateFullyAndStartAt)."""
 
     log_end_offset: int
+    # The epoch of the last record left (NO_EPOCH when the log is empty).
+    last_fetched_epoch: int = NO_EPOCH
+    # Set by TruncateFullyAndStartAt: the new, empty log starts here.
+    log_start_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +215,9 @@ Event = (
     | LogStartOffsetAdvanced
     | AlterPartitionResponse
     | Tick
+    | FollowerFetchDue
+    | FetchResponseReceived
+    | EpochEndOffsetReceived
 )
 
 # ---------------------------------------------------------------- effects
@@ -311,7 +333,7 @@ class InvariantViolation(AssertionError):
 
 
 @dataclass(slots=True)
-class PartitionReplica:
+class PartitionReplica(FollowerSide):
     topic: str
     partition: int
     replica_id: int  # this broker's node id
@@ -336,6 +358,12 @@ class PartitionReplica:
     # The isr this leader proposed in an AlterPartition still in flight (one at
     # a time); None when none is. The HW counts isr | pending_isr.
     pending_isr: frozenset[int] | None = None
+    # Follower side (kref/replication/follower.py): the epoch of the last
+    # record in the local log, how the next request is built, and whether
+    # the Fetch version has diverging epochs.
+    last_fetched_epoch: int = NO_EPOCH
+    fetch_state: FetchState = FetchState.FETCHING
+    truncate_on_fetch: bool = True
 
     # ------------------------------------------------------------ queries
 
@@ -357,22 +385,27 @@ class PartitionReplica:
             return ErrorCode.NONE if len(self.isr) >= self.min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> int:
-        """KIP-320: a client that names an epoch must name ours (and we must lead)."""
-        if not self.is_leader:
+    def check_leader_epoch(self, current_leader_epoch: int, *, allow_follower: bool = False) -> int:
+        """KIP-320: a client that names an epoch must name ours (and we must lead, or,
+        for a consumer allowed to read from followers (KIP-392), follow)."""
+        if not self.is_leader and not (allow_follower and self.role is Role.FOLLOWER):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
             return ErrorCode.NONE
         return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
-    def consumer_read(self, fetch_offset: int, current_leader_epoch: int) -> tuple[int, int]:
+    def consumer_read(
+        self, fetch_offset: int, current_leader_epoch: int, *, allow_follower: bool = False
+    ) -> tuple[int, int]:
         """Read visibility of a consumer fetch: (error_code, offset to read up to).
 
         Consumers see only offsets below the high watermark; a fetch offset
         outside [log_start_offset, log_end_offset] is OFFSET_OUT_OF_RANGE. An
         upper bound equal to the fetch offset means "nothing to read yet".
+        A follower serves consumers that may read from followers (Fetch v11+,
+        KIP-392) the same way, up to its own high watermark.
         """
-        error = self.check_leader_epoch(current_leader_epoch)
+        error = self.check_leader_epoch(current_leader_epoch, allow_follower=allow_follower)
         if error != ErrorCode.NONE:
             return error, fetch_offset
         if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
@@ -393,6 +426,31 @@ class PartitionReplica:
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return ErrorCode.NONE, UNKNOWN_OFFSET  # nothing is tiered
         return ErrorCode.NONE, None
+
+    def preferred_read_replica(self, fetch_offset: int, client_rack: str, racks: dict[int, str | None], now_ms: int) -> int:
+        """KIP-392's RackAwareReplicaSelector, decided on the leader: the replica a
+        consumer in `client_rack` should fetch from, or -1 for this leader itself.
+
+        Candidates are the leader and the followers that hold `fetch_offset` and
+        were caught up within replica_lag_time_max_ms; among those in the
+        client's rack the leader wins, else the follower with the largest log
+        end offset (then the most recently caught up). No rack, no candidate in
+        it: the leader.
+        """
+        if not self.is_leader or not client_rack or fetch_offset < self.log_start_offset:
+            return -1
+        if racks.get(self.replica_id) == client_rack:
+            return -1
+        best: tuple[int, int, int] | None = None
+        for r, state in self.followers.items():
+            if racks.get(r) != client_rack or state.log_end_offset < fetch_offset:
+                continue
+            if now_ms - state.last_caught_up_time_ms > self.replica_lag_time_max_ms:
+                continue
+            key = (state.log_end_offset, state.last_caught_up_time_ms, -r)
+            if best is None or key > best:
+                best = key
+        return -best[2] if best is not None else -1
 
     def is_visible(self, offset: int) -> bool:
         """Consumers (read_uncommitted; LSO = HW without transactions) see offsets below the HW."""
@@ -437,6 +495,12 @@ class PartitionReplica:
                 self._on_log_start_offset_advanced(event)
             case AlterPartitionResponse():
                 self._on_alter_partition_response(event, now_ms, out)
+            case FollowerFetchDue():
+                self._on_follower_fetch_due(now_ms, out)
+            case FetchResponseReceived():
+                self._on_fetch_response(event, now_ms, out)
+            case EpochEndOffsetReceived():
+                self._on_epoch_end_offset(event, now_ms, out)
             case _:
                 raise TypeError(f"not a replica event: {event!r}")
         return out
@@ -531,6 +595,7 @@ class PartitionReplica:
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
+        self._start_following(e.last_fetched_epoch, e.truncate_on_fetch, now_ms, out)
 
     def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
         if e.min_insync_replicas is not None:
@@ -733,8 +798,20 @@ class PartitionReplica:
     def _on_follower_appended(self, e: FollowerAppended, now_ms: int, out: list[Effect]) -> None:
         if self.role is not Role.FOLLOWER:
             raise InvariantViolation("FollowerAppended on a replica that is not a follower")
+        if e.log_end_offset < self.log_end_offset:
+            raise InvariantViolation(f"follower log end offset went back from {self.log_end_offset} to {e.log_end_offset}")
+        moved = e.log_end_offset > self.log_end_offset
+        if moved and e.last_fetched_epoch != NO_EPOCH:
+            self.last_fetched_epoch = e.last_fetched_epoch
         self.log_end_offset = e.log_end_offset
-        self.high_watermark = min(e.leader_high_watermark, self.log_end_offset)
+        high_watermark = min(e.leader_high_watermark, self.log_end_offset)
+        if not moved and high_watermark == self.high_watermark:
+            if e.leader_log_start_offset >= 0:
+                self._follow_log_start_offset(e.leader_log_start_offset, out)
+            return  # an empty answer changed nothing: no action
+        self.high_watermark = high_watermark
+        if e.leader_log_start_offset >= 0:
+            self._follow_log_start_offset(e.leader_log_start_offset, out)
         self._emit(
             out,
             trace.FollowerAppend,
@@ -751,6 +828,11 @@ class PartitionReplica:
         if self.role is not Role.FOLLOWER:
             raise InvariantViolation("FollowerTruncated on a replica that is not a follower")
         self.log_end_offset = e.log_end_offset
+        self.last_fetched_epoch = e.last_fetched_epoch
+        if e.log_start_offset is not None:
+            # TruncateFullyAndStartAt: an empty log at the leader's start.
+            self.log_start_offset = e.log_start_offset
+            self.high_watermark = max(self.high_watermark, e.log_start_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self._emit(
             out,

@@ -685,6 +685,11 @@ class Log:
         if offset < 0:
             raise OffsetOutOfRangeError(f"cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
+            # No record to remove, but an epoch this replica assigned at its log
+            # end while it led (and wrote nothing in) may conflict with the new
+            # leader's: drop it, as Kafka's truncateTo does, or the follower keeps
+            # sending it as last_fetched_epoch and diverges forever.
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         self._read_hint = None
         if offset < self.segments[0].base_offset:

@@ -111,6 +111,27 @@ class LeaderHandleFetch(TraceEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FollowerFetch(TraceEvent):
+    """A follower sent its leader a Fetch from its log end offset, naming the epoch
+    of its last record (KIP-320) and the leader epoch it follows."""
+
+    leader: int
+    leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchError(TraceEvent):
+    """A follower's fetch failed (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...):
+    it drops it and backs off."""
+
+    leader: int
+    leader_epoch: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FollowerAppend(TraceEvent):
     """A follower appended what its leader returned and learned its high watermark."""
 
@@ -176,6 +197,8 @@ REPLICATION_EVENT_TYPES: dict[str, type[TraceEvent]] = {
         LeaderAppend,
         AdvanceHighWatermark,
         LeaderHandleFetch,
+        FollowerFetch,
+        FetchError,
         FollowerAppend,
         TruncateToEpochEndOffset,
         ShrinkIsr,

@@ -11,7 +11,9 @@ The NDJSON sink keeps a bounded buffer of encoded lines: when it holds
 burst of events costs at most that much memory and the broker never drops an
 event (a trace with a hole would not validate against the spec). `flush()`
 writes and fsyncs nothing more than the buffer; the broker calls it
-periodically and on shutdown.
+periodically and on shutdown. Each line carries `mono_ns`, the machine's
+CLOCK_MONOTONIC when the event was written, so the traces of several kref
+processes on one machine merge into one causal order.
 
 Runs. A trace file may be reused by several runs (a broker restarted with
 the same --trace-file appends). Each run starts with a header line
@@ -130,6 +132,10 @@ class NdjsonTraceSink:
         self._seq += 1
         record = event.to_dict()
         record["seq"] = self._seq
+        # CLOCK_MONOTONIC is shared by every process of one machine: the traces of
+        # several brokers merge on it into one order consistent with causality (an
+        # event is written in the step that caused it, before any message it sends).
+        record["mono_ns"] = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         self._buffer.append(json.dumps(record, separators=(",", ":")))
         if len(self._buffer) >= self.max_buffered_events:
             self.flush()

@@ -36,6 +36,9 @@ def test_ndjson_lines_carry_spec_names_in_order(tmp_path):
     events = read_ndjson_trace(path)
     assert [e["type"] for e in events] == ["BecomeLeader", "LeaderAppend", "AdvanceHighWatermark"]
     assert [e["seq"] for e in events] == [1, 2, 3]
+    # CLOCK_MONOTONIC, shared by the processes of one machine, orders merged traces.
+    monotonic = [e.pop("mono_ns") for e in events]
+    assert monotonic == sorted(monotonic) and all(isinstance(m, int) and m > 0 for m in monotonic)
     append = events[1]
     assert append == {
         "type": "LeaderAppend", "time_ms": 11, "replica": 1, "topic": "orders", "partition": 3,

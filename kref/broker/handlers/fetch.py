@@ -26,8 +26,10 @@ Fetch sessions (KIP-227, v7+): kref/broker/fetch_session.py decides what a
 request means. A full fetch (epoch 0) opens a session; an incremental one
 (epoch n) updates the session's partitions, and then *every* partition of
 the session is read and waited on (the request may name none), while the
-response carries only those with something new. Follower fetches (replica_id >= 0) are refused with
-ErrorCode.NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
+response carries only those with something new. Follower fetches
+(replica_id >= 0, or the ReplicaState of v15+) go to the replica core as
+FetchFromFollower (read up to the log end offset, or a diverging epoch,
+KIP-320) and long-poll on the log end offset.
 """
 
 from __future__ import annotations
@@ -124,15 +126,31 @@ def _session(broker, api_version: int, request, wanted: list[_Wanted]) -> Sessio
         broker.now_ms())
 
 
-def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request) -> tuple[list[ReadResult], int]:
+RACK_AWARE_SELECTOR = "RackAwareReplicaSelector"
+
+
+def _client_rack(broker, api_version: int, request) -> tuple[str, dict[int, str | None]]:
+    """KIP-392: the consumer's rack and the brokers' racks when the rack-aware
+    selector is configured (replica.selector.class), else no rack."""
+    selector = broker.config.replica_selector_class or ""
+    rack = str(getattr(request, "rack_id", "") or "") if api_version >= 11 else ""
+    if not rack or not selector.endswith(RACK_AWARE_SELECTOR):
+        return "", {}
+    return rack, {b.broker_id: b.rack for b in broker.image.brokers.values()}
+
+
+def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request, api_version: int = 4) -> tuple[list[ReadResult], int]:
     results = []
     remaining = max_bytes
     total = 0
     replica_id = _replica_id(request)
+    # Fetch v11+ consumers may read from a follower (KIP-392), up to its high watermark.
+    allow_follower = replica_id < 0 and api_version >= 11
+    rack, racks = _client_rack(broker, api_version, request) if replica_id < 0 else ("", {})
     for w in wanted:
         part = broker.partitions.get((w.name, w.partition)) if w.name is not None else None
         if part is None:
-            results.append(ReadResult(w.unknown_error, -1, -1, -1))
+            results.append(ReadResult(broker.absent_partition_error(w.name, w.partition, w.unknown_error), -1, -1, -1))
             continue
         limit = min(w.partition_max_bytes, remaining)
         if replica_id >= 0:
@@ -140,8 +158,14 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request) -> tuple[l
             result = part.read_as_follower(replica_id, w.fetch_offset, w.last_fetched_epoch,
                                            w.current_leader_epoch, limit, broker.now_ms())
         else:
+            preferred = part.core.preferred_read_replica(w.fetch_offset, rack, racks, broker.now_ms()) if rack else -1
+            if preferred >= 0:
+                # Go to the replica in your rack: no records from here (Kafka's answer).
+                hw, lso = part.high_watermark, part.log_start_offset
+                results.append(ReadResult(ErrorCode.NONE, hw, hw, lso, preferred_read_replica=preferred))
+                continue
             result = part.read(w.fetch_offset, limit, min_one_message=(total == 0),
-                               current_leader_epoch=w.current_leader_epoch)
+                               current_leader_epoch=w.current_leader_epoch, allow_follower=allow_follower)
         size = len(result.records)
         total += size
         remaining = max(0, remaining - size)
@@ -163,27 +187,42 @@ async def fetch(broker, api_version: int, request) -> Any:
         wanted = [_resolve(broker, api_version, key[0] if api_version < 13 else None,
                            key[0] if api_version >= 13 else None, key[1], cp) for key, cp in decision.partitions]
     max_bytes = max(0, min(int(request.max_bytes), MAX_RESPONSE_BYTES))
-    results, total = _read_all(broker, wanted, max_bytes, request)
+    results, total = _read_all(broker, wanted, max_bytes, request, api_version)
 
     max_wait_ms = max(0, min(int(request.max_wait.total_seconds() * 1000), MAX_WAIT_MS))
     min_bytes = int(request.min_bytes)
-    has_error = any(r.error_code != ErrorCode.NONE for r in results)
+    # An error or a preferred read replica (KIP-392) is answered at once.
+    has_error = any(r.error_code != ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
     if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
         parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
-        # Woken by high watermark movement: only bytes below it count.
+        # A consumer is woken by high watermark movement (only bytes below it
+        # count); a follower reads up to the log end offset, so any append
+        # past its fetch offset answers it (replica.fetch.min.bytes is 1 by default).
+        follower = _replica_id(request) >= 0
         start = [p.visible_bytes for p in parts]
+
+        leading = [p.is_leader for p in parts]
 
         def ready() -> bool:
             arrived = total
-            for p, before in zip(parts, start):
-                if not p.is_leader or broker.partitions.get(p.key) is not p:
+            for w, p, before, was_leader in zip(wanted, parts, start, leading):
+                if p.is_leader != was_leader or broker.partitions.get(p.key) is not p:
                     return True  # leadership moved or topic deleted: answer now
+                if follower:
+                    if p.log_end_offset > w.fetch_offset:
+                        return True
+                    continue
+                if not was_leader:
+                    # A consumer reading from this follower (KIP-392): its HW moved past.
+                    if p.high_watermark > w.fetch_offset:
+                        return True
+                    continue
                 arrived += p.visible_bytes - before
             return arrived >= min_bytes
 
         op = DelayedFetch([p.key for p in parts], ready)
         await wait_for(broker.fetch_purgatory, op, max_wait_ms)
-        results, total = _read_all(broker, wanted, max_bytes, request)
+        results, total = _read_all(broker, wanted, max_bytes, request, api_version)
     elif max_wait_ms > 0 and not wanted and decision is not None and decision.incremental:
         # An empty session still long-polls (a fetcher that forgot every partition).
         await trio.sleep(max_wait_ms / 1000)
@@ -200,7 +239,8 @@ def _response(api_version: int, wanted: list[_Wanted], results: list[ReadResult]
     for w, r in zip(wanted, results):
         entry = per_topic.setdefault(w.topic_key, (w.name if api_version < 13 else None, w.topic_id, []))
         entry[2].append(
-            (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records)
+            (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
+             r.diverging, r.preferred_read_replica)
         )
     body = encode_fetch_response(api_version, ErrorCode.NONE, session_id, list(per_topic.values()))
     return PreEncoded(response_class(FETCH, api_version), body)
