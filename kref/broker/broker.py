@@ -154,6 +154,10 @@ class Broker:
         # Called (no arguments) once the nursery runs, before listeners open,
         # e.g. to start loading coordinator state in the background.
         self.on_serving: list[Callable[[], None]] = []
+        # Called as hook(topic, partition, role, leader_epoch) after the replica
+        # manager made a hosted partition "leader" or "follower", or dropped it
+        # ("none"): the group coordinator follows __consumer_offsets leadership.
+        self.on_partition_role: list[Callable[[str, int, str, int], None]] = []
 
     # --- clock -----------------------------------------------------------------
 
@@ -196,7 +200,11 @@ class Broker:
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
-        self._delete_stray_logs()
+        self.replica_manager.on_partition_role = self.on_partition_role
+        if self.config.process_roles is None:
+            # A KRaft node learns its topics from __cluster_metadata after the
+            # start (ClusterView): its logs are not stray before that replay.
+            self._delete_stray_logs()
         # A new leadership term for every partition, durable before it leads:
         # an epoch is never reused across restarts (KIP-101).
         image = self.metadata.image
@@ -498,9 +506,12 @@ class Broker:
             alter_partition=self._alter_partition,
         )
 
-    def _alter_partition(self, part: Partition, request: core.AlterPartition) -> core.AlterPartitionResponse:
+    def _alter_partition(self, part: Partition, request: core.AlterPartition) -> core.AlterPartitionResponse | None:
         """The single broker is its own controller: AlterPartition is checked against
         the image (Kafka's controller rules) and committed as a PartitionChangeRecord."""
+        kraft = getattr(self, "kraft", None)
+        if kraft is not None and kraft.is_cluster_topic(part.topic):
+            return kraft.alter_partition(part, request)  # to the active controller
         registration = self.image.partition(part.topic, part.partition)
         topic = self.image.topic(part.topic)
         if registration is None or topic is None:
@@ -522,6 +533,14 @@ class Broker:
         log_ = self.log_manager.get_log(name, partition) if self.log_manager is not None else None
         latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
         return latest if latest is not None else -1
+
+    def apply_cluster_records(self, records: list[mr.MetadataRecord]) -> None:
+        """A KRaft node: records committed to __cluster_metadata (ClusterView), replayed
+        into the one image; the replica manager acts on the delta. They are durable in
+        the metadata log already, so nothing is written here."""
+        delta = self.metadata.image.apply(records)
+        self._topic_views = None
+        self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
 
     def commit_metadata(self, records: list[mr.MetadataRecord]) -> None:
         """Commit records as this single broker's own controller (e.g. a producer id block)."""

@@ -162,6 +162,13 @@ class BrokerConfig:
     )
     # replication (one broker today; the replica core is written for more)
     replica_lag_time_max_ms: int = _prop("replica.lag.time.max.ms", _int(0, _I64), "30000")
+    # the replica fetchers (kref/broker/replica_fetcher.py): Kafka's long poll and bounds
+    replica_fetch_wait_max_ms: int = _prop("replica.fetch.wait.max.ms", _int(0, _I32), "500")
+    replica_fetch_min_bytes: int = _prop("replica.fetch.min.bytes", _int(1, _I32), "1")
+    replica_fetch_max_bytes: int = _prop("replica.fetch.max.bytes", _int(0, _I32), "1048576")
+    replica_fetch_response_max_bytes: int = _prop("replica.fetch.response.max.bytes", _int(0, _I32), "10485760")
+    replica_fetch_backoff_ms: int = _prop("replica.fetch.backoff.ms", _int(0, _I32), "1000")
+    replica_socket_timeout_ms: int = _prop("replica.socket.timeout.ms", _int(1, _I32), "30000")
     unclean_leader_election_enable: bool = _prop("unclean.leader.election.enable", _bool, "false", dynamic=True)
     # group coordinator and __consumer_offsets
     offsets_topic_num_partitions: int = _prop("offsets.topic.num.partitions", _int(1, _I32), "50")

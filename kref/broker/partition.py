@@ -40,6 +40,7 @@ from kref.broker.resources import resource_warning
 from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidMagicError, InvalidRecordError
 from kref.records.header import BatchHeader
+from kref.replication import follower as fcore
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NullTraceSink, TraceSink
@@ -48,6 +49,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from kref.storage.log import Log
 
 log = logging.getLogger(__name__)
+
+_FOLLOWER_EFFECTS = (
+    fcore.AppendAsFollower,
+    fcore.TruncateLog,
+    fcore.TruncateFullyAndStartAt,
+    fcore.IncrementLogStartOffset,
+    fcore.FetchBackoff,
+)
 
 
 def error_code_for(exc: BaseException) -> int:
@@ -85,6 +94,8 @@ class ReadResult:
     last_stable_offset: int
     log_start_offset: int
     records: bytes = b""
+    # A follower whose log diverges (KIP-320): truncate to this epoch's end.
+    diverging: tuple[int, int] | None = None
 
 
 class Partition:
@@ -99,7 +110,7 @@ class Partition:
         fetch_purgatory: Purgatory,
         trace: TraceSink | None = None,
         replica_lag_time_max_ms: int = 30_000,
-        alter_partition: Callable[[Partition, core.AlterPartition], core.AlterPartitionResponse] | None = None,
+        alter_partition: Callable[[Partition, core.AlterPartition], core.AlterPartitionResponse | None] | None = None,
     ) -> None:
         self.log = log_
         # The controller this leader sends AlterPartition to (the Broker's local
@@ -120,6 +131,10 @@ class Partition:
             tracing=self.trace.enabled,
         )
         self._request_ids = 0
+        # Follower side: records of the fetch response being applied, and the
+        # time before which this partition is not fetched (replica.fetch.backoff.ms).
+        self._follower_records: bytes = b""
+        self.fetch_backoff_until_ms = 0
         # Bytes that became readable by consumers (below the high watermark)
         # so far: a parked fetch compares it with the value it saw to tell
         # whether min_bytes have arrived. Appends wait in `_above_hw` (last
@@ -154,7 +169,7 @@ class Partition:
 
     # ------------------------------------------------------------ effects
 
-    def _apply(self, effects: list[core.Effect], now_ms: int) -> list[core.Effect]:
+    def _apply(self, effects: list[core.Effect], now_ms: int, *, backoff_ms: int = 1000) -> list[core.Effect]:
         """Carry out the side effects; return those the caller answers with."""
         answers: list[core.Effect] = []
         alter_requests: list[core.AlterPartition] = []
@@ -173,6 +188,8 @@ class Partition:
                 woke = True
             elif isinstance(effect, core.AssignLeaderEpoch):
                 self.log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
+            elif isinstance(effect, _FOLLOWER_EFFECTS):
+                self._carry_out_follower(effect, now_ms, backoff_ms)
             elif isinstance(effect, core.AlterPartition):
                 # To the controller (the single broker's local metadata source);
                 # its answer is stepped once these effects are carried out.
@@ -189,8 +206,13 @@ class Partition:
             self.fetch_purgatory.check_and_complete(self.key)
         for request in alter_requests:
             response = self.alter_partition(self, request)
-            answers += self._apply(self.core.step(response, now_ms), now_ms)
+            if response is not None:  # None: sent to a remote controller, answered later
+                answers += self._apply(self.core.step(response, now_ms), now_ms)
         return answers
+
+    def on_alter_partition_response(self, response: core.AlterPartitionResponse, now_ms: int) -> None:
+        """A remote controller's answer to this leader's AlterPartition."""
+        self._apply(self.core.step(response, now_ms), now_ms)
 
     # ------------------------------------------------------------ leadership
 
@@ -252,9 +274,94 @@ class Partition:
                     log_start_offset=self.log.log_start_offset,
                     log_end_offset=self.log.log_end_offset,
                     high_watermark=self.log.high_watermark or 0,
+                    last_fetched_epoch=self._last_log_epoch(),
                 ),
                 now_ms,
             ), now_ms)
+        # A follower has nothing for consumers or acks=all waiters: wake them to answer.
+        self.produce_purgatory.check_and_complete(self.key)
+        self.fetch_purgatory.check_and_complete(self.key)
+
+    def _last_log_epoch(self) -> int:
+        latest = self.log.leader_epoch_cache.latest_epoch
+        return latest if latest is not None and latest >= 0 else core.NO_EPOCH
+
+    # ------------------------------------------------------------ follower (the replica fetcher's driver)
+
+    def follower_fetch_due(self, now_ms: int) -> fcore.SendFetch | fcore.SendOffsetsForLeaderEpoch | None:
+        """FollowerFetch: what to ask the leader for this partition (None: nothing now)."""
+        if now_ms < self.fetch_backoff_until_ms:
+            return None
+        for effect in self._apply(self.core.step(fcore.FollowerFetchDue(), now_ms), now_ms):
+            if isinstance(effect, (fcore.SendFetch, fcore.SendOffsetsForLeaderEpoch)):
+                return effect
+        return None
+
+    def on_fetch_response(
+        self,
+        request: fcore.SendFetch,
+        *,
+        error_code: int,
+        high_watermark: int,
+        log_start_offset: int,
+        diverging_epoch: int,
+        diverging_end_offset: int,
+        records: bytes | None,
+        now_ms: int,
+        backoff_ms: int,
+    ) -> None:
+        """The leader's answer for this partition: the core decides, the Log carries it out."""
+        local = None
+        if diverging_epoch >= 0:
+            local = self.log.leader_epoch_cache.end_offset_for(diverging_epoch, self.log.log_end_offset)
+            if local[0] < 0:
+                local = None
+        event = fcore.FetchResponseReceived(
+            request.current_leader_epoch, request.fetch_offset, error_code, high_watermark, log_start_offset,
+            bool(records), diverging_epoch, diverging_end_offset, local,
+        )
+        self._follower_records = records or b""
+        try:
+            self._apply(self.core.step(event, now_ms), now_ms, backoff_ms=backoff_ms)
+        finally:
+            self._follower_records = b""
+
+    def _carry_out_follower(self, effect: core.Effect, now_ms: int, backoff_ms: int) -> None:
+        """AppendAsFollower / TruncateLog / TruncateFullyAndStartAt / IncrementLogStartOffset /
+        FetchBackoff on the Log; the outcome goes back into the core."""
+        if isinstance(effect, fcore.AppendAsFollower):
+            before = self.log.log_end_offset
+            try:
+                info = self.log.append_as_follower(self._follower_records, now_ms)
+            except Exception as exc:  # noqa: BLE001 - a bad batch from the leader: retry later, loudly
+                log.warning("%s-%d: follower append at %d failed: %s", self.topic, self.partition, before, exc)
+                self.fetch_backoff_until_ms = now_ms + backoff_ms
+                return
+            after = self.log.log_end_offset
+            first, last = (info.first_offset, info.last_offset) if info.first_offset >= 0 else (before, before - 1)
+            self._apply(self.core.step(core.FollowerAppended(
+                first, last, after, effect.leader_high_watermark, self._last_log_epoch(),
+                effect.leader_log_start_offset), now_ms), now_ms, backoff_ms=backoff_ms)
+            self.log.update_high_watermark(self.core.high_watermark)
+        elif isinstance(effect, fcore.TruncateLog):
+            self.log.truncate_to(effect.offset)
+            self._apply(self.core.step(core.FollowerTruncated(
+                self.log.log_end_offset, self._last_log_epoch()), now_ms), now_ms, backoff_ms=backoff_ms)
+            self.log.update_high_watermark(self.core.high_watermark)
+        elif isinstance(effect, fcore.TruncateFullyAndStartAt):
+            self.log.truncate_fully_and_start_at(effect.offset)
+            self._apply(self.core.step(core.FollowerTruncated(
+                self.log.log_end_offset, core.NO_EPOCH, log_start_offset=effect.offset), now_ms), now_ms,
+                backoff_ms=backoff_ms)
+            self.log.update_high_watermark(self.core.high_watermark)
+        elif isinstance(effect, fcore.IncrementLogStartOffset):
+            try:
+                self.log.maybe_increment_log_start_offset(effect.offset)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s-%d: cannot follow the leader's log start %d: %s", self.topic, self.partition,
+                            effect.offset, exc)
+        elif isinstance(effect, fcore.FetchBackoff):
+            self.fetch_backoff_until_ms = now_ms + backoff_ms
 
     def tick(self, now_ms: int) -> None:
         self._apply(self.core.step(core.Tick(), now_ms), now_ms)
@@ -359,7 +466,11 @@ class Partition:
             replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end), now_ms), now_ms)
         for answer in answers:
             if isinstance(answer, core.RespondFollowerFetch):
-                if answer.error_code != ErrorCode.NONE or answer.diverging_epoch != core.NO_EPOCH:
+                if answer.diverging_epoch != core.NO_EPOCH:
+                    return ReadResult(answer.error_code, answer.high_watermark, answer.high_watermark,
+                                      answer.log_start_offset,
+                                      diverging=(answer.diverging_epoch, answer.diverging_end_offset))
+                if answer.error_code != ErrorCode.NONE:
                     return ReadResult(answer.error_code, answer.high_watermark, answer.high_watermark,
                                       answer.log_start_offset)
                 try:

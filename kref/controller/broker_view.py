@@ -1,14 +1,21 @@
-"""A broker's view of the committed cluster metadata, until the metadata image lands.
+"""A broker's view of the committed cluster metadata: __cluster_metadata -> image -> replicas.
 
 Theory of operation
 -------------------
 In a KRaft cluster a broker learns everything about the cluster from the
 metadata log: which brokers are registered and unfenced (and where they
 listen), which topics exist with which ids, and each partition's replicas,
-isr, leader and leader_epoch. `ClusterView` replays the committed records
-the node's RaftNode hands over into a replay-only ControllerCore (so the
-meaning of each record is decided in one place, ControllerCore._apply) and
-answers the broker's handlers from it:
+isr, leader, leader_epoch and partition_epoch. `ClusterView` takes the
+committed records the node's RaftNode hands over and gives them to the
+broker (`Broker.apply_cluster_records`), which replays them into its one
+MetadataImage (kref/metadata/image.py, the same replay the controller core
+uses) and hands the delta to its replica manager: only the brokers a
+partition names as replicas create its log, the leader's replica core gets
+BecomeLeader and the others BecomeFollower with the image's epochs, and the
+replica fetchers (kref/broker/replica_fetcher.py) follow the leaders. A
+partition that no longer names this broker loses its local log.
+
+It answers the broker's handlers from the image:
 
 - Metadata and DescribeCluster list the unfenced brokers with their
   endpoint on the connection's listener, the active controller, and each
@@ -18,15 +25,13 @@ answers the broker's handlers from it:
   too); the broker answers once the controller has committed the change and
   this broker's view shows it.
 
-It also keeps the broker's local storage in step with the view: a topic in
-the committed metadata gets its local partition logs on every broker (with
-the cluster's topic id), and a removed topic is deleted locally.
+Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch need nothing from
+here: each partition's replica core refuses what it does not lead
+(NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH).
 
-What this is not yet: the metadata image and replica manager of
-kref/metadata (issue 8): a broker stores every partition locally and does
-not refuse produce or fetch for partitions it does not lead, and followers
-do not replicate (issue 10). Partition leaders and isr come from the
-controller's decisions, not from the brokers' replica cores.
+Until __consumer_offsets is created through the controller, a node's
+internal topics still come from its local metadata source; both sources feed
+the same image (their topics never overlap).
 """
 
 from __future__ import annotations
@@ -38,70 +43,76 @@ from typing import Any
 
 import trio
 
-from kref.controller import controller as c
 from kref.controller.raft_driver import RaftNode
+from kref.metadata import records as mr
 from kref.metadata import serde
+from kref.metadata.image import MetadataImage, MetadataImageError, PartitionImage
 from kref.controller.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
+from kref.replication import replica as core
 
 log = logging.getLogger("kref.cluster_view")
 
 FORWARD_TIMEOUT_S = 15.0
 CREATE_TOPICS = 19
+ALTER_PARTITION = 56
 
 
 class ClusterView:
-    def __init__(self, raft: RaftNode, broker: Any) -> None:
+    def __init__(self, raft: RaftNode, broker: Any, lifecycle: Any = None) -> None:
         self.raft = raft
         self.broker = broker
-        self.state = c.ControllerCore(broker.node_id, tracing=False)
+        # Its broker_epoch goes into AlterPartition (the controller checks it).
+        self.lifecycle = lifecycle
+        # Topics that came from __cluster_metadata (the rest are local internal ones).
+        self.cluster_topics: set[str] = set()
         self.changed = trio.Event()
         raft.on_commit.append(self._on_commit)
         broker.kraft = self  # the handlers' hook
 
-    # ------------------------------------------------------------ log -> view -> local storage
+    @property
+    def image(self) -> MetadataImage:
+        return self.broker.image
+
+    # ------------------------------------------------------------ log -> image -> replica manager
 
     def _on_commit(self, records: list[tuple[int, bytes]]) -> None:
+        decoded = []
         for offset, value in records:
-            self.state.step(c.Replay(offset, (serde.decode(value),)), 0)
-        self._sync_local_topics()
+            try:
+                decoded.append(serde.decode(value))
+            except Exception as exc:  # noqa: BLE001 - a record we cannot read is skipped, loudly
+                log.error("node %d: metadata record at offset %d unreadable: %s", self.broker.node_id, offset, exc)
+        for record in decoded:
+            try:
+                self.broker.apply_cluster_records([record])
+                if isinstance(record, mr.TopicRecord):
+                    self.cluster_topics.add(record.name)
+                elif isinstance(record, mr.RemoveTopicRecord):
+                    self.cluster_topics -= {n for n in self.cluster_topics if n not in self.image.topics}
+            except MetadataImageError as exc:
+                log.warning("node %d: metadata record not applied: %s", self.broker.node_id, exc)
         self.changed.set()
         self.changed = trio.Event()
-
-    def _sync_local_topics(self) -> None:
-        from kref.broker.broker import INTERNAL_TOPICS, BrokerError
-
-        for name, topic in sorted(self.state.topics.items()):
-            local = self.broker.get_topic(name)
-            try:
-                if local is not None and local.topic_id != topic.topic_id:
-                    self.broker.delete_topic(name)
-                    local = None
-                if local is None:
-                    self.broker.create_topic(
-                        name, len(topic.partitions), -1, {}, allow_internal=True, topic_id=topic.topic_id
-                    )
-                elif local.num_partitions < len(topic.partitions):
-                    self.broker.create_partitions(name, len(topic.partitions))
-            except BrokerError as exc:
-                log.warning("node %d: cannot store topic %s locally: %s", self.broker.node_id, name, exc)
-        for name in list(self.broker.topics):
-            if name not in self.state.topics and name not in INTERNAL_TOPICS:
-                try:
-                    self.broker.delete_topic(name)
-                except BrokerError as exc:
-                    log.warning("node %d: cannot delete topic %s locally: %s", self.broker.node_id, name, exc)
 
     # ------------------------------------------------------------ queries for the handlers
 
     def controller_id(self) -> int:
         return self.raft.core.leader_id
 
+    def broker_endpoint(self, broker_id: int, listener_name: str | None) -> tuple[str, int] | None:
+        """(host, port) of an unfenced broker on `listener_name` (else its first listener)."""
+        b = self.image.brokers.get(broker_id)
+        if b is None or b.fenced or not b.end_points:
+            return None
+        endpoint = next((e for e in b.end_points if e.name == listener_name), b.end_points[0])
+        return endpoint.host or "127.0.0.1", endpoint.port
+
     def brokers(self, listener_name: str) -> list[tuple[int, str, int, str | None]]:
         """(node_id, host, port, rack) of the unfenced brokers on `listener_name`."""
         out = []
-        for broker_id, b in sorted(self.state.brokers.items()):
+        for broker_id, b in sorted(self.image.brokers.items()):
             if b.fenced:
                 continue
             endpoint = next((e for e in b.end_points if e.name == listener_name), b.end_points[0] if b.end_points else None)
@@ -109,12 +120,56 @@ class ClusterView:
                 out.append((broker_id, endpoint.host, endpoint.port, b.rack))
         return out
 
-    def partition(self, topic: str, partition: int) -> c.Partition | None:
-        t = self.state.topics.get(topic)
-        return t.partitions.get(partition) if t is not None else None
+    def partition(self, topic: str, partition: int) -> PartitionImage | None:
+        return self.image.partition(topic, partition)
 
     def has_topic(self, name: str) -> bool:
-        return name in self.state.topics
+        return name in self.image.topics
+
+    # ------------------------------------------------------------ AlterPartition (KIP-497)
+
+    def is_cluster_topic(self, name: str) -> bool:
+        return name in self.cluster_topics
+
+    def alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse | None:
+        """Send a leader's AlterPartition to the active controller; the answer reaches
+        the partition's core later (None now). Without a running broker: refused now."""
+        if self.broker.nursery is None:
+            return core.AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, request.leader_epoch, frozenset(), -1)
+        self.broker.start_soon(self._send_alter_partition, part, request)
+        return None
+
+    async def _send_alter_partition(self, part: Any, request: core.AlterPartition) -> None:
+        topic = self.image.topic(part.topic)
+        code, leader_epoch, isr, partition_epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, request.leader_epoch, (), -1
+        if topic is not None:
+            cls = request_class(ALTER_PARTITION, 2)
+            m = sys.modules[cls.__module__]
+            body = cls(
+                broker_id=self.broker.node_id,
+                broker_epoch=self.lifecycle.broker_epoch if self.lifecycle is not None else -1,
+                topics=(m.TopicData(topic_id=topic.topic_id, partitions=(m.PartitionData(
+                    partition_index=part.partition, leader_epoch=request.leader_epoch,
+                    new_isr=tuple(sorted(request.new_isr)), leader_recovery_state=0,
+                    partition_epoch=request.partition_epoch),)),),
+            )
+            try:
+                response = await self.forward(body)
+                p = response.topics[0].partitions[0]
+                code = response.error_code or p.error_code
+                leader_epoch, isr, partition_epoch = p.leader_epoch, tuple(p.isr), p.partition_epoch
+            except (OSError, ConnectionError, trio.TooSlowError, IndexError, AttributeError) as exc:
+                log.info("node %d: AlterPartition %s-%d failed: %s", self.broker.node_id, part.topic, part.partition, exc)
+                code = ErrorCode.REQUEST_TIMED_OUT
+        if self.broker.partitions.get(part.key) is part:
+            part.on_alter_partition_response(
+                core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch)),
+                self.broker.now_ms(),
+            )
+
+    def partition_count(self, name: str) -> int | None:
+        t = self.image.topics.get(name)
+        return len(t.partitions) if t is not None else None
 
     # ------------------------------------------------------------ forwarding
 
@@ -165,6 +220,6 @@ class ClusterView:
     async def create_partitions(self, request: Any) -> Any:
         counts = {t.name: t.count for t in request.topics}
         return await self._forward_then_wait(request, lambda response: all(
-            len(self.state.topics[t.name].partitions) >= counts[t.name]
-            for t in response.results if t.error_code == ErrorCode.NONE and t.name in self.state.topics
+            len(self.image.topics[t.name].partitions) >= counts[t.name]
+            for t in response.results if t.error_code == ErrorCode.NONE and t.name in self.image.topics
         ))

@@ -56,6 +56,7 @@ log = logging.getLogger("kref.controller")
 
 BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
 ALLOCATE_PRODUCER_IDS = 67
+ALTER_PARTITION = 56
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -191,6 +192,7 @@ class ControllerDriver:
         router.register(DELETE_TOPICS, 1, 6, self._handle_delete_topics)
         router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
         router.register(ALLOCATE_PRODUCER_IDS, 0, 0, self._handle_allocate_producer_ids)
+        router.register(ALTER_PARTITION, 2, 2, self._handle_alter_partition)
 
     async def _handle_delete_topics(self, ctx: RequestContext, request: Any) -> Any:
         response_type = response_class(DELETE_TOPICS, ctx.api_version)
@@ -290,6 +292,25 @@ class ControllerDriver:
         return cls(throttle_time=_zero(), error_code=reply.error_code,
                    producer_id_start=getattr(reply, "producer_id_start", -1),
                    producer_id_len=getattr(reply, "producer_id_len", 0))
+
+
+    async def _handle_alter_partition(self, ctx: RequestContext, request: Any) -> Any:
+        """KIP-497 from a partition leader (v2: topic ids, plain isr); the core decides."""
+        cls, m = _kio(ALTER_PARTITION, 2, "response")
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                reply = await self.request(lambda rid, t=topic, p=p: c.AlterPartition(
+                    rid, request.broker_id, request.broker_epoch, t.topic_id, p.partition_index,
+                    p.leader_epoch, p.partition_epoch, tuple(p.new_isr)))
+                partitions.append(m.PartitionData(
+                    partition_index=p.partition_index, error_code=reply.error_code,
+                    leader_id=getattr(reply, "leader", -1), leader_epoch=getattr(reply, "leader_epoch", -1),
+                    isr=tuple(getattr(reply, "isr", ())), leader_recovery_state=0,
+                    partition_epoch=getattr(reply, "partition_epoch", -1)))
+            topics.append(m.TopicData(topic_id=topic.topic_id, partitions=tuple(partitions)))
+        return cls(throttle_time=_zero(), error_code=ErrorCode.NONE, topics=tuple(topics))
 
 
 async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:

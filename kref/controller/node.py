@@ -130,7 +130,10 @@ def run(args: Any, config: BrokerConfig) -> int:
     if broker is not None:
         from kref.controller.broker_view import ClusterView
 
-        ClusterView(raft, broker)  # hooks itself in as broker.kraft
+        from kref.broker.replica_fetcher import ReplicaFetcherManager
+
+        view = ClusterView(raft, broker, lifecycle)  # hooks itself in as broker.kraft
+        fetchers = ReplicaFetcherManager(broker, view)
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -145,6 +148,7 @@ def run(args: Any, config: BrokerConfig) -> int:
 
                     await nursery.start(serve, broker, client_router)
                     await nursery.start(lifecycle.run)
+                    await nursery.start(fetchers.run)
                 log.info(
                     "kref node %d started (process.roles %s, cluster.id %s)",
                     config.node_id, ",".join(config.process_roles), cluster_id,

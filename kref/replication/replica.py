@@ -60,6 +60,13 @@ import enum
 from dataclasses import dataclass, field
 
 from kref.protocol.errors import ErrorCode
+from kref.replication.follower import (
+    EpochEndOffsetReceived,
+    FetchResponseReceived,
+    FetchState,
+    FollowerFetchDue,
+    FollowerSide,
+)
 from kref.trace import events as trace
 
 
@@ -105,6 +112,11 @@ class BecomeFollower:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    # The epoch of the last record in the local log (NO_EPOCH when empty),
+    # and whether the Fetch version carries diverging epochs (KIP-320, v12+)
+    # or the follower must reconcile through OffsetsForLeaderEpoch first.
+    last_fetched_epoch: int = NO_EPOCH
+    truncate_on_fetch: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +165,20 @@ class FollowerAppended:
     last_offset: int
     log_end_offset: int
     leader_high_watermark: int
+    # The epoch of the last appended batch (unchanged when nothing came).
+    last_fetched_epoch: int = NO_EPOCH
+    leader_log_start_offset: int = UNKNOWN_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
 class FollowerTruncated:
-    """Follower side: the log was cut at the leader's end offset for a diverging epoch."""
+    """Follower side: the log was cut (TruncateLog / TruncateFullyAndStartAt)."""
 
     log_end_offset: int
+    # The epoch of the last record left (NO_EPOCH when the log is empty).
+    last_fetched_epoch: int = NO_EPOCH
+    # Set by TruncateFullyAndStartAt: the new, empty log starts here.
+    log_start_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +215,9 @@ Event = (
     | LogStartOffsetAdvanced
     | AlterPartitionResponse
     | Tick
+    | FollowerFetchDue
+    | FetchResponseReceived
+    | EpochEndOffsetReceived
 )
 
 # ---------------------------------------------------------------- effects
@@ -311,7 +333,7 @@ class InvariantViolation(AssertionError):
 
 
 @dataclass(slots=True)
-class PartitionReplica:
+class PartitionReplica(FollowerSide):
     topic: str
     partition: int
     replica_id: int  # this broker's node id
@@ -336,6 +358,12 @@ class PartitionReplica:
     # The isr this leader proposed in an AlterPartition still in flight (one at
     # a time); None when none is. The HW counts isr | pending_isr.
     pending_isr: frozenset[int] | None = None
+    # Follower side (kref/replication/follower.py): the epoch of the last
+    # record in the local log, how the next request is built, and whether
+    # the Fetch version has diverging epochs.
+    last_fetched_epoch: int = NO_EPOCH
+    fetch_state: FetchState = FetchState.FETCHING
+    truncate_on_fetch: bool = True
 
     # ------------------------------------------------------------ queries
 
@@ -437,6 +465,12 @@ class PartitionReplica:
                 self._on_log_start_offset_advanced(event)
             case AlterPartitionResponse():
                 self._on_alter_partition_response(event, now_ms, out)
+            case FollowerFetchDue():
+                self._on_follower_fetch_due(now_ms, out)
+            case FetchResponseReceived():
+                self._on_fetch_response(event, now_ms, out)
+            case EpochEndOffsetReceived():
+                self._on_epoch_end_offset(event, now_ms, out)
             case _:
                 raise TypeError(f"not a replica event: {event!r}")
         return out
@@ -531,6 +565,7 @@ class PartitionReplica:
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
+        self._start_following(e.last_fetched_epoch, e.truncate_on_fetch, now_ms, out)
 
     def _on_client_produce(self, e: ClientProduce, out: list[Effect]) -> None:
         if e.min_insync_replicas is not None:
@@ -733,8 +768,20 @@ class PartitionReplica:
     def _on_follower_appended(self, e: FollowerAppended, now_ms: int, out: list[Effect]) -> None:
         if self.role is not Role.FOLLOWER:
             raise InvariantViolation("FollowerAppended on a replica that is not a follower")
+        if e.log_end_offset < self.log_end_offset:
+            raise InvariantViolation(f"follower log end offset went back from {self.log_end_offset} to {e.log_end_offset}")
+        moved = e.log_end_offset > self.log_end_offset
+        if moved and e.last_fetched_epoch != NO_EPOCH:
+            self.last_fetched_epoch = e.last_fetched_epoch
         self.log_end_offset = e.log_end_offset
-        self.high_watermark = min(e.leader_high_watermark, self.log_end_offset)
+        high_watermark = min(e.leader_high_watermark, self.log_end_offset)
+        if not moved and high_watermark == self.high_watermark:
+            if e.leader_log_start_offset >= 0:
+                self._follow_log_start_offset(e.leader_log_start_offset, out)
+            return  # an empty answer changed nothing: no action
+        self.high_watermark = high_watermark
+        if e.leader_log_start_offset >= 0:
+            self._follow_log_start_offset(e.leader_log_start_offset, out)
         self._emit(
             out,
             trace.FollowerAppend,
@@ -751,6 +798,11 @@ class PartitionReplica:
         if self.role is not Role.FOLLOWER:
             raise InvariantViolation("FollowerTruncated on a replica that is not a follower")
         self.log_end_offset = e.log_end_offset
+        self.last_fetched_epoch = e.last_fetched_epoch
+        if e.log_start_offset is not None:
+            # TruncateFullyAndStartAt: an empty log at the leader's start.
+            self.log_start_offset = e.log_start_offset
+            self.high_watermark = max(self.high_watermark, e.log_start_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self._emit(
             out,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kref.replication import follower as f
 from kref.replication import replica as r
 from tests.replication.datadriven import Block, run_script
 from tests.replication.test_replica_scripts import _fmt, _ints, render_effect
@@ -66,8 +67,11 @@ class Cluster:
                                                core.high_watermark)
                     else:
                         event = r.BecomeFollower(leader, epoch, int(a.get("pe", 0)), frozenset(isr), replicas, 0,
-                                                 len(log), core.high_watermark)
-                    out += self._step(rid, event)
+                                                 len(log), core.high_watermark,
+                                                 last_fetched_epoch=log[-1] if log else r.NO_EPOCH,
+                                                 truncate_on_fetch=a.get("oflfe") != "1")
+                    for e in self._step_raw(rid, event, out):
+                        self._follower_effect(rid, e, out)
             case "produce":
                 leader = self._leader()
                 self.request_ids += 1
@@ -142,32 +146,70 @@ class Cluster:
                 out.append(f"produce {request_id} answered error_code={code}")
         self.waiting = still
 
+    @staticmethod
+    def _epoch_end_offset(log: list[int], epoch: int) -> tuple[int, int]:
+        """An epoch-cache lookup on a list log: largest epoch <= `epoch` and where it ends."""
+        epochs = [e for e in log if e <= epoch]
+        if not epochs:
+            return r.NO_EPOCH, r.UNKNOWN_OFFSET
+        found = max(epochs)
+        return found, max(i for i, e in enumerate(log) if e == found) + 1
+
+    def _follower_effect(self, rid: int, e, out: list[str]) -> None:
+        """Carry out what the follower core decided on replica `rid`'s list log."""
+        log = self.logs[rid]
+        last = lambda: log[-1] if log else r.NO_EPOCH  # noqa: E731
+        if isinstance(e, f.TruncateLog):
+            del log[e.offset:]
+            self._step_raw(rid, r.FollowerTruncated(len(log), last()), out)
+        elif isinstance(e, f.AppendAsFollower):
+            llog = self.logs[self._leader()]
+            first = len(log)
+            log.extend(llog[e.fetch_offset:])
+            self._step_raw(
+                rid,
+                r.FollowerAppended(first, len(log) - 1, len(log), e.leader_high_watermark, last(),
+                                   e.leader_log_start_offset),
+                out,
+            )
+
     def _fetch(self, follower: int, out: list[str]) -> None:
+        """One round trip of the follower core: FollowerFetchDue, the request it
+        chose (Fetch or OffsetsForLeaderEpoch), the leader's answer, the outcome."""
         leader = self._leader()
         flog, llog = self.logs[follower], self.logs[leader]
-        fcore = self.cores[follower]
-        offset = len(flog)
-        last_epoch = flog[-1] if flog else r.NO_EPOCH
-        end = None
-        if last_epoch != r.NO_EPOCH:
-            # The leader's epoch cache: largest epoch <= last_epoch, and where it ends.
-            epochs = [e for e in llog if e <= last_epoch]
-            if epochs:
-                found = max(epochs)
-                end = (found, max(i for i, e in enumerate(llog) if e == found) + 1)
-            else:
-                end = (r.NO_EPOCH, r.UNKNOWN_OFFSET)
-        effects = self._step_raw(leader, r.FetchFromFollower(follower, offset, last_epoch, fcore.leader_epoch, end), out)
-        [answer] = [e for e in effects if isinstance(e, r.RespondFollowerFetch)]
-        if answer.error_code != 0:
-            return
-        if answer.diverging_epoch != r.NO_EPOCH:
-            del flog[answer.diverging_end_offset:]
-            self._step_raw(follower, r.FollowerTruncated(len(flog)), out)
-            return
-        if offset < len(llog):
-            flog.extend(llog[offset:])
-            self._step_raw(follower, r.FollowerAppended(offset, len(flog) - 1, len(flog), answer.high_watermark), out)
+        lcore = self.cores[leader]
+        for req in self._step_raw(follower, f.FollowerFetchDue(), out):
+            if isinstance(req, f.SendOffsetsForLeaderEpoch):
+                epoch, end = self._epoch_end_offset(llog + [lcore.leader_epoch], req.leader_epoch)
+                end = min(end, len(llog))
+                local = self._epoch_end_offset(flog, epoch) if epoch != r.NO_EPOCH else None
+                out.append(f"{leader}: OffsetsForLeaderEpoch answer leader_epoch={epoch} end_offset={end}")
+                for e in self._step_raw(
+                    follower, f.EpochEndOffsetReceived(req.current_leader_epoch, req.leader_epoch, 0, epoch, end, local), out
+                ):
+                    self._follower_effect(follower, e, out)
+                return
+            if not isinstance(req, f.SendFetch):
+                continue
+            end = None
+            if req.last_fetched_epoch != r.NO_EPOCH:
+                end = self._epoch_end_offset(llog + [lcore.leader_epoch], req.last_fetched_epoch)
+                end = (end[0], min(end[1], len(llog)))
+            effects = self._step_raw(
+                leader, r.FetchFromFollower(follower, req.fetch_offset, req.last_fetched_epoch, req.current_leader_epoch, end), out
+            )
+            [answer] = [e for e in effects if isinstance(e, r.RespondFollowerFetch)]
+            local = None
+            if answer.diverging_epoch != r.NO_EPOCH:
+                local = self._epoch_end_offset(flog, answer.diverging_epoch)
+            response = f.FetchResponseReceived(
+                req.current_leader_epoch, req.fetch_offset, answer.error_code, answer.high_watermark,
+                answer.log_start_offset, req.fetch_offset < len(llog), answer.diverging_epoch,
+                answer.diverging_end_offset, local,
+            )
+            for e in self._step_raw(follower, response, out):
+                self._follower_effect(follower, e, out)
         self._complete(self.cores[leader], out)
 
 

@@ -89,7 +89,7 @@ class Harness:
                     leader=int(a["leader"]), leader_epoch=int(a["epoch"]), partition_epoch=int(a.get("pe", 0)),
                     isr=frozenset(_ints(a["isr"])), replicas=_ints(a.get("replicas", a["isr"])),
                     log_start_offset=int(a.get("lso", 0)), log_end_offset=int(a.get("leo", 0)),
-                    high_watermark=int(a.get("hw", 0)),
+                    high_watermark=int(a.get("hw", 0)), last_fetched_epoch=int(a.get("last_epoch", -1)),
                 )
             case "produce":
                 return r.ClientProduce(int(a["id"]), int(a["acks"]), int(a.get("count", 1)))

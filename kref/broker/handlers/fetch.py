@@ -24,8 +24,9 @@ and max_wait_ms.
 
 Fetch sessions (KIP-227) are not kept: the response's session_id is 0, which
 tells clients to send full fetch requests, as Kafka does when its session
-cache is full. Follower fetches (replica_id >= 0) are refused with
-ErrorCode.NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
+cache is full. Follower fetches (replica_id >= 0, or the ReplicaState of
+v15+) go to the replica core as FetchFromFollower (read up to the log end
+offset, or a diverging epoch, KIP-320) and long-poll on the log end offset.
 """
 
 from __future__ import annotations
@@ -130,14 +131,21 @@ async def fetch(broker, api_version: int, request) -> Any:
     has_error = any(r.error_code != ErrorCode.NONE for r in results)
     if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
         parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
-        # Woken by high watermark movement: only bytes below it count.
+        # A consumer is woken by high watermark movement (only bytes below it
+        # count); a follower reads up to the log end offset, so any append
+        # past its fetch offset answers it (replica.fetch.min.bytes is 1 by default).
+        follower = _replica_id(request) >= 0
         start = [p.visible_bytes for p in parts]
 
         def ready() -> bool:
             arrived = total
-            for p, before in zip(parts, start):
+            for w, p, before in zip(wanted, parts, start):
                 if not p.is_leader or broker.partitions.get(p.key) is not p:
                     return True  # leadership moved or topic deleted: answer now
+                if follower:
+                    if p.log_end_offset > w.fetch_offset:
+                        return True
+                    continue
                 arrived += p.visible_bytes - before
             return arrived >= min_bytes
 
@@ -152,7 +160,8 @@ def _response(api_version: int, request, wanted: list[_Wanted], results: list[Re
     per_topic: dict[int, list] = {}
     for w, r in zip(wanted, results):
         per_topic.setdefault(w.topic_index, []).append(
-            (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records)
+            (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
+             r.diverging)
         )
     topics = [
         (getattr(topic, "topic", None), getattr(topic, "topic_id", None), per_topic.get(i, ()))

@@ -11,9 +11,10 @@ an error code (v7+) and session id (v7+); per topic its name (v4-v12) or
 topic id (v13+, KIP-516); per partition the index, error code,
 high_watermark, last_stable_offset, log_start_offset (v5+), a null
 aborted-transactions list, preferred_read_replica -1 (v11+) and the records.
-Flexible versions (v12+, KIP-482) carry empty tag buffers: the tagged
-fields (diverging epoch, current leader, snapshot id, node endpoints) keep
-their defaults, which kio omits as well. tests/broker/test_fetch_response.py
+Flexible versions (v12+, KIP-482) carry tag buffers: empty, except the
+diverging epoch (tag 0) a leader sends a follower whose log diverges
+(KIP-320); the other tagged fields (current leader, snapshot id, node
+endpoints) keep their defaults, which kio omits as well. tests/broker/test_fetch_response.py
 checks every version byte for byte against kio's writer.
 """
 
@@ -29,9 +30,11 @@ _I32 = struct.Struct(">i")
 _TOP_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error_code, high_watermark, last_stable_offset
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
+_EPOCH_END = struct.Struct(">iq")  # diverging_epoch: epoch, end_offset
 
-# (index, error_code, high_watermark, last_stable_offset, log_start_offset, records)
-PartitionData = tuple[int, int, int, int, int, bytes | None]
+# (index, error_code, high_watermark, last_stable_offset, log_start_offset, records[, diverging])
+# where the optional diverging is (epoch, end_offset) for a follower told to truncate (v12+)
+PartitionData = tuple
 
 
 def encode_fetch_response(
@@ -49,7 +52,7 @@ def encode_fetch_response(
     for name, topic_id, partitions in topics:
         out.append(topic_key(name, topic_id, api_version >= 13, flexible))
         out.append(_count(len(partitions), flexible))
-        for index, code, high_watermark, last_stable_offset, log_start_offset, records in partitions:
+        for index, code, high_watermark, last_stable_offset, log_start_offset, records, *extra in partitions:
             if api_version >= 5:
                 out.append(_PARTITION_V5.pack(index, code, high_watermark, last_stable_offset, log_start_offset))
             else:
@@ -63,7 +66,12 @@ def encode_fetch_response(
                 out.append(_uvarint(len(records) + 1) if flexible else _I32.pack(len(records)))
                 out.append(records)
             if flexible:
-                out.append(b"\x00")  # partition tagged fields
+                diverging = extra[0] if extra else None
+                if diverging is None:
+                    out.append(b"\x00")  # partition tagged fields: none
+                else:
+                    # tag 0 diverging_epoch (KIP-320): EpochEndOffset{epoch i32, end_offset i64, no tags}
+                    out.append(b"\x01\x00\x0d" + _EPOCH_END.pack(*diverging) + b"\x00")
         if flexible:
             out.append(b"\x00")  # topic tagged fields
     if flexible:

@@ -1,0 +1,215 @@
+"""Replica fetchers: the trio tasks that carry followers' Fetch requests to their leaders.
+
+Theory of operation
+-------------------
+Kafka's ReplicaFetcherManager runs num.replica.fetchers threads per source
+broker; each owns the partitions hashed to it that follow that broker, and
+loops: build one Fetch for all of them, send it, hand each partition's answer
+to the partition, repeat. kref does the same with trio tasks:
+
+- `ReplicaFetcherManager.run` looks at the hosted partitions every
+  `SCAN_INTERVAL_S` (and when the metadata changes) and starts a
+  `fetcher_loop` for every (leader, fetcher index) that has followers and no
+  task yet; a loop ends by itself once it has none.
+- A loop asks each of its partitions what to fetch (Partition.follower_fetch_due,
+  which steps the replica core: the spec's FollowerFetch; fetch offset = log
+  end offset, last fetched epoch, current leader epoch), sends one Fetch v12
+  (replica_id = this broker, max_wait = replica.fetch.wait.max.ms, min_bytes
+  = replica.fetch.min.bytes, per-partition replica.fetch.max.bytes, response
+  bounded by replica.fetch.response.max.bytes) over one connection to the
+  leader's inter-broker listener, and hands every partition's answer to
+  Partition.on_fetch_response (the core decides append / truncate / backoff).
+
+Nothing is decided here: which offsets, what to do with an answer, when a
+partition backs off are the core's (kref/replication/follower.py). The
+fetcher only moves bytes and bounds them: one request in flight per loop,
+a response frame at most replica.fetch.response.max.bytes plus headroom, a
+socket timeout of replica.socket.timeout.ms.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+import zlib
+from typing import Any
+
+import trio
+
+from kref.protocol.codec import decode_response, encode_request, request_class, response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.framing import FrameDecoder
+from kref.replication.follower import SendFetch
+from kref.replication.replica import Role
+
+log = logging.getLogger("kref.replica_fetcher")
+
+FETCH = 1
+FETCH_VERSION = 12  # topic names, diverging epochs (KIP-320), flexible
+SCAN_INTERVAL_S = 0.05
+# Frame headroom over replica.fetch.response.max.bytes (KIP-74 lets the first
+# batch exceed it: one replica.fetch.max.bytes more, plus headers).
+FRAME_HEADROOM = 64 * 1024
+
+
+def fetcher_index(key: tuple[str, int], fetchers: int) -> int:
+    """Which of a source broker's fetchers serves a partition (stable across processes)."""
+    return zlib.crc32(f"{key[0]}-{key[1]}".encode()) % max(1, fetchers)
+
+
+class ReplicaFetcherManager:
+    def __init__(self, broker: Any, view: Any) -> None:
+        self.broker = broker
+        self.view = view
+        self.running: set[tuple[int, int]] = set()
+
+    def _followed(self) -> set[tuple[int, int]]:
+        fetchers = self.broker.config.num_replica_fetchers
+        out = set()
+        for key, part in list(self.broker.partitions.items()):
+            c = part.core
+            if c.role is Role.FOLLOWER and c.leader >= 0 and c.leader != self.broker.node_id:
+                out.add((c.leader, fetcher_index(key, fetchers)))
+        return out
+
+    def _partitions_of(self, leader: int, index: int) -> list[Any]:
+        fetchers = self.broker.config.num_replica_fetchers
+        return [
+            part
+            for key, part in list(self.broker.partitions.items())
+            if part.core.role is Role.FOLLOWER and part.core.leader == leader and fetcher_index(key, fetchers) == index
+        ]
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            while True:
+                for leader, index in sorted(self._followed() - self.running):
+                    self.running.add((leader, index))
+                    nursery.start_soon(self.fetcher_loop, leader, index)
+                with trio.move_on_after(1.0):
+                    await self.view.changed.wait()
+                await trio.sleep(SCAN_INTERVAL_S)
+
+    async def fetcher_loop(self, leader: int, index: int) -> None:
+        config = self.broker.config
+        name = f"kref-replica-fetcher-{self.broker.node_id}-{leader}-{index}"
+        stream: trio.SocketStream | None = None
+        max_frame = config.replica_fetch_response_max_bytes + config.replica_fetch_max_bytes + FRAME_HEADROOM
+        decoder = FrameDecoder(max_frame)
+        correlation_id = 0
+        backoff_s = config.replica_fetch_backoff_ms / 1000
+        try:
+            while True:
+                parts = self._partitions_of(leader, index)
+                if not parts:
+                    return
+                now = self.broker.now_ms()
+                wanted: list[tuple[Any, SendFetch]] = []
+                for part in parts:
+                    due = part.follower_fetch_due(now)
+                    if isinstance(due, SendFetch):
+                        wanted.append((part, due))
+                if not wanted:
+                    await trio.sleep(min(backoff_s, 0.1))
+                    continue
+                endpoint = self.view.broker_endpoint(leader, config.inter_broker_listener_name)
+                if endpoint is None:
+                    await trio.sleep(min(backoff_s, 0.1))
+                    continue
+                body = self._request(wanted)
+                try:
+                    with trio.fail_after(config.replica_socket_timeout_ms / 1000 + config.replica_fetch_wait_max_ms / 1000):
+                        if stream is None:
+                            stream = await trio.open_tcp_stream(*endpoint)
+                            decoder = FrameDecoder(max_frame)
+                        correlation_id += 1
+                        await stream.send_all(encode_request(body, correlation_id, name))
+                        frame = decoder.next_frame()
+                        while frame is None:
+                            data = await stream.receive_some(65536)
+                            if not data:
+                                raise ConnectionError("leader closed the connection")
+                            decoder.feed(data)
+                            frame = decoder.next_frame()
+                    got, response = decode_response(frame, response_class(FETCH, FETCH_VERSION))
+                    if got != correlation_id:
+                        raise ConnectionError(f"correlation id {got}, expected {correlation_id}")
+                except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as exc:
+                    log.info("%s: fetch from broker %d failed: %s", name, leader, exc)
+                    if stream is not None:
+                        with trio.CancelScope(shield=True):
+                            await stream.aclose()
+                    stream = None
+                    await trio.sleep(backoff_s)
+                    continue
+                self._apply(wanted, response)
+        finally:
+            self.running.discard((leader, index))
+            if stream is not None:
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+
+    def _request(self, wanted: list[tuple[Any, SendFetch]]) -> Any:
+        config = self.broker.config
+        cls = request_class(FETCH, FETCH_VERSION)
+        m = sys.modules[cls.__module__]
+        by_topic: dict[str, list] = {}
+        for part, due in wanted:
+            by_topic.setdefault(part.topic, []).append(
+                m.FetchPartition(
+                    partition=part.partition,
+                    current_leader_epoch=due.current_leader_epoch,
+                    fetch_offset=due.fetch_offset,
+                    last_fetched_epoch=due.last_fetched_epoch,
+                    log_start_offset=due.log_start_offset,
+                    partition_max_bytes=config.replica_fetch_max_bytes,
+                )
+            )
+        return cls(
+            cluster_id=None,
+            replica_id=self.broker.node_id,
+            max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms),
+            min_bytes=config.replica_fetch_min_bytes,
+            max_bytes=config.replica_fetch_response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(m.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    def _apply(self, wanted: list[tuple[Any, SendFetch]], response: Any) -> None:
+        config = self.broker.config
+        sent = {(part.topic, part.partition): (part, due) for part, due in wanted}
+        now = self.broker.now_ms()
+        for topic in response.responses:
+            for p in topic.partitions:
+                entry = sent.get((topic.topic, int(p.partition_index)))
+                if entry is None:
+                    continue
+                part, due = entry
+                if self.broker.partitions.get(part.key) is not part:
+                    continue  # deleted or replaced meanwhile
+                diverging = getattr(p, "diverging_epoch", None)
+                epoch = int(diverging.epoch) if diverging is not None else -1
+                end = int(diverging.end_offset) if diverging is not None else -1
+                records = p.records
+                if records is not None and not isinstance(records, bytes):
+                    records = bytes(records)
+                code = int(p.error_code)
+                if code != ErrorCode.NONE:
+                    log.debug("%s-%d: fetch from %d answered error %d", part.topic, part.partition, due.leader, code)
+                part.on_fetch_response(
+                    due,
+                    error_code=code,
+                    high_watermark=int(p.high_watermark),
+                    log_start_offset=int(p.log_start_offset),
+                    diverging_epoch=epoch,
+                    diverging_end_offset=end,
+                    records=records,
+                    now_ms=now,
+                    backoff_ms=config.replica_fetch_backoff_ms,
+                )

@@ -1,0 +1,148 @@
+"""Replication between three real kref processes, with real clients.
+
+`kref cluster`-style nodes (three combined broker+controller processes), a
+topic with replication factor 3 and min.insync.replicas=2, acks=all
+idempotent producers (confluent-kafka) and consumers:
+
+1. the followers replicate: every node's trace shows FollowerAppend for the
+   partition, the leader's AdvanceHighWatermark follows, and every acks=all
+   produce is acknowledged;
+2. kill -9 of the partition leader: the controller fences it and elects a
+   follower from the isr with a new leader epoch; producing and consuming
+   continue against the new leader and no acknowledged record is lost;
+3. the killed node restarts, follows the new leader (truncating as the spec
+   says if it had more), catches up and returns to the isr.
+
+Timeouts are short (session 3 s, lag 2 s, fetch wait 200 ms) so the test is
+fast; it is bounded by WAIT_S per wait and prints the quorum jitter seed.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.controller.test_quorum_processes import running_cluster, wait_until
+
+SETTINGS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
+}
+TOPIC = "replicated"
+BATCH = 200
+
+
+def _partition(admin, topic: str = TOPIC):
+    md = admin.list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or 0 not in t.partitions:
+        return None
+    return t.partitions[0]
+
+
+def _produce(bootstrap: str, start: int, count: int) -> dict[bytes, int]:
+    """acks=all idempotent produce; value -> offset of every acknowledged record."""
+    from confluent_kafka import Producer
+
+    acked: dict[bytes, int] = {}
+
+    def on_delivery(err, message):
+        if err is None:
+            acked[message.value()] = message.offset()
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+        "message.timeout.ms": 30000, "retry.backoff.ms": 100, "linger.ms": 5,
+    })
+    for i in range(start, start + count):
+        producer.produce(TOPIC, value=f"v-{i}".encode(), on_delivery=on_delivery)
+        producer.poll(0)
+    producer.flush(40)
+    return acked
+
+
+def _consume_all(bootstrap: str, expected: int) -> list[tuple[int, bytes]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append((message.offset(), message.value()))
+    consumer.close()
+    return got
+
+
+def _trace_types(spec) -> set[str]:
+    import json
+
+    path = spec.dir / "trace.ndjson"
+    types = set()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("topic") == TOPIC:
+                types.add(event.get("type"))
+    return types
+
+
+@pytest.mark.timeout(240)
+def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kref.controller.local_cluster import bootstrap_servers
+
+    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+        by_id = {s.node_id: s for s in specs}
+        bootstrap = bootstrap_servers(specs)
+        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
+        first = wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,
+                           "the topic with a leader and 3 in-sync replicas")
+
+        # 1. acks=all with two followers replicating.
+        acked = _produce(bootstrap, 0, BATCH)
+        assert len(acked) == BATCH, f"only {len(acked)} of {BATCH} acks=all produces acknowledged"
+        for node_id, spec in by_id.items():
+            if node_id != first.leader:
+                wait_until(lambda s=spec: "FollowerAppend" in _trace_types(s), f"node {node_id} to replicate")
+        assert {"LeaderAppend", "AdvanceHighWatermark", "LeaderHandleFetch"} <= _trace_types(by_id[first.leader])
+
+        # 2. kill -9 of the leader: a follower takes over with a newer epoch.
+        old_leader = first.leader
+        processes[old_leader].send_signal(signal.SIGKILL)
+        processes[old_leader].wait(timeout=10)
+        wait_until(lambda: (p := _partition(admin)) is not None and p.leader not in (-1, old_leader),
+                   "a new leader from the isr")
+        acked.update(_produce(bootstrap, BATCH, BATCH))
+        assert len(acked) == 2 * BATCH, f"only {len(acked)} of {2 * BATCH} acks=all produces acknowledged"
+
+        # 3. The old leader restarts, catches up and rejoins the isr.
+        start(by_id[old_leader])
+        wait_until(lambda: (p := _partition(admin)) is not None and old_leader in p.isrs,
+                   "the restarted node back in the isr")
+
+        got = _consume_all(bootstrap, 2 * BATCH)
+        values = [v for _, v in got]
+        offsets = [o for o, _ in got]
+        lost = set(acked) - set(values)
+        print(f"acknowledged={len(acked)} consumed={len(got)} lost={len(lost)}")
+        assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}"
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        for value, offset in acked.items():
+            assert (offset, value) in got, f"{value!r} acknowledged at {offset}, not read there"
