@@ -18,7 +18,15 @@ and the checker counts:
 - lost: acknowledged values absent from the final read of their partition;
 - moved: acknowledged values present, but at another offset than the one
   acknowledged (a log rewritten under an acknowledgement);
+- acknowledged without an offset: a delivery report whose offset is
+  unknown (-1: what a broker answers a retried batch it deduplicated
+  without recalling the original offset); only presence is checked;
 - duplicates: extra copies of a value in the final read (idempotence failed);
+- re-sent under a new producer epoch: a duplicate whose copies carry one
+  producer id but different producer epochs (from the logs on disk,
+  `writers`): the client bumped its epoch after a message timeout and sent
+  the value again (librdkafka's drain-and-bump); no broker can deduplicate
+  that, so it is reported but does not fail the run;
 - offsets out of order: the final read's offsets not strictly increasing,
   plus pairs of one producer's values in a partition whose offsets run
   against their sequence numbers (an idempotent producer keeps order);
@@ -64,6 +72,8 @@ class History:
     final: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
     observed: dict[str, dict[int, list[tuple[int, bytes]]]] = field(default_factory=dict)
     unread: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (reached, high watermark)
+    # (partition, offset) -> (producer_id, producer_epoch) from the logs on disk, when known
+    writers: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -80,6 +90,8 @@ class Report:
     unknown_absent: int = 0
     foreign: list = field(default_factory=list)
     unread: list = field(default_factory=list)
+    rebumped: list = field(default_factory=list)
+    no_offset: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -93,7 +105,9 @@ class Report:
             "read back": self.read,
             "acknowledged lost": len(self.lost),
             "acknowledged at another offset": len(self.moved),
+            "acknowledged without an offset": len(self.no_offset),
             "duplicates": len(self.duplicates),
+            "re-sent under a new producer epoch": len(self.rebumped),
             "offsets out of order": len(self.out_of_order),
             "consumer disagreements": len(self.disagreements),
             "unknown values (not ours)": len(self.foreign),
@@ -105,7 +119,8 @@ class Report:
     def table(self) -> str:
         examples = {
             "acknowledged lost": self.lost, "acknowledged at another offset": self.moved,
-            "duplicates": self.duplicates, "offsets out of order": self.out_of_order,
+            "acknowledged without an offset": self.no_offset,
+            "duplicates": self.duplicates, "re-sent under a new producer epoch": self.rebumped, "offsets out of order": self.out_of_order,
             "consumer disagreements": self.disagreements, "unknown values (not ours)": self.foreign,
             "partitions not read to the end": self.unread,
         }
@@ -133,6 +148,8 @@ def check(history: History) -> Report:
                 report.out_of_order.append(f"p{partition}: offset {offset} after {previous}")
             previous = offset
             where[value].append((partition, offset))
+            if len(where[value]) > 1:
+                continue  # a later copy: counted as a duplicate, not again as disorder
             parsed = decode_value(value)
             if parsed is None or value not in history.attempted:
                 report.foreign.append(f"p{partition}@{offset}={value!r}")
@@ -144,8 +161,14 @@ def check(history: History) -> Report:
             if producer not in last_seq or seq > last_seq[producer][0]:
                 last_seq[producer] = (seq, offset)
     for value, places in where.items():
+        first = history.writers.get(places[0])
         for partition, offset in places[1:]:
-            report.duplicates.append(f"{value.decode(errors='replace')} again at p{partition}@{offset}")
+            again = history.writers.get((partition, offset))
+            text = f"{value.decode(errors='replace')} again at p{partition}@{offset}"
+            if first is not None and again is not None and first[0] == again[0] and first[1] != again[1]:
+                report.rebumped.append(f"{text} (producer {again[0]} epoch {first[1]} -> {again[1]})")
+            else:
+                report.duplicates.append(text)
     acked_values = set()
     for value, partition, offset in history.acked:
         acked_values.add(value)
@@ -154,6 +177,8 @@ def check(history: History) -> Report:
             continue  # not read back: counted under unread, not as lost
         if not places:
             report.lost.append(f"{value.decode(errors='replace')} acked p{partition}@{offset}")
+        elif offset is None or offset < 0:
+            report.no_offset.append(f"{value.decode(errors='replace')} acked p{partition} without an offset, read @{places[0]}")
         elif offset not in places:
             report.moved.append(f"{value.decode(errors='replace')} acked p{partition}@{offset}, read @{places[0]}")
     for value in history.attempted - acked_values:

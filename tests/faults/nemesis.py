@@ -106,13 +106,18 @@ class Nemesis:
             if fault.at_s > now:
                 time.sleep(min(fault.at_s - now, max(0.0, deadline_s - now)))
             if time.monotonic() - start >= deadline_s:
+                self._say(f"{fault}: past the {deadline_s:g}s deadline, not run")
                 break
             target = self.resolve(fault)
+            retry_until = time.monotonic() + 3.0  # the cluster may be between leaders: ask again, bounded
+            while target is None and time.monotonic() < retry_until:
+                time.sleep(0.2)
+                target = self.resolve(fault)
             if target is None:
                 self._say(f"{fault}: no target known, skipped")
                 continue
             self.last_target = target
-            self._say(f"{fault} -> node {target}")
+            self._say(f"{fault} -> node {target} (at t+{time.monotonic() - start:.1f}s)")
             self.apply(fault, target, start, deadline_s)
         self.cluster.restore()
         self._say("restored: network healed, every node running")
@@ -126,10 +131,14 @@ class Nemesis:
             time.sleep(hold)
             c.start(target)
         elif fault.kind == "kill-hold":
+            self.view.refresh()
+            self._say(f"before the kill: partition 0 (leader, replicas, isr) = {self.view.partitions.get(0)}")
             c.kill(target)
             c.heal()
             self._say(f"node {target} killed, network healed; it stays down {hold:.1f}s")
             time.sleep(hold)
+            self.view.refresh()
+            self._say(f"before the restart: partition 0 (leader, replicas, isr) = {self.view.partitions.get(0)}")
             c.start(target)
         elif fault.kind == "pause":
             c.pause(target)

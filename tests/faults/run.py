@@ -31,17 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.faults import nemesis as nem
+from tests.faults import ondisk
 from tests.faults.checker import Report, check
 from tests.faults.cluster import FaultCluster, wait_until
 from tests.faults.workload import ConsumerThread, ProducerThread, final_read, history
 
 TOPIC = "jepsen"
+# Timeouts a loaded 2-core machine keeps (load 10+ is common here): the quorum's
+# 300/600 ms of tests/controller churned through dozens of epochs behind the proxy.
 BASE_SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "2000",
-    "replica.lag.time.max.ms": "1500",
+    "controller.quorum.election.timeout.ms": "1000",
+    "controller.quorum.fetch.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "400",
+    "broker.session.timeout.ms": "4000",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
     "offsets.topic.replication.factor": "1",
 }
 
@@ -68,7 +73,9 @@ class RunResult:
     def summary(self) -> str:
         c = self.report.counts()
         return (f"seed={self.seed} mode={self.mode} acked={c['acknowledged']} lost={c['acknowledged lost']} "
-                f"dup={c['duplicates']} order={c['offsets out of order']} disagree={c['consumer disagreements']} "
+                f"moved={c['acknowledged at another offset']} dup={c['duplicates']} rebumped={c['re-sent under a new producer epoch']} "
+                f"no_offset={c['acknowledged without an offset']} order={c['offsets out of order']} "
+                f"disagree={c['consumer disagreements']} unread={c['partitions not read to the end']} "
                 f"fatal={self.fatal} {self.elapsed_s:.0f}s verdict={'OK' if self.report.ok else 'ANOMALIES'}")
 
 
@@ -119,6 +126,22 @@ class View:
                    for leader, replicas, isr in self.partitions.values())
 
 
+def write_history(h, path: Path) -> None:
+    """The run's history as JSON, for a post-mortem next to the nodes' logs."""
+    import json
+
+    def entries(xs):
+        return [[o, v.decode(errors="replace")] for o, v in xs]
+
+    path.write_text(json.dumps({
+        "acked": sorted([v.decode(errors="replace"), p, o] for v, p, o in h.acked),
+        "attempted": sorted(v.decode(errors="replace") for v in h.attempted),
+        "final": {p: entries(xs) for p, xs in h.final.items()},
+        "observed": {c: {p: entries(xs) for p, xs in ps.items()} for c, ps in h.observed.items()},
+        "unread": h.unread,
+    }))
+
+
 def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean", partitions: int = 3,
               producers: int = 3, consumers: int = 2, rate: float = 40.0, rf: int | None = None,
               log=print) -> RunResult:
@@ -130,7 +153,9 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
     repro = f"python -m tests.faults.run --seed {seed} --seconds {seconds:g} --mode {mode}"
     log(f"fault run: seed={seed} mode={mode} rf={rf} seconds={seconds:g}; repro: {repro}")
     if unclean:
-        faults = nem.unclean_schedule(isr_shrink_s=5.0, fence_s=3.0, after_s=max(2.0, seconds - 10.0))
+        # The isolation outlasts replica.lag.time.max.ms (the isr shrinks to the leader), the
+        # old leader stays down past broker.session.timeout.ms (fenced, an unclean election).
+        faults = nem.unclean_schedule(isr_shrink_s=6.0, fence_s=5.0, after_s=max(2.0, seconds - 13.0))
     else:
         faults = nem.schedule(seed, seconds)
     for f in faults:
@@ -146,8 +171,9 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
         view = View(cluster, TOPIC)
         wait_until(lambda: view.settled(partitions), "the topic's leaders on every broker's metadata")
         stop_producing, stop_consuming = threading.Event(), threading.Event()
-        producer_threads = [ProducerThread(i + 1, cluster.bootstrap, TOPIC, partitions, rate / producers, stop_producing)
-                            for i in range(producers)]
+        debug_dir = base_dir if os.environ.get("KREF_FAULT_CLIENT_DEBUG") else None
+        producer_threads = [ProducerThread(i + 1, cluster.bootstrap, TOPIC, partitions, rate / producers, stop_producing,
+                                           debug_dir) for i in range(producers)]
         consumer_threads = [ConsumerThread(f"c{i + 1}", cluster.bootstrap, TOPIC, partitions, stop_consuming)
                             for i in range(consumers)]
         for t in producer_threads + consumer_threads:
@@ -181,11 +207,15 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
         stop_consuming.set()
         for t in consumer_threads:
             t.join(timeout=15)
-        report = check(history(producer_threads, consumer_threads, final, unread))
+        h = history(producer_threads, consumer_threads, final, unread)
         errors: dict[str, int] = {}
         for t in producer_threads:
             for k, n in t.errors.items():
                 errors[k] = errors.get(k, 0) + n
+    # The nodes are stopped: who wrote each record, from their logs on disk.
+    h.writers = ondisk.writers([spec.data_dir for spec in cluster.specs], TOPIC, partitions)
+    report = check(h)
+    write_history(h, base_dir / "history.json")
     result = RunResult(seed, mode, report, nemesis.events, errors, sum(t.fatal for t in producer_threads),
                        time.monotonic() - started, repro, settled)
     log(report.table())

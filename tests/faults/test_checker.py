@@ -113,3 +113,26 @@ def test_a_partition_not_read_to_the_end_fails_without_counting_loss():
     h.observed = {}
     report = check(h)
     assert not report.ok and not report.lost and report.unread == ["p1: read to 0 of 2"]
+
+
+def test_a_copy_under_a_new_producer_epoch_is_told_apart_from_a_duplicate():
+    h = clean_history()
+    value = h.final[0][0][1]
+    again = (0, len(h.final[0]))
+    h.final[0].append((again[1], value))
+    h.writers = {(0, 0): (7, 0), again: (7, 1)}
+    report = check(h)
+    assert report.ok and len(report.rebumped) == 1 and not report.duplicates, report.table()
+    h.writers[again] = (7, 0)  # the same epoch twice: the broker failed to deduplicate
+    assert not check(h).ok
+
+
+def test_an_acknowledgement_without_an_offset_only_needs_the_value_present():
+    h = clean_history()
+    value, partition, _ = h.acked[0]
+    h.acked[0] = (value, partition, None)
+    report = check(h)
+    assert report.ok and len(report.no_offset) == 1
+    h.final[partition] = [(o, v) for o, v in h.final[partition] if v != value]
+    h.observed = {}
+    assert len(check(h).lost) == 1

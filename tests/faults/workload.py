@@ -31,8 +31,11 @@ from tests.faults.checker import History, encode_value
 PRODUCER_CONFIG = {
     "acks": "all",
     "enable.idempotence": True,
-    "message.timeout.ms": 8000,
-    "request.timeout.ms": 3000,
+    # Longer than any fault plus a failover: a message that times out while in
+    # flight makes librdkafka bump the producer epoch and re-send (drain and bump),
+    # which the broker cannot deduplicate across epochs.
+    "message.timeout.ms": 20000,
+    "request.timeout.ms": 5000,
     "socket.timeout.ms": 5000,
     "topic.metadata.refresh.interval.ms": 1000,
     "metadata.max.age.ms": 3000,
@@ -53,8 +56,10 @@ CONSUMER_CONFIG = {
 
 
 class ProducerThread(threading.Thread):
-    def __init__(self, index: int, bootstrap: str, topic: str, partitions: int, rate: float, stop: threading.Event):
+    def __init__(self, index: int, bootstrap: str, topic: str, partitions: int, rate: float, stop: threading.Event,
+                 debug_dir=None):
         super().__init__(name=f"producer-{index}", daemon=True)
+        self.debug_dir = debug_dir
         self.index, self.bootstrap, self.topic, self.partitions = index, bootstrap, topic, partitions
         self.rate, self.stop = rate, stop
         self.lock = threading.Lock()
@@ -74,7 +79,17 @@ class ProducerThread(threading.Thread):
             if err.fatal():
                 fatal.set()
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "error_cb": on_error, **PRODUCER_CONFIG})
+        config = {"bootstrap.servers": self.bootstrap, "error_cb": on_error, **PRODUCER_CONFIG}
+        if self.debug_dir is not None:
+            # KREF_FAULT_CLIENT_DEBUG: librdkafka's idempotence and protocol log, one file per producer.
+            import logging
+
+            logger = logging.getLogger(f"rdkafka.{self.index}.{self.generation}")
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+            logger.addHandler(logging.FileHandler(self.debug_dir / f"producer-{self.index}-{self.generation}.log"))
+            config.update({"log_level": 7, "debug": "eos,protocol,msg,broker", "logger": logger})
+        producer = Producer(config)
         return producer, fatal
 
     def _on_delivery(self, sent_ns):
