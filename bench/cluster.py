@@ -12,6 +12,9 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   (linger.ms=0), the time from produce() to the delivery report, p50/p99 in
   ms, for both setups (anchor: p99 5 ms at much higher rates on real
   hardware);
+- the same with acks=1 on the RF=3 partition (followers replicate
+  asynchronously; anchor: Kafka kept 0.96x), to separate the cost of
+  waiting for followers from the cost of three processes;
 - follower catch-up: a follower of the RF=3 partition is killed (-9), the
   leader takes `--catchup-mb` MB with acks=1, the follower restarts; from
   the moment its log starts to grow until it holds as many bytes as the
@@ -54,6 +57,7 @@ CLUSTER_SETTINGS = {
     "broker.heartbeat.interval.ms": "300",
     "broker.session.timeout.ms": "3000",
     "replica.lag.time.max.ms": "5000",
+    "replica.fetch.wait.max.ms": "500",
     "min.insync.replicas": "2",
     "offsets.topic.replication.factor": "1",
 }
@@ -225,7 +229,13 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=300.0, help="records/s for the latency phase")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of the latency phase")
     parser.add_argument("--catchup-mb", type=int, default=20)
+    parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
     args = parser.parse_args()
+    for item in args.cluster_override:
+        key, _, val = item.partition("=")
+        CLUSTER_SETTINGS[key.strip()] = val
+    print(f"cluster settings: {CLUSTER_SETTINGS}")
     value = b"x" * args.value_bytes
     replicating = (Path(__file__).resolve().parents[1] / "kref/broker/replica_fetcher.py").exists()
     print(f"bench/cluster.py: {args.messages} x {args.value_bytes} B; latency at {args.rate:g}/s for {args.seconds:g}s;"
@@ -252,6 +262,14 @@ def main() -> int:
                   f"({cluster_lat[2]} samples)")
             print(f"ratio acks=all RF=3 / single acks=1: throughput {cluster_tput / single_tput:.2f}x; "
                   f"p50 {cluster_lat[0] / single_lat[0]:.2f}x, p99 {cluster_lat[1] / single_lat[1]:.2f}x")
+            # The same RF=3 partition with acks=1 (replication asynchronous): what the
+            # cluster costs without waiting for followers (Kreps' 0.96x row).
+            create_topic(bootstrap, "bench-async", 3)
+            async_tput = throughput(bootstrap, "bench-async", "1", args.messages, value)
+            create_topic(bootstrap, "bench-async-lat", 3)
+            async_lat = latency(bootstrap, "bench-async-lat", "1", args.rate, args.seconds, value)
+            print(f"3 nodes, acks=1, RF=3: {async_tput:,.0f} msg/s ({async_tput / single_tput:.2f}x single); "
+                  f"p50 {async_lat[0]:.2f} ms, p99 {async_lat[1]:.2f} ms")
             c = catch_up(specs, processes, restart, bootstrap, "catchup", args.catchup_mb, value)
             if c["catchup_mb_s"] is None:
                 print(f"follower catch-up: node {c['follower']} did not catch up with node {c['leader']} within "
