@@ -38,7 +38,7 @@ from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError
 from kref.broker.partition import MAX_DELAYED_FETCHES, MAX_DELAYED_PRODUCES, Partition, flush_trace_periodically
 from kref.broker.replica_manager import ReplicaManager
 from kref.metadata import records as mr
-from kref.metadata.image import MetadataImage
+from kref.metadata.image import MetadataDelta, MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
 from kref.ports.clock import Clock, SystemClock
 from kref.replication import replica as core
@@ -303,6 +303,14 @@ class Broker:
             }
         return self._topic_views
 
+    def absent_partition_error(self, name: str | None, partition: int, unknown: int) -> int:
+        """The error for a partition this broker hosts no replica of: one the
+        metadata knows lives elsewhere (NOT_LEADER_OR_FOLLOWER: the client
+        refreshes its metadata and goes to the leader, as with Kafka), else `unknown`."""
+        if name is not None and self.image.partition(name, partition) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return unknown
+
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
 
@@ -534,13 +542,29 @@ class Broker:
         latest = log_.leader_epoch_cache.latest_epoch if log_ is not None else None
         return latest if latest is not None else -1
 
-    def apply_cluster_records(self, records: list[mr.MetadataRecord]) -> None:
+    def apply_cluster_records(self, records: list[mr.MetadataRecord], *, publish: bool = True) -> MetadataDelta:
         """A KRaft node: records committed to __cluster_metadata (ClusterView), replayed
-        into the one image; the replica manager acts on the delta. They are durable in
-        the metadata log already, so nothing is written here."""
-        delta = self.metadata.image.apply(records)
+        into the one image; the replica manager acts on the delta once `publish`
+        (ClusterView holds it back while the node replays history at start). They are
+        durable in the metadata log already, so nothing is written here."""
+        def skip(record: object, exc: Exception) -> None:
+            log.warning("node %d: metadata record not applied: %s", self.node_id, exc)
+
+        delta = self.metadata.image.apply(records, on_invalid=skip)
         self._topic_views = None
-        self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
+        if publish:
+            self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
+        return delta
+
+    def publish_cluster_image(self) -> None:
+        """The node caught up with __cluster_metadata: act on the whole image at once
+        (Kafka's first metadata publication), never on the history that led to it
+        (a deposed term replayed as BecomeLeader would rewrite the epoch cache).
+        Logs the image does not know, or not here, are stray: deleted."""
+        image = self.metadata.image
+        self._topic_views = None
+        self._delete_stray_logs()
+        self.replica_manager.apply_delta(MetadataImage().apply(image.to_records()), image, self.now_ms())
 
     def commit_metadata(self, records: list[mr.MetadataRecord]) -> None:
         """Commit records as this single broker's own controller (e.g. a producer id block)."""

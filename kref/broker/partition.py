@@ -482,6 +482,19 @@ class Partition:
                                   answer.log_start_offset, bytes(data.records))
         return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1, -1)
 
+    # ------------------------------------------------------------ offsets for leader epoch
+
+    def end_offset_for_epoch(self, leader_epoch: int, current_leader_epoch: int) -> tuple[int, int, int]:
+        """OffsetsForLeaderEpoch (KIP-101/279/320): (error_code, epoch, end_offset) from the
+        leader's epoch cache: the largest epoch <= `leader_epoch` and where it ends (the
+        current epoch ends at the log end offset). Only the leader answers; a named
+        current_leader_epoch must be its own (the core's check)."""
+        error = self.core.check_leader_epoch(current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return error, core.NO_EPOCH, core.UNKNOWN_OFFSET
+        epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(leader_epoch, self.log.log_end_offset)
+        return ErrorCode.NONE, epoch, end_offset
+
     # ------------------------------------------------------------ list offsets
 
     def fetch_offset_for_timestamp(

@@ -44,9 +44,8 @@ from typing import Any
 import trio
 
 from kref.controller.raft_driver import RaftNode
-from kref.metadata import records as mr
 from kref.metadata import serde
-from kref.metadata.image import MetadataImage, MetadataImageError, PartitionImage
+from kref.metadata.image import MetadataImage, PartitionImage
 from kref.controller.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
@@ -68,6 +67,9 @@ class ClusterView:
         # Topics that came from __cluster_metadata (the rest are local internal ones).
         self.cluster_topics: set[str] = set()
         self.changed = trio.Event()
+        # False while replaying the metadata log's history at start: the image
+        # grows but the replica manager waits (see _on_commit).
+        self.caught_up = lifecycle is None
         raft.on_commit.append(self._on_commit)
         broker.kraft = self  # the handlers' hook
 
@@ -84,17 +86,20 @@ class ClusterView:
                 decoded.append(serde.decode(value))
             except Exception as exc:  # noqa: BLE001 - a record we cannot read is skipped, loudly
                 log.error("node %d: metadata record at offset %d unreadable: %s", self.broker.node_id, offset, exc)
-        for record in decoded:
-            try:
-                self.broker.apply_cluster_records([record])
-                if isinstance(record, mr.TopicRecord):
-                    self.cluster_topics.add(record.name)
-                elif isinstance(record, mr.RemoveTopicRecord):
-                    self.cluster_topics -= {n for n in self.cluster_topics if n not in self.image.topics}
-            except MetadataImageError as exc:
-                log.warning("node %d: metadata record not applied: %s", self.broker.node_id, exc)
+        delta = self.broker.apply_cluster_records(decoded, publish=self.caught_up)
+        self.cluster_topics.update(delta.created_topics)
+        self.cluster_topics.difference_update(delta.deleted_topics)
+        if not self.caught_up and self._own_registration_applied():
+            # Everything before our own registration is history: act on the
+            # image as it is now, once (Kafka publishes only a caught-up image).
+            self.caught_up = True
+            self.broker.publish_cluster_image()
         self.changed.set()
         self.changed = trio.Event()
+
+    def _own_registration_applied(self) -> bool:
+        b = self.image.brokers.get(self.broker.node_id)
+        return b is not None and self.lifecycle is not None and b.incarnation_id == self.lifecycle.incarnation_id
 
     # ------------------------------------------------------------ queries for the handlers
 

@@ -35,6 +35,7 @@ a MetadataImage too, so a record means the same on every node.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kref.metadata import records as r
@@ -124,10 +125,24 @@ class MetadataImage:
 
     # ------------------------------------------------------------ replay
 
-    def apply(self, records: "list[r.MetadataRecord] | tuple[r.MetadataRecord, ...]") -> MetadataDelta:
+    def apply(
+        self,
+        records: "list[r.MetadataRecord] | tuple[r.MetadataRecord, ...]",
+        *,
+        on_invalid: "Callable[[object, MetadataImageError], None] | None" = None,
+    ) -> MetadataDelta:
+        """Fold `records` in; one delta for all. A record that does not fit raises,
+        unless `on_invalid` is given: then it is reported there and skipped (a
+        broker replaying a committed log must not stop at one bad record)."""
         delta = MetadataDelta()
         for record in records:
-            self._apply_one(record, delta)
+            if on_invalid is None:
+                self._apply_one(record, delta)
+                continue
+            try:
+                self._apply_one(record, delta)
+            except MetadataImageError as exc:
+                on_invalid(record, exc)
         return delta
 
     def _apply_one(self, record: object, delta: MetadataDelta) -> None:

@@ -47,7 +47,8 @@ def list_offsets(broker, api_version: int, request) -> Any:
         for p in topic.partitions:
             part = broker.partitions.get((topic.name, int(p.partition_index)))
             if part is None:
-                code, ts, offset, epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
+                code = broker.absent_partition_error(topic.name, int(p.partition_index), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                ts, offset, epoch = -1, -1, -1
             else:
                 code, ts, offset, epoch = part.fetch_offset_for_timestamp(
                     int(p.timestamp),

@@ -104,7 +104,7 @@ async def produce(broker, api_version: int, request) -> Any:
                 continue
             part = broker.partitions.get((name, pd.index)) if name is not None else None
             if part is None:
-                per_partition[pd.index] = AppendResult(unknown)
+                per_partition[pd.index] = AppendResult(broker.absent_partition_error(name, pd.index, unknown))
                 continue
             try:
                 max_message_bytes = int(getattr(part.log.config, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
