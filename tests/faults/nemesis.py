@@ -35,6 +35,7 @@ import random
 import time
 from dataclasses import dataclass
 
+ISR_SHRINK_WAIT_S = 10.0
 KINDS = ("kill", "pause", "isolate", "isolate-data", "cut-pair")
 ROLES = ("leader", "follower", "controller", "any")
 
@@ -155,5 +156,15 @@ class Nemesis:
             # The unclean schedule: stays cut until the kill-hold that follows heals it.
             c.block([(a, b, "PLAINTEXT") for p in others for a, b in ((target, p), (p, target))])
             time.sleep(hold)
+            # On a loaded machine the shrink can lag replica.lag.time.max.ms: wait (bounded)
+            # until the isr is the isolated leader alone, so the kill that follows is the
+            # unclean case and not an ordinary failover.
+            until = time.monotonic() + ISR_SHRINK_WAIT_S
+            while time.monotonic() < until:
+                self.view.refresh()
+                if list(self.view.partitions.get(0, (None, [], []))[2]) == [target]:
+                    break
+                time.sleep(0.25)
+            self._say(f"isr after the isolation: {self.view.partitions.get(0)}")
         else:
             raise ValueError(f"unknown fault kind {fault.kind}")

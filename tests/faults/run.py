@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -235,6 +236,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="consecutive runs, seeds seed, seed+1, ...")
     parser.add_argument("--dir", default=None, help="keep the nodes' dirs and logs here")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like an error, so every node and the proxy are stopped by their pids.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     results = []
     for i in range(args.runs):
