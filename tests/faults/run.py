@@ -145,7 +145,7 @@ def write_history(h, path: Path) -> None:
 
 def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean", partitions: int = 3,
               producers: int = 3, consumers: int = 2, rate: float = 40.0, rf: int | None = None,
-              log=print) -> RunResult:
+              trace: bool = False, log=print) -> RunResult:
     rf = rf or replication_factor()
     unclean = mode == "unclean"
     settings = {**BASE_SETTINGS,
@@ -162,7 +162,7 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
     for f in faults:
         log(f"  scheduled: {f}")
     started = time.monotonic()
-    with FaultCluster(base_dir, overrides=settings) as cluster:
+    with FaultCluster(base_dir, overrides=settings, trace=trace) as cluster:
         wait_until(lambda: all("unfenced" in s.log_file.read_text(errors="replace") for s in cluster.specs),
                    "three unfenced brokers")
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -235,6 +235,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="records per second, all producers together")
     parser.add_argument("--runs", type=int, default=1, help="consecutive runs, seeds seed, seed+1, ...")
     parser.add_argument("--dir", default=None, help="keep the nodes' dirs and logs here")
+    parser.add_argument("--trace", action="store_true", help="each node writes node-N/trace.ndjson (spec action names)")
     args = parser.parse_args(argv)
     # SIGTERM unwinds like an error, so every node and the proxy are stopped by their pids.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -242,7 +243,8 @@ def main(argv=None) -> int:
     results = []
     for i in range(args.runs):
         base = Path(args.dir) / f"run-{seed + i}" if args.dir else Path(tempfile.mkdtemp(prefix="kref-faults-"))
-        results.append(fault_run(seed + i, args.seconds, base, mode=args.mode, rf=args.rf, rate=args.rate))
+        results.append(fault_run(seed + i, args.seconds, base, mode=args.mode, rf=args.rf, rate=args.rate,
+                                 trace=args.trace))
     print("\nruns:")
     for r in results:
         print("  " + r.summary())
