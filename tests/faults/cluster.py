@@ -85,6 +85,8 @@ class FaultCluster:
         self.trace = trace
         self.processes: dict[int, subprocess.Popen] = {}
         self.stopped: set[int] = set()
+        self.killed: set[int] = set()  # nodes this harness killed and has not restarted
+        self.crashes: list[str] = []  # nodes that exited without being told to
         self.proxy: ProxyProcess | None = None
         self.specs = []
         self.proxy_ports: dict[tuple[int, str], int] = {}
@@ -135,6 +137,7 @@ class FaultCluster:
         extra = ("--trace-file", str(spec.dir / "trace.ndjson")) if self.trace else ()
         self.processes[node] = local_cluster.start_node(spec, *extra)
         self.stopped.discard(node)
+        self.killed.discard(node)
         self.proxy.call(op="pid", node=node, pid=self.processes[node].pid)
 
     def alive(self, node: int) -> bool:
@@ -143,6 +146,7 @@ class FaultCluster:
 
     def kill(self, node: int) -> None:
         p = self.processes[node]
+        self.killed.add(node)
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             p.wait(timeout=10)
@@ -166,8 +170,19 @@ class FaultCluster:
     def stats(self) -> dict:
         return self.proxy.call(op="stats")
 
+    def note_crashes(self) -> list[str]:
+        """Nodes that exited on their own since the last look (a crash is a finding)."""
+        found = []
+        for node, p in self.processes.items():
+            if p.poll() is not None and node not in self.killed:
+                found.append(f"node {node} exited by itself with status {p.returncode} (see node-{node}.log)")
+                self.killed.add(node)  # reported once; restore() restarts it
+        self.crashes += found
+        return found
+
     def restore(self) -> None:
         """Undo every fault: heal the network, resume paused nodes, restart dead ones."""
+        self.note_crashes()
         self.heal()
         for node in list(self.stopped):
             self.resume(node)

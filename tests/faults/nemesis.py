@@ -103,6 +103,8 @@ class Nemesis:
     def run(self, faults: list[Fault], deadline_s: float) -> None:
         start = time.monotonic()
         for fault in faults:
+            for crash in self.cluster.note_crashes():
+                self._say(f"CRASH: {crash}")
             now = time.monotonic() - start
             if fault.at_s > now:
                 time.sleep(min(fault.at_s - now, max(0.0, deadline_s - now)))
@@ -120,6 +122,8 @@ class Nemesis:
             self.last_target = target
             self._say(f"{fault} -> node {target} (at t+{time.monotonic() - start:.1f}s)")
             self.apply(fault, target, start, deadline_s)
+        for crash in self.cluster.note_crashes():
+            self._say(f"CRASH: {crash}")
         self.cluster.restore()
         self._say("restored: network healed, every node running")
 

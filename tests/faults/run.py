@@ -70,6 +70,7 @@ class RunResult:
     elapsed_s: float = 0.0
     repro: str = ""
     settled: bool = True
+    crashes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         c = self.report.counts()
@@ -77,7 +78,7 @@ class RunResult:
                 f"moved={c['acknowledged at another offset']} dup={c['duplicates']} rebumped={c['re-sent under a new producer epoch']} "
                 f"no_offset={c['acknowledged without an offset']} order={c['offsets out of order']} "
                 f"disagree={c['consumer disagreements']} unread={c['partitions not read to the end']} "
-                f"fatal={self.fatal} {self.elapsed_s:.0f}s verdict={'OK' if self.report.ok else 'ANOMALIES'}")
+                f"fatal={self.fatal} crashed={len(self.crashes)} {self.elapsed_s:.0f}s verdict={'OK' if self.report.ok else 'ANOMALIES'}")
 
 
 class View:
@@ -208,6 +209,8 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
         stop_consuming.set()
         for t in consumer_threads:
             t.join(timeout=15)
+        for crash in cluster.note_crashes():
+            log(f"CRASH after the faults: {crash}")
         h = history(producer_threads, consumer_threads, final, unread)
         errors: dict[str, int] = {}
         for t in producer_threads:
@@ -218,9 +221,10 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
     report = check(h)
     write_history(h, base_dir / "history.json")
     result = RunResult(seed, mode, report, nemesis.events, errors, sum(t.fatal for t in producer_threads),
-                       time.monotonic() - started, repro, settled)
+                       time.monotonic() - started, repro, settled, list(cluster.crashes))
     log(report.table())
     log(f"producer errors (not acknowledged): {errors or 'none'}; fatal idempotence errors: {result.fatal}")
+    log(f"nodes that crashed on their own: {'; '.join(result.crashes) or 'none'}")
     log(result.summary())
     log(f"repro: {repro}")
     return result
