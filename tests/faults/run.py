@@ -183,7 +183,10 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
         nemesis = nem.Nemesis(cluster, view, log=log)
         try:
             time.sleep(1.0)  # some acknowledged records before the first fault
-            nemesis.run(faults, seconds)
+            # The unclean schedule runs whole: its isr-shrink wait may stretch it past `seconds`.
+            deadline = seconds if not unclean else max(seconds, faults[-1].at_s + faults[-1].duration_s
+                                                        + nem.ISR_SHRINK_WAIT_S + 1.0)
+            nemesis.run(faults, deadline)
         finally:
             cluster.restore()
             stop_producing.set()
