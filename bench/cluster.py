@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import signal
 import statistics
@@ -238,6 +239,7 @@ def main() -> int:
     print(f"cluster settings: {CLUSTER_SETTINGS}")
     value = b"x" * args.value_bytes
     replicating = (Path(__file__).resolve().parents[1] / "kref/broker/replica_fetcher.py").exists()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other work on the machine skews every figure)")
     print(f"bench/cluster.py: {args.messages} x {args.value_bytes} B; latency at {args.rate:g}/s for {args.seconds:g}s;"
           f" followers replicate: {'yes' if replicating else 'NO (no replica fetcher: acks=all is the leader alone)'}")
 
