@@ -64,12 +64,12 @@ def quorum_leader(cluster, exclude=()):
 
 def test_proxy_partitions_the_controller_quorum(tmp_path):
     with FaultCluster(tmp_path, overrides=BASE_SETTINGS) as cluster:
-        first = wait_until(lambda: quorum_leader(cluster), "an active controller")
+        first = wait_until(lambda: quorum_leader(cluster), "an active controller", timeout=60)
         victim, others = first.leader_id, [n for n in cluster.by_id if n != first.leader_id]
         cluster.block([(a, b, "*") for o in others for a, b in ((victim, o), (o, victim))])
         second = wait_until(
             lambda: (q := quorum_leader(cluster, exclude=(victim,))) and q.leader_epoch > first.leader_epoch
-            and q.leader_id != victim and q, "a new active controller on the majority side")
+            and q.leader_id != victim and q, "a new active controller on the majority side", timeout=60)
         assert second.leader_id in others
         links = cluster.stats()["links"]
         assert any(k.startswith(f"{o}->") for o in others for k in links), links  # sources told apart
