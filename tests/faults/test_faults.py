@@ -74,10 +74,15 @@ def test_proxy_partitions_the_controller_quorum(tmp_path):
         links = cluster.stats()["links"]
         assert any(k.startswith(f"{o}->") for o in others for k in links), links  # sources told apart
         cluster.heal()
-        wait_until(
-            lambda: (q := quorum_leader(cluster)) and q.leader_id != victim
-            and all(v.log_end_offset >= q.high_watermark for v in q.current_voters)
-            and any(v.replica_id == victim for v in q.current_voters), "the isolated node to follow again", timeout=60)
+        try:
+            wait_until(
+                lambda: (q := quorum_leader(cluster)) and q.leader_id != victim
+                and all(v.log_end_offset >= q.high_watermark for v in q.current_voters)
+                and any(v.replica_id == victim for v in q.current_voters), "the isolated node to follow again",
+                timeout=60)
+        except TimeoutError as exc:
+            # Name the likely cause: a node that exited when the heal closed its held connections.
+            raise AssertionError(f"{exc}; nodes that exited by themselves: {cluster.note_crashes() or 'none'}") from exc
 
 
 @needs_replication
