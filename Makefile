@@ -5,7 +5,7 @@ export JAVA_HOME ?= $(shell [ -d /usr/lib/jvm/java-17-openjdk-amd64 ] && echo /u
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: setup run test unit tlc tlc-full spec-mutation bench clean
+.PHONY: setup run test unit tlc tlc-full spec-mutation bench soak clean
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,14 @@ tlc-full: setup
 # (about 15-25 minutes with one TLC worker; docs/spec.md has the table).
 spec-mutation: setup
 	nice -n 10 $(PY) spec/spec_mutation.py
+
+# Longer seeded fault schedules on three real nodes (docs/faults.md): SOAK_RUNS clean
+# runs of SOAK_SECONDS each from SOAK_SEED (random if unset), then one unclean run.
+SOAK_RUNS ?= 5
+SOAK_SECONDS ?= 60
+soak: setup
+	$(PY) -m tests.faults.run --runs $(SOAK_RUNS) --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) --dir $(or $(SOAK_DIR),/tmp/kref-soak)
+	$(PY) -m tests.faults.run --mode unclean --seconds 20 $(if $(SOAK_SEED),--seed $(SOAK_SEED)) --dir $(or $(SOAK_DIR),/tmp/kref-soak)
 
 bench: setup
 	$(PY) bench/storage.py
