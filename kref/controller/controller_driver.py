@@ -56,6 +56,7 @@ log = logging.getLogger("kref.controller")
 
 BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
 ALLOCATE_PRODUCER_IDS = 67
+ELECT_LEADERS = 43
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -81,6 +82,9 @@ class ControllerDriver:
         return c.ControllerCore(
             self.config.node_id, broker_session_timeout_ms=self.config.broker_session_timeout_ms, tracing=tracing,
             unclean_leader_election_enable=self.config.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=self.config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms=self.config.leader_imbalance_check_interval_seconds * 1000,
+            leader_imbalance_per_broker_percentage=self.config.leader_imbalance_per_broker_percentage,
         )
 
     @staticmethod
@@ -192,6 +196,15 @@ class ControllerDriver:
         router.register(DELETE_TOPICS, 1, 6, self._handle_delete_topics)
         router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
         router.register(ALLOCATE_PRODUCER_IDS, 0, 0, self._handle_allocate_producer_ids)
+        router.register(ELECT_LEADERS, 0, 2, self._handle_elect_leaders)
+
+    async def _handle_elect_leaders(self, ctx: RequestContext, request: Any) -> Any:
+        """ElectLeaders (KIP-460) forwarded by a broker or sent by an admin tool."""
+        election_type = getattr(request, "election_type", c.PREFERRED_ELECTION)  # v0: preferred only
+        wanted = None if request.topic_partitions is None else tuple(
+            (t.topic, int(p)) for t in request.topic_partitions for p in t.partitions)
+        reply = await self.request(lambda rid: c.ElectLeaders(rid, election_type, wanted))
+        return elect_leaders_response(ctx.api_version, reply.error_code, getattr(reply, "results", ()))
 
     async def _handle_delete_topics(self, ctx: RequestContext, request: Any) -> Any:
         response_type = response_class(DELETE_TOPICS, ctx.api_version)
@@ -277,11 +290,12 @@ class ControllerDriver:
     async def _handle_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(BROKER_HEARTBEAT, 0, "response")
         reply = await self.request(lambda rid: c.BrokerHeartbeatRequest(
-            rid, request.broker_id, request.broker_epoch, request.current_metadata_offset + 1
+            rid, request.broker_id, request.broker_epoch, request.current_metadata_offset + 1,
+            want_shut_down=bool(request.want_shut_down),
         ))
         return cls(
             throttle_time=_zero(), error_code=reply.error_code, is_caught_up=getattr(reply, "is_caught_up", False),
-            is_fenced=getattr(reply, "is_fenced", True), should_shut_down=False,
+            is_fenced=getattr(reply, "is_fenced", True), should_shut_down=getattr(reply, "should_shut_down", False),
         )
 
 
@@ -291,6 +305,22 @@ class ControllerDriver:
         return cls(throttle_time=_zero(), error_code=reply.error_code,
                    producer_id_start=getattr(reply, "producer_id_start", -1),
                    producer_id_len=getattr(reply, "producer_id_len", 0))
+
+
+def elect_leaders_response(version: int, error_code: int, results) -> Any:
+    """An ElectLeadersResponse from (topic, partition, error_code, message) results, in order."""
+    response_type = response_class(ELECT_LEADERS, version)
+    result_type = nested(response_type, "ReplicaElectionResult")
+    partition_type = nested(response_type, "PartitionResult")
+    by_topic: dict[str, list] = {}
+    for topic, partition, code, message in results:
+        by_topic.setdefault(topic, []).append(build(
+            partition_type, partition_id=partition, error_code=code, error_message=message))
+    values = dict(throttle_time=_zero(), replica_election_results=tuple(
+        build(result_type, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
+    if version >= 1:
+        values["error_code"] = error_code
+    return build(response_type, **values)
 
 
 async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
@@ -322,6 +352,8 @@ class BrokerLifecycle:
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.fenced = True
+        self.want_shut_down = False
+        self.shut_down = trio.Event()  # set once the controller answered should_shut_down
 
     async def _rpc(self, body: Any) -> Any:
         return await controller_rpc(
@@ -340,6 +372,29 @@ class BrokerLifecycle:
             except (OSError, ConnectionError, trio.TooSlowError) as exc:
                 log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
             await trio.sleep(interval if self.broker_epoch >= 0 else min(interval, 0.2))
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away (heartbeats
+        with want_shut_down) and wait until it says should_shut_down; False if
+        that did not happen within broker.session.timeout.ms (after which the
+        controller would fence this broker anyway)."""
+        if self.broker_epoch < 0 or not self.config.controlled_shutdown_enable:
+            return False
+        self.want_shut_down = True
+        interval = min(self.config.broker_heartbeat_interval_ms / 1000, 0.2)
+        with trio.move_on_after(self.config.broker_session_timeout_ms / 1000):
+            while not self.shut_down.is_set():
+                try:
+                    await self._heartbeat()
+                except (OSError, ConnectionError, trio.TooSlowError) as exc:
+                    log.debug("broker %d: controlled shutdown heartbeat failed: %s", self.config.node_id, exc)
+                if self.broker_epoch < 0:
+                    return False  # the controller no longer knows this incarnation
+                if not self.shut_down.is_set():
+                    await trio.sleep(interval)
+        log.info("broker %d: controlled shutdown %s", self.config.node_id,
+                 "complete" if self.shut_down.is_set() else "timed out")
+        return self.shut_down.is_set()
 
     async def _register(self) -> None:
         cls, m = _kio(BROKER_REGISTRATION, 0, "request")
@@ -379,9 +434,12 @@ class BrokerLifecycle:
         cls, m = _kio(BROKER_HEARTBEAT, 0, "request")
         body = cls(
             broker_id=self.config.node_id, broker_epoch=self.broker_epoch,
-            current_metadata_offset=self.raft.applied_offset - 1, want_fence=False, want_shut_down=False,
+            current_metadata_offset=self.raft.applied_offset - 1, want_fence=False,
+            want_shut_down=self.want_shut_down,
         )
         response = await self._rpc(body)
+        if response.error_code == ErrorCode.NONE and response.should_shut_down:
+            self.shut_down.set()
         if response.error_code == ErrorCode.STALE_BROKER_EPOCH or response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
             self.broker_epoch = -1
         elif response.error_code == ErrorCode.NONE and response.is_fenced != self.fenced:

@@ -21,6 +21,7 @@ AREAS = (
     "offsets",
     "init_producer_id",
     "log_dirs",
+    "elect_leaders",
 )
 
 
