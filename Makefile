@@ -5,15 +5,20 @@ export JAVA_HOME ?= $(shell [ -d /usr/lib/jvm/java-17-openjdk-amd64 ] && echo /u
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: setup run test unit tlc tlc-full spec-mutation bench clean
+.PHONY: setup run run-single test unit tlc tlc-full spec-mutation bench clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 
-# The main job: a local kref on embedded defaults (127.0.0.1:9092, ./kref-data).
+# The main job: a local kref cluster on embedded defaults (3 combined KRaft
+# nodes, clients on 127.0.0.1:9092-9094, ./kref-cluster); Ctrl-C stops it.
 run: setup
+	$(VENV)/bin/kref cluster --port 9092
+
+# One broker on 127.0.0.1:9092 with its data in ./kref-data.
+run-single: setup
 	$(VENV)/bin/kref broker
 
 # The whole test suite: pytest (unit, storage, real clients, Spark) and TLC.

@@ -57,6 +57,7 @@ log = logging.getLogger("kref.controller")
 BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
 ALLOCATE_PRODUCER_IDS = 67
 ELECT_LEADERS = 43
+MAX_SHUTDOWN_RPC_FAILURES = 3
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -356,9 +357,12 @@ class BrokerLifecycle:
         self.shut_down = trio.Event()  # set once the controller answered should_shut_down
 
     async def _rpc(self, body: Any) -> Any:
-        return await controller_rpc(
-            self.raft, body, self.config.broker_session_timeout_ms / 1000, f"kref-broker-{self.config.node_id}"
-        )
+        timeout_s = self.config.broker_session_timeout_ms / 1000
+        if self.want_shut_down:
+            # A controller that cannot answer within a few heartbeats will not
+            # (the quorum may be stopping too): give up early rather than hang.
+            timeout_s = min(timeout_s, max(1.0, 5 * self.config.broker_heartbeat_interval_ms / 1000))
+        return await controller_rpc(self.raft, body, timeout_s, f"kref-broker-{self.config.node_id}")
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -382,12 +386,17 @@ class BrokerLifecycle:
             return False
         self.want_shut_down = True
         interval = min(self.config.broker_heartbeat_interval_ms / 1000, 0.2)
+        failures = 0
         with trio.move_on_after(self.config.broker_session_timeout_ms / 1000):
             while not self.shut_down.is_set():
                 try:
                     await self._heartbeat()
+                    failures = 0
                 except (OSError, ConnectionError, trio.TooSlowError) as exc:
                     log.debug("broker %d: controlled shutdown heartbeat failed: %s", self.config.node_id, exc)
+                    failures += 1
+                    if failures >= MAX_SHUTDOWN_RPC_FAILURES:
+                        break  # no controller to move the leaderships: its session timeout will
                 if self.broker_epoch < 0:
                     return False  # the controller no longer knows this incarnation
                 if not self.shut_down.is_set():

@@ -152,6 +152,11 @@ def run(args: Any, config: BrokerConfig) -> int:
                     "kref node %d started (process.roles %s, cluster.id %s)",
                     config.node_id, ",".join(config.process_roles), cluster_id,
                 )
+                from kref.broker.config import effective_config_lines
+
+                # as the single broker does (kref/broker/main.py): what this node runs with
+                effective = broker.config if broker is not None else config
+                log.info("effective configuration:\n%s", "\n".join(effective_config_lines(effective)))
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     if lifecycle is not None:
