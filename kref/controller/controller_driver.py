@@ -49,7 +49,7 @@ from kref.controller.raft_driver import RaftNode, _kio
 from kref.metadata import serde
 from kref.protocol.codec import decode_response, encode_request, response_class
 from kref.protocol.errors import ErrorCode
-from kref.protocol.framing import FrameDecoder
+from kref.protocol.framing import FrameDecoder, FrameError
 from kref.protocol.messages import build, nested
 
 log = logging.getLogger("kref.controller")
@@ -324,6 +324,11 @@ def elect_leaders_response(version: int, error_code: int, results) -> Any:
     return build(response_type, **values)
 
 
+# What a failed controller RPC may raise: a refused or reset connection, a
+# timeout, a garbled frame. Each is one failed request, never a node exit.
+RPC_ERRORS = (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError)
+
+
 async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
     """One request to the active controller's CONTROLLER listener (the leader
     this node's quorum core knows, at its controller.quorum.voters address)."""
@@ -373,7 +378,7 @@ class BrokerLifecycle:
                     await self._register()
                 else:
                     await self._heartbeat()
-            except (OSError, ConnectionError, trio.TooSlowError) as exc:
+            except RPC_ERRORS as exc:
                 log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
             await trio.sleep(interval if self.broker_epoch >= 0 else min(interval, 0.2))
 
@@ -392,7 +397,7 @@ class BrokerLifecycle:
                 try:
                     await self._heartbeat()
                     failures = 0
-                except (OSError, ConnectionError, trio.TooSlowError) as exc:
+                except RPC_ERRORS as exc:
                     log.debug("broker %d: controlled shutdown heartbeat failed: %s", self.config.node_id, exc)
                     failures += 1
                     if failures >= MAX_SHUTDOWN_RPC_FAILURES:
@@ -433,7 +438,7 @@ class BrokerLifecycle:
         cls, _ = _kio(ALLOCATE_PRODUCER_IDS, 0, "request")
         try:
             response = await self._rpc(cls(broker_id=self.config.node_id, broker_epoch=self.broker_epoch))
-        except (OSError, ConnectionError, trio.TooSlowError) as exc:
+        except RPC_ERRORS as exc:
             raise ProducerIdUnavailable(f"controller unreachable: {exc}") from None
         if response.error_code != ErrorCode.NONE:
             raise ProducerIdUnavailable(f"controller answered {ErrorCode(response.error_code).name}")

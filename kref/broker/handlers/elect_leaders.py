@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import logging
 
-import trio
-
-from kref.controller.controller_driver import ELECT_LEADERS, elect_leaders_response
+from kref.controller.controller_driver import ELECT_LEADERS, RPC_ERRORS, elect_leaders_response
 from kref.protocol.errors import ErrorCode
 
 log = logging.getLogger("kref.handlers.elect_leaders")
@@ -39,7 +37,7 @@ async def handle_elect_leaders(ctx, request):
     if view is not None:
         try:
             return await view.forward(request)
-        except (OSError, ConnectionError, trio.TooSlowError) as exc:
+        except RPC_ERRORS as exc:
             log.info("node %d: forwarding ElectLeaders failed: %s", broker.node_id, exc)
             results = [(t, p, ErrorCode.NOT_CONTROLLER, "no active controller reachable")
                        for t, p in _wanted(broker, request)] if request.topic_partitions is not None else []
