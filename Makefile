@@ -5,7 +5,7 @@ export JAVA_HOME ?= $(shell [ -d /usr/lib/jvm/java-17-openjdk-amd64 ] && echo /u
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: setup run run-single test unit tlc tlc-full spec-mutation bench clean
+.PHONY: setup run test unit tlc tlc-full spec-mutation bench clean
 
 setup: $(VENV)/.installed
 
@@ -18,6 +18,7 @@ run: setup
 	$(VENV)/bin/kref cluster --port 9092
 
 # One broker on 127.0.0.1:9092 with its data in ./kref-data.
+.PHONY: run-single
 run-single: setup
 	$(VENV)/bin/kref broker
 
