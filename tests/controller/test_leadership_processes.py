@@ -2,6 +2,8 @@
 
 Three combined nodes; confluent-kafka's AdminClient sends ElectLeaders
 (KIP-460) to any broker, which forwards it to the active controller.
+- describe_topics (DescribeTopicPartitions, KIP-966) shows the leaders
+  and isrs Metadata shows.
 - Every partition led by its preferred replica: a preferred election is
   not needed (ELECTION_NOT_NEEDED per partition), nor an unclean one.
 - SIGTERM of a broker is a controlled shutdown: before the process exits,
@@ -41,7 +43,7 @@ def _codes(result) -> dict[int, str]:
 
 
 def test_elect_leaders_and_controlled_shutdown(tmp_path):
-    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka import ElectionType, TopicCollection, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from kref.controller.local_cluster import bootstrap_servers
@@ -54,6 +56,10 @@ def test_elect_leaders_and_controlled_shutdown(tmp_path):
         parts = wait_until(lambda: (ps := _partitions(admin)) and len(ps) == 3 and ps, "3 partitions")
         assert sorted(p.leader for p in parts.values()) == [1, 2, 3]
         tps = [TopicPartition(TOPIC, p) for p in range(3)]
+        # describe_topics: librdkafka sends DescribeTopicPartitions (KIP-966) when offered
+        described = admin.describe_topics(TopicCollection([TOPIC]))[TOPIC].result(timeout=30)
+        assert {(p.id, p.leader.id, tuple(sorted(n.id for n in p.isr))) for p in described.partitions} == {
+            (p.id, p.leader, tuple(sorted(p.isrs))) for p in parts.values()}
 
         result = admin.elect_leaders(ElectionType.PREFERRED, tps).result(timeout=30)
         assert set(_codes(result).values()) == {"ELECTION_NOT_NEEDED"}

@@ -22,6 +22,7 @@ AREAS = (
     "init_producer_id",
     "log_dirs",
     "elect_leaders",
+    "describe_topic_partitions",
 )
 
 
