@@ -77,6 +77,9 @@ def test_elect_leaders_and_controlled_shutdown(tmp_path):
             "leaders moved off the stopped broker")
         for p in moved.values():
             assert victim not in p.isrs, p
+        # The controller traced the moves as spec/Replication.tla's ElectLeader.
+        wait_until(lambda: any('"ElectLeader"' in (s.dir / "trace.ndjson").read_text()
+                               for s in specs if (s.dir / "trace.ndjson").exists()), "ElectLeader in a trace")
         preferred = [p.id for p in moved.values() if p.replicas[0] == victim]
         assert preferred
         result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, p) for p in preferred]).result(timeout=30)
