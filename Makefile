@@ -12,8 +12,14 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 
-# The main job: a local kref on embedded defaults (127.0.0.1:9092, ./kref-data).
+# The main job: a local kref cluster on embedded defaults (3 combined KRaft
+# nodes, clients on 127.0.0.1:9092-9094, ./kref-cluster); Ctrl-C stops it.
 run: setup
+	$(VENV)/bin/kref cluster --port 9092
+
+# One broker on 127.0.0.1:9092 with its data in ./kref-data.
+.PHONY: run-single
+run-single: setup
 	$(VENV)/bin/kref broker
 
 # The whole test suite: pytest (unit, storage, real clients, Spark) and TLC.

@@ -211,6 +211,13 @@ class BrokerConfig:
     metadata_log_dir: str | None = _prop("metadata.log.dir", _string, None, "default: the first of log.dirs")
     broker_session_timeout_ms: int = _prop("broker.session.timeout.ms", _int(1, _I32), "9000")
     broker_heartbeat_interval_ms: int = _prop("broker.heartbeat.interval.ms", _int(1, _I32), "2000")
+    # Leadership balance and controlled shutdown (kref/controller/controller.py decides).
+    auto_leader_rebalance_enable: bool = _prop("auto.leader.rebalance.enable", _bool, "true")
+    leader_imbalance_check_interval_seconds: int = _prop(
+        "leader.imbalance.check.interval.seconds", _int(1, _I64 // 1000), "300"
+    )
+    leader_imbalance_per_broker_percentage: int = _prop("leader.imbalance.per.broker.percentage", _int(0, 100), "10")
+    controlled_shutdown_enable: bool = _prop("controlled.shutdown.enable", _bool, "true")
     controller_quorum_election_timeout_ms: int = _prop(
         "controller.quorum.election.timeout.ms", _int(1, _I32), "1000"
     )

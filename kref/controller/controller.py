@@ -49,6 +49,26 @@ Decisions, with the spec/KRaft.tla actions they implement:
 - AllocateProducerIds -> ProducerIdsRecord (KIP-730): the next block of
   producer ids for a registered broker of the current broker epoch
   (kref/coordinator/producer_id.grant_block decides the block).
+- ElectLeaders (KIP-460, API 43): preferred election moves leadership to
+  the first replica of the assignment when it is an eligible isr member
+  (ELECTION_NOT_NEEDED if it leads, PREFERRED_LEADER_NOT_AVAILABLE if it
+  cannot); unclean election gives a leaderless partition a leader, from
+  the isr if one is eligible, else any live replica, which becomes the
+  whole isr, whatever the topic config says (the operator asked).
+- auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds
+  a Tick counts, per preferred broker, the partitions it should lead but
+  does not; above leader.imbalance.per.broker.percentage of its preferred
+  partitions they get preferred elections, in one batch.
+- Controlled shutdown: a heartbeat with want_shut_down moves every
+  leadership off the broker and takes it out of every isr (as fencing
+  does, while it still serves); it is no longer eligible to lead. Once it
+  leads nothing and has applied that batch, the heartbeat answers
+  should_shut_down and the broker is fenced in the same write, so it
+  exits with no partition waiting for a session timeout.
+- Every leader change a batch makes is traced as the spec action that
+  justifies it: ElectLeader (the old leader left the isr or there was
+  none), ElectPreferredLeader (an isr member took over from a live
+  leader), UncleanElectLeader (a leader from outside the isr).
 - AlterPartition (the leader's isr change) -> PartitionChangeRecord, after
   the checks Kafka makes: broker epoch (STALE_BROKER_EPOCH), leader
   (NOT_LEADER_OR_FOLLOWER), leader epoch (FENCED_LEADER_EPOCH), partition
@@ -109,6 +129,33 @@ class UnfenceBroker(BrokerEvent):
     metadata_offset: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderElection(TraceEvent):
+    """spec/Replication.tla's controller record after an election the controller
+    wrote; replica = the controller's node id, topic/partition = the partition."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectLeader(LeaderElection):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElectPreferredLeader(LeaderElection):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UncleanElectLeader(LeaderElection):
+    pass
+
+
 # ---------------------------------------------------------------- requests (events)
 
 
@@ -127,6 +174,7 @@ class BrokerHeartbeatRequest:
     broker_id: int
     broker_epoch: int
     current_metadata_offset: int
+    want_shut_down: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +221,18 @@ class AllocateProducerIds:
     broker_epoch: int
 
 
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeadersRequest.election_type
+
+
+@dataclass(frozen=True, slots=True)
+class ElectLeaders:
+    """KIP-460; `partitions` None means every partition (Kafka's null topic list)."""
+
+    request_id: int
+    election_type: int
+    partitions: tuple[tuple[str, int], ...] | None
+
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     pass
@@ -201,7 +261,7 @@ class Replay:
 
 Event = (
     BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
-    | AlterPartition | AllocateProducerIds | Tick | BecomeActive | Resign | Replay
+    | AlterPartition | AllocateProducerIds | ElectLeaders | Tick | BecomeActive | Resign | Replay
 )
 
 
@@ -266,6 +326,13 @@ class ProducerIdsReply:
 
 
 @dataclass(frozen=True, slots=True)
+class ElectLeadersReply:
+    error_code: int
+    # (topic, partition, error_code, error_message), in request order
+    results: tuple[tuple[str, int, int, str | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AlterPartitionReply:
     error_code: int
     leader: int = NO_LEADER
@@ -294,12 +361,21 @@ class ControllerCore:
     broker_session_timeout_ms: int = 9000
     # The broker config's default; a topic's (or the cluster's) ConfigRecord overrides it.
     unclean_leader_election_enable: bool = False
+    # auto.leader.rebalance.enable and Kafka's imbalance settings (the driver
+    # passes the broker config; off by default here so scripts opt in).
+    auto_leader_rebalance_enable: bool = False
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     tracing: bool = True
     active: bool = False
     leader_epoch: int = -1
     next_offset: int = 0
     image: MetadataImage = field(default_factory=MetadataImage)
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)
+    # Brokers in controlled shutdown -> the offset after the batch that moved
+    # their leaderships (volatile, as sessions: a broker asks again after a failover).
+    shutting_down: dict[int, int] = field(default_factory=dict)
+    next_imbalance_check_ms: int | None = None
 
     @property
     def brokers(self) -> dict[int, BrokerImage]:
@@ -328,9 +404,11 @@ class ControllerCore:
                 self.next_offset = event.next_offset
                 # A fresh session for everyone: this controller never heard them.
                 self.last_heartbeat_ms = {b: now_ms for b in self.brokers}
+                self.next_imbalance_check_ms = now_ms + self.leader_imbalance_check_interval_ms
             case Resign():
                 self.active = False
                 self.last_heartbeat_ms.clear()
+                self.shutting_down.clear()
             case _ if not self.active:
                 request_id = getattr(event, "request_id", None)
                 if request_id is not None:
@@ -351,18 +429,52 @@ class ControllerCore:
                 self._on_alter_partition(event, out)
             case AllocateProducerIds():
                 self._on_allocate_producer_ids(event, out)
+            case ElectLeaders():
+                self._on_elect_leaders(event, now_ms, out)
             case _:
                 raise TypeError(f"not a controller event: {event!r}")
         return out
 
     # ------------------------------------------------------------ records
 
-    def _write(self, records: list, request_id: int | None, reply: object, out: list[Effect]) -> None:
+    def _write(self, records: list, request_id: int | None, reply: object, out: list[Effect],
+               now_ms: int = 0, announce=None) -> None:
+        """Apply and propose `records`; `announce()` emits the batch's own trace
+        event (FenceBroker, ...) before the elections it caused."""
         base = self.next_offset
+        elections = []
         for i, record in enumerate(records):
+            if self.tracing and isinstance(record, r.PartitionChangeRecord) and record.leader >= 0:
+                elections.append((record, self._partition_by_id(record.topic_id, record.partition_id)))
             self._apply(record, base + i)
         self.next_offset = base + len(records)
         out.append(WriteRecords(base, tuple(records), request_id, reply))
+        if announce is not None:
+            announce()
+        for record, before in elections:
+            self._emit_election(out, now_ms, record, before)
+
+    def _partition_by_id(self, topic_id: uuid.UUID, pid: int) -> Partition | None:
+        name = self.topics_by_id.get(topic_id)
+        return self.topics[name].partitions.get(pid) if name is not None else None
+
+    def _emit_election(self, out: list[Effect], now_ms: int, record: r.PartitionChangeRecord,
+                       before: Partition | None) -> None:
+        """Name the leader change after the spec action that justifies it."""
+        after = self._partition_by_id(record.topic_id, record.partition_id)
+        if before is None or after is None or before.leader == after.leader:
+            return
+        if after.leader not in before.isr:
+            cls: type[LeaderElection] = UncleanElectLeader
+        elif before.leader == NO_LEADER or before.leader not in after.isr:
+            cls = ElectLeader  # the old leader was fenced or left (FenceBroker, then ElectLeader)
+        else:
+            cls = ElectPreferredLeader
+        out.append(Emit(cls(
+            time_ms=now_ms, replica=self.node_id, topic=self.topics_by_id[record.topic_id],
+            partition=record.partition_id, leader=after.leader, leader_epoch=after.leader_epoch,
+            partition_epoch=after.partition_epoch, isr=after.isr, replicas=after.replicas,
+        )))
 
     def _apply(self, record: object, offset: int) -> None:
         """What a record means for the controller's state (replayed or just written):
@@ -401,9 +513,10 @@ class ControllerCore:
         if existing is not None:
             # The old incarnation's partitions lose it as leader and isr member.
             records += self._leave_partitions(existing.broker_id)
-        self._write(records, e.request_id, RegistrationReply(ErrorCode.NONE, broker_epoch), out)
+        self.shutting_down.pop(e.broker_id, None)
+        self._write(records, e.request_id, RegistrationReply(ErrorCode.NONE, broker_epoch), out, now_ms,
+                    lambda: self._emit(out, RegisterBroker, now_ms, self.brokers[e.broker_id]))
         self.last_heartbeat_ms[e.broker_id] = now_ms
-        self._emit(out, RegisterBroker, now_ms, self.brokers[e.broker_id])
 
     def _on_heartbeat(self, e: BrokerHeartbeatRequest, now_ms: int, out: list[Effect]) -> None:
         broker = self.brokers.get(e.broker_id)
@@ -417,13 +530,40 @@ class ControllerCore:
         self._emit(out, BrokerHeartbeat, now_ms, broker, metadata_offset=e.current_metadata_offset)
         # The broker has applied its own registration (spec: broker_metadata_offset > RegistrationOffset).
         caught_up = e.current_metadata_offset > broker.broker_epoch
+        if e.want_shut_down:
+            return self._controlled_shutdown(e, broker, caught_up, now_ms, out)
         if broker.fenced and caught_up:
             records: list = [r.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.broker_epoch)]
             records += self._elect_for_unfenced(broker.broker_id)
-            self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, True, False), out)
-            self._emit(out, UnfenceBroker, now_ms, broker, metadata_offset=e.current_metadata_offset)
+            self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, True, False), out, now_ms,
+                        lambda: self._emit(out, UnfenceBroker, now_ms, broker,
+                                           metadata_offset=e.current_metadata_offset))
             return
         out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, broker.fenced)))
+
+    def _controlled_shutdown(self, e: BrokerHeartbeatRequest, broker: Broker, caught_up: bool, now_ms: int,
+                             out: list[Effect]) -> None:
+        """want_shut_down: first move every leadership off the broker and take it
+        out of every isr (one batch); once it leads nothing and has applied that
+        batch, fence it and answer should_shut_down (Kafka's SHUTDOWN_NOW)."""
+        broker_id = broker.broker_id
+        if broker.fenced:
+            out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, True, True)))
+            return
+        if broker_id not in self.shutting_down:
+            records = self._leave_partitions(broker_id)
+            self.shutting_down[broker_id] = self.next_offset + len(records)
+            if records:
+                self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms)
+                return
+        leads = any(p.leader == broker_id for t in self.topics.values() for p in t.partitions.values())
+        if leads or e.current_metadata_offset < self.shutting_down[broker_id]:
+            out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False)))
+            return
+        del self.shutting_down[broker_id]
+        self._write([r.FenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch)], e.request_id,
+                    HeartbeatReply(ErrorCode.NONE, caught_up, True, True), out, now_ms,
+                    lambda: self._emit(out, FenceBroker, now_ms, broker))
 
     def _on_tick(self, now_ms: int, out: list[Effect]) -> None:
         for broker_id in sorted(self.brokers):
@@ -431,10 +571,96 @@ class ControllerCore:
             last = self.last_heartbeat_ms.get(broker_id, now_ms)
             if broker.fenced or now_ms - last < self.broker_session_timeout_ms:
                 continue
+            self.shutting_down.pop(broker_id, None)
             records: list = [r.FenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch)]
             records += self._leave_partitions(broker_id)
-            self._write(records, None, None, out)
-            self._emit(out, FenceBroker, now_ms, broker)
+            self._write(records, None, None, out, now_ms, lambda b=broker: self._emit(out, FenceBroker, now_ms, b))
+        if (self.auto_leader_rebalance_enable and self.next_imbalance_check_ms is not None
+                and now_ms >= self.next_imbalance_check_ms):
+            self.next_imbalance_check_ms = now_ms + self.leader_imbalance_check_interval_ms
+            records = self._rebalance_records()
+            if records:
+                self._write(records, None, None, out, now_ms)
+
+    def _rebalance_records(self) -> list:
+        """auto.leader.rebalance.enable: preferred elections for every broker whose
+        share of not-led preferred partitions exceeds leader.imbalance.per.broker.percentage."""
+        preferred: dict[int, int] = {}
+        not_led: dict[int, list] = {}
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            for pid in sorted(topic.partitions):
+                p = topic.partitions[pid]
+                if not p.replicas:
+                    continue
+                first = p.replicas[0]
+                preferred[first] = preferred.get(first, 0) + 1
+                if p.leader != first:
+                    not_led.setdefault(first, []).append((topic, pid, p))
+        records = []
+        for broker_id in sorted(not_led):
+            if len(not_led[broker_id]) * 100 <= self.leader_imbalance_per_broker_percentage * preferred[broker_id]:
+                continue
+            for topic, pid, p in not_led[broker_id]:
+                if p.leader != NO_LEADER and broker_id in p.isr and self._eligible(broker_id):
+                    records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, leader=broker_id))
+        return records
+
+    # ------------------------------------------------------------ ElectLeaders
+
+    def _on_elect_leaders(self, e: ElectLeaders, now_ms: int, out: list[Effect]) -> None:
+        everything = e.partitions is None
+        wanted = e.partitions if e.partitions is not None else tuple(
+            (name, pid) for name in sorted(self.topics) for pid in sorted(self.topics[name].partitions))
+        results = []
+        records = []
+        seen = set()
+        for name, pid in wanted:
+            topic = self.topics.get(name)
+            p = topic.partitions.get(pid) if topic is not None else None
+            if p is None:
+                results.append((name, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {name}-{pid}"))
+                continue
+            code, message, record = self._elect(e.election_type, topic, pid, p)
+            if record is not None and (name, pid) not in seen:
+                records.append(record)
+            seen.add((name, pid))
+            if not (everything and code == ErrorCode.ELECTION_NOT_NEEDED):
+                results.append((name, pid, code, message))
+        reply = ElectLeadersReply(ErrorCode.NONE, tuple(results))
+        if records:
+            self._write(records, e.request_id, reply, out, now_ms)
+        else:
+            out.append(Reply(e.request_id, reply))
+
+    def _elect(self, election_type: int, topic: Topic, pid: int, p: Partition):
+        """One partition of ElectLeaders: (error_code, message, record or None)."""
+        if election_type == PREFERRED_ELECTION:
+            first = p.replicas[0] if p.replicas else NO_LEADER
+            if p.leader == first:
+                return ErrorCode.ELECTION_NOT_NEEDED, None, None
+            if first in p.isr and self._eligible(first):
+                return ErrorCode.NONE, None, r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, leader=first)
+            return (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                    f"preferred replica {first} is not an unfenced isr member", None)
+        if election_type == UNCLEAN_ELECTION:
+            if p.leader != NO_LEADER:
+                return ErrorCode.ELECTION_NOT_NEEDED, None, None
+            leader = self._choose_leader(p.replicas, p.isr)
+            if leader != NO_LEADER:
+                return ErrorCode.NONE, None, r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, leader=leader)
+            for b in p.replicas:
+                if self._eligible(b):
+                    # The operator asked: a live replica outside the isr leads with what it has.
+                    return ErrorCode.NONE, None, r.PartitionChangeRecord(
+                        partition_id=pid, topic_id=topic.topic_id, isr=(b,), leader=b)
+            return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no live replica", None
+        return ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}", None
+
+    def _eligible(self, broker_id: int) -> bool:
+        """May lead or join an isr: registered, unfenced, not in controlled shutdown."""
+        broker = self.brokers.get(broker_id)
+        return broker is not None and not broker.fenced and broker_id not in self.shutting_down
 
     def _leave_partitions(self, broker_id: int) -> list:
         """One batch: every partition led by the broker gets a new leader from
@@ -495,27 +721,24 @@ class ControllerCore:
         if not self._unclean_allowed(topic):
             return NO_LEADER
         for b in isr:
-            broker = self.brokers.get(b)
-            if b != exclude and broker is not None and not broker.fenced:
+            if b != exclude and self._eligible(b):
                 return NO_LEADER  # a live isr member can lead cleanly
         for b in candidates:
-            broker = self.brokers.get(b)
             # `unfencing`: its UnfenceBrokerRecord is in the same batch, not yet applied
-            if b != exclude and b not in isr and broker is not None and (not broker.fenced or b == unfencing):
+            if b != exclude and b not in isr and (self._eligible(b) or (b == unfencing and b in self.brokers)):
                 return b
         return NO_LEADER
 
     def _choose_leader(self, replicas: tuple[int, ...], isr: tuple[int, ...], exclude: int = NO_LEADER) -> int:
         for b in replicas:
-            broker = self.brokers.get(b)
-            if b != exclude and b in isr and broker is not None and not broker.fenced:
+            if b != exclude and b in isr and self._eligible(b):
                 return b
         return NO_LEADER
 
     # ------------------------------------------------------------ topics
 
     def usable_brokers(self) -> list[Broker]:
-        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+        return [b for _, b in sorted(self.brokers.items()) if self._eligible(b.broker_id)]
 
     def assign_replicas(self, name: str, num_partitions: int, replication_factor: int, first_partition: int = 0) -> list[tuple[int, ...]] | None:
         """Kafka's replica assignment over the unfenced brokers, racks alternated; None if too few."""
@@ -622,8 +845,10 @@ class ControllerCore:
         if e.broker_id not in isr or any(b not in p.replicas for b in isr):
             return fail(ErrorCode.INVALID_REQUEST)
         for b in isr:
-            member = self.brokers.get(b)
-            if member is None or member.fenced:
+            # KIP-841: a fenced broker, or one in controlled shutdown, cannot join
+            if not self._eligible(b) and b not in p.isr:
+                return fail(ErrorCode.INELIGIBLE_REPLICA)
+            if b in p.isr and not (b in self.brokers and not self.brokers[b].fenced):
                 return fail(ErrorCode.INELIGIBLE_REPLICA)
         if isr == p.isr:
             out.append(Reply(e.request_id, AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, p.isr, p.partition_epoch)))
@@ -682,4 +907,6 @@ def _not_controller(event: object) -> object:
             return AlterPartitionReply(ErrorCode.NOT_CONTROLLER)
         case AllocateProducerIds():
             return ProducerIdsReply(ErrorCode.NOT_CONTROLLER)
+        case ElectLeaders():
+            return ElectLeadersReply(ErrorCode.NOT_CONTROLLER)
     return TopicReply(ErrorCode.NOT_CONTROLLER, "not the active controller")

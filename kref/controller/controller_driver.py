@@ -49,7 +49,7 @@ from kref.controller.raft_driver import RaftNode, _kio
 from kref.metadata import serde
 from kref.protocol.codec import decode_response, encode_request, response_class
 from kref.protocol.errors import ErrorCode
-from kref.protocol.framing import FrameDecoder
+from kref.protocol.framing import FrameDecoder, FrameError
 from kref.protocol.messages import build, nested
 
 log = logging.getLogger("kref.controller")
@@ -57,6 +57,8 @@ log = logging.getLogger("kref.controller")
 BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 62, 63, 19, 20, 37
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_PARTITION = 56
+ELECT_LEADERS = 43
+MAX_SHUTDOWN_RPC_FAILURES = 3
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -82,6 +84,9 @@ class ControllerDriver:
         return c.ControllerCore(
             self.config.node_id, broker_session_timeout_ms=self.config.broker_session_timeout_ms, tracing=tracing,
             unclean_leader_election_enable=self.config.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=self.config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_ms=self.config.leader_imbalance_check_interval_seconds * 1000,
+            leader_imbalance_per_broker_percentage=self.config.leader_imbalance_per_broker_percentage,
         )
 
     @staticmethod
@@ -194,6 +199,15 @@ class ControllerDriver:
         router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
         router.register(ALLOCATE_PRODUCER_IDS, 0, 0, self._handle_allocate_producer_ids)
         router.register(ALTER_PARTITION, 2, 2, self._handle_alter_partition)
+        router.register(ELECT_LEADERS, 0, 2, self._handle_elect_leaders)
+
+    async def _handle_elect_leaders(self, ctx: RequestContext, request: Any) -> Any:
+        """ElectLeaders (KIP-460) forwarded by a broker or sent by an admin tool."""
+        election_type = getattr(request, "election_type", c.PREFERRED_ELECTION)  # v0: preferred only
+        wanted = None if request.topic_partitions is None else tuple(
+            (t.topic, int(p)) for t in request.topic_partitions for p in t.partitions)
+        reply = await self.request(lambda rid: c.ElectLeaders(rid, election_type, wanted))
+        return elect_leaders_response(ctx.api_version, reply.error_code, getattr(reply, "results", ()))
 
     async def _handle_delete_topics(self, ctx: RequestContext, request: Any) -> Any:
         response_type = response_class(DELETE_TOPICS, ctx.api_version)
@@ -279,11 +293,12 @@ class ControllerDriver:
     async def _handle_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(BROKER_HEARTBEAT, 0, "response")
         reply = await self.request(lambda rid: c.BrokerHeartbeatRequest(
-            rid, request.broker_id, request.broker_epoch, request.current_metadata_offset + 1
+            rid, request.broker_id, request.broker_epoch, request.current_metadata_offset + 1,
+            want_shut_down=bool(request.want_shut_down),
         ))
         return cls(
             throttle_time=_zero(), error_code=reply.error_code, is_caught_up=getattr(reply, "is_caught_up", False),
-            is_fenced=getattr(reply, "is_fenced", True), should_shut_down=False,
+            is_fenced=getattr(reply, "is_fenced", True), should_shut_down=getattr(reply, "should_shut_down", False),
         )
 
 
@@ -312,6 +327,25 @@ class ControllerDriver:
                     partition_epoch=getattr(reply, "partition_epoch", -1)))
             topics.append(m.TopicData(topic_id=topic.topic_id, partitions=tuple(partitions)))
         return cls(throttle_time=_zero(), error_code=ErrorCode.NONE, topics=tuple(topics))
+def elect_leaders_response(version: int, error_code: int, results) -> Any:
+    """An ElectLeadersResponse from (topic, partition, error_code, message) results, in order."""
+    response_type = response_class(ELECT_LEADERS, version)
+    result_type = nested(response_type, "ReplicaElectionResult")
+    partition_type = nested(response_type, "PartitionResult")
+    by_topic: dict[str, list] = {}
+    for topic, partition, code, message in results:
+        by_topic.setdefault(topic, []).append(build(
+            partition_type, partition_id=partition, error_code=code, error_message=message))
+    values = dict(throttle_time=_zero(), replica_election_results=tuple(
+        build(result_type, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
+    if version >= 1:
+        values["error_code"] = error_code
+    return build(response_type, **values)
+
+
+# What a failed controller RPC may raise: a refused or reset connection, a
+# timeout, a garbled frame. Each is one failed request, never a node exit.
+RPC_ERRORS = (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError)
 
 
 async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
@@ -343,11 +377,16 @@ class BrokerLifecycle:
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.fenced = True
+        self.want_shut_down = False
+        self.shut_down = trio.Event()  # set once the controller answered should_shut_down
 
     async def _rpc(self, body: Any) -> Any:
-        return await controller_rpc(
-            self.raft, body, self.config.broker_session_timeout_ms / 1000, f"kref-broker-{self.config.node_id}"
-        )
+        timeout_s = self.config.broker_session_timeout_ms / 1000
+        if self.want_shut_down:
+            # A controller that cannot answer within a few heartbeats will not
+            # (the quorum may be stopping too): give up early rather than hang.
+            timeout_s = min(timeout_s, max(1.0, 5 * self.config.broker_heartbeat_interval_ms / 1000))
+        return await controller_rpc(self.raft, body, timeout_s, f"kref-broker-{self.config.node_id}")
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -358,9 +397,37 @@ class BrokerLifecycle:
                     await self._register()
                 else:
                     await self._heartbeat()
-            except (OSError, ConnectionError, trio.TooSlowError) as exc:
+            except RPC_ERRORS as exc:
                 log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
             await trio.sleep(interval if self.broker_epoch >= 0 else min(interval, 0.2))
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away (heartbeats
+        with want_shut_down) and wait until it says should_shut_down; False if
+        that did not happen within broker.session.timeout.ms (after which the
+        controller would fence this broker anyway)."""
+        if self.broker_epoch < 0 or not self.config.controlled_shutdown_enable:
+            return False
+        self.want_shut_down = True
+        interval = min(self.config.broker_heartbeat_interval_ms / 1000, 0.2)
+        failures = 0
+        with trio.move_on_after(self.config.broker_session_timeout_ms / 1000):
+            while not self.shut_down.is_set():
+                try:
+                    await self._heartbeat()
+                    failures = 0
+                except RPC_ERRORS as exc:
+                    log.debug("broker %d: controlled shutdown heartbeat failed: %s", self.config.node_id, exc)
+                    failures += 1
+                    if failures >= MAX_SHUTDOWN_RPC_FAILURES:
+                        break  # no controller to move the leaderships: its session timeout will
+                if self.broker_epoch < 0:
+                    return False  # the controller no longer knows this incarnation
+                if not self.shut_down.is_set():
+                    await trio.sleep(interval)
+        log.info("broker %d: controlled shutdown %s", self.config.node_id,
+                 "complete" if self.shut_down.is_set() else "timed out")
+        return self.shut_down.is_set()
 
     async def _register(self) -> None:
         cls, m = _kio(BROKER_REGISTRATION, 0, "request")
@@ -390,7 +457,7 @@ class BrokerLifecycle:
         cls, _ = _kio(ALLOCATE_PRODUCER_IDS, 0, "request")
         try:
             response = await self._rpc(cls(broker_id=self.config.node_id, broker_epoch=self.broker_epoch))
-        except (OSError, ConnectionError, trio.TooSlowError) as exc:
+        except RPC_ERRORS as exc:
             raise ProducerIdUnavailable(f"controller unreachable: {exc}") from None
         if response.error_code != ErrorCode.NONE:
             raise ProducerIdUnavailable(f"controller answered {ErrorCode(response.error_code).name}")
@@ -400,9 +467,12 @@ class BrokerLifecycle:
         cls, m = _kio(BROKER_HEARTBEAT, 0, "request")
         body = cls(
             broker_id=self.config.node_id, broker_epoch=self.broker_epoch,
-            current_metadata_offset=self.raft.applied_offset - 1, want_fence=False, want_shut_down=False,
+            current_metadata_offset=self.raft.applied_offset - 1, want_fence=False,
+            want_shut_down=self.want_shut_down,
         )
         response = await self._rpc(body)
+        if response.error_code == ErrorCode.NONE and response.should_shut_down:
+            self.shut_down.set()
         if response.error_code == ErrorCode.STALE_BROKER_EPOCH or response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
             self.broker_epoch = -1
         elif response.error_code == ErrorCode.NONE and response.is_fenced != self.fenced:

@@ -7,7 +7,9 @@ role if i <= --controllers and the broker role if i <= --brokers, so the
 default (3, 3) is three combined nodes. Each gets a free client port and a
 free CONTROLLER port on 127.0.0.1 (bound once to learn a free number, then
 released: a race with another program is possible and shows as a
-one-line "cannot listen" from that node), its own log dir, and a
+one-line "cannot listen" from that node), or, with `--port P`, fixed ones
+(node i: client port P+i-1, CONTROLLER port P+100+i-1; `make run` uses
+9092, so clients find it where a Kafka quick start has it), its own log dir, and a
 server.properties written with Kafka's property names. `format` runs what
 `kref storage format` does for every node with one cluster id. `start`
 runs `kref broker --config` for a node with stdout and stderr in
@@ -68,11 +70,18 @@ def plan(
     *,
     host: str = "127.0.0.1",
     overrides: dict[str, str] | None = None,
+    port: int = 0,
 ) -> list[NodeSpec]:
     if controllers < 1:
         raise ValueError("--controllers must be at least 1")
     if brokers < 0 or max(controllers, brokers) > MAX_NODES:
         raise ValueError(f"--brokers must be 0..{MAX_NODES} and --controllers at most {MAX_NODES}")
+    if port and not 1 <= port <= 65535 - 100 - MAX_NODES:
+        raise ValueError(f"--port must be 1..{65535 - 100 - MAX_NODES}")
+
+    def port_for(node_id: int, offset: int) -> int:
+        return port + offset + node_id - 1 if port else free_port(host)
+
     base = Path(base_dir)
     specs = []
     for node_id in range(1, max(controllers, brokers) + 1):
@@ -81,8 +90,8 @@ def plan(
             NodeSpec(
                 node_id,
                 roles,
-                free_port(host) if "broker" in roles else None,
-                free_port(host) if "controller" in roles else None,
+                port_for(node_id, 0) if "broker" in roles else None,
+                port_for(node_id, 100) if "controller" in roles else None,
                 base / f"node-{node_id}",
             )
         )
@@ -145,6 +154,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--controllers", type=int, default=3, help="nodes with the controller role (default 3)")
     parser.add_argument("--brokers", type=int, default=3, help="nodes with the broker role (default 3)")
     parser.add_argument("--dir", default="./kref-cluster", help="base dir for the nodes' configs, data and logs")
+    parser.add_argument("--port", type=int, default=0,
+                        help="first client port (node i: port+i-1, its CONTROLLER port port+100+i-1); default: free ports")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every node (repeatable)")
 
@@ -160,7 +171,7 @@ def run(args) -> int:
             return 2
         overrides[key.strip()] = value
     try:
-        specs = plan(args.dir, args.controllers, args.brokers, overrides=overrides)
+        specs = plan(args.dir, args.controllers, args.brokers, overrides=overrides, port=args.port)
     except ValueError as exc:
         print(f"kref cluster: {exc}", file=sys.stderr)
         return 2

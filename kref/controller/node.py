@@ -15,8 +15,11 @@ kafka-server-start does:
 Start-up refuses, with one line and exit 2, an inconsistent configuration
 (kref/controller/settings.py) and log dirs that are unformatted, of another
 cluster or node, or garbled (meta_properties.py), before anything is
-written. SIGTERM/SIGINT stop the node: a leader resigns (EndQuorumEpoch)
-first, then the logs are closed. A SIGKILL skips that; the next start
+written. SIGTERM/SIGINT stop the node: a broker first shuts down under
+control (its heartbeats say want_shut_down until the controller has moved
+its leaderships away and answers should_shut_down, at most
+broker.session.timeout.ms), then a quorum leader resigns (EndQuorumEpoch),
+then the logs are closed. A SIGKILL skips that; the next start
 recovers the metadata log and reads quorum-state.
 
 What the metadata log carries today is the quorum's own LeaderChange
@@ -153,8 +156,16 @@ def run(args: Any, config: BrokerConfig) -> int:
                     "kref node %d started (process.roles %s, cluster.id %s)",
                     config.node_id, ",".join(config.process_roles), cluster_id,
                 )
+                from kref.broker.config import effective_config_lines
+
+                # as the single broker does (kref/broker/main.py): what this node runs with
+                effective = broker.config if broker is not None else config
+                log.info("effective configuration:\n%s", "\n".join(effective_config_lines(effective)))
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
+                    if lifecycle is not None:
+                        with trio.move_on_after(config.broker_session_timeout_ms / 1000):
+                            await lifecycle.controlled_shutdown()
                     raft.shutdown()
                     # Let the EndQuorumEpoch requests leave before the senders stop.
                     await trio.sleep(0.2)

@@ -8,9 +8,8 @@ partition's leader, replicas and isr as the controller committed them,
 produce to the leaders and consume it back in a group, add partitions and
 delete the topic (forwarded to the controller as well).
 
-What is NOT true yet, and so not tested: followers do not replicate the
-data (issue 10): a partition's records live on its leader only, and the
-isr the clients see is the controller's assignment, not replication state.
+Replication of the data itself (followers fetching, the isr as
+replication state) is tested in tests/replication (issue 10).
 """
 
 from __future__ import annotations

@@ -4,11 +4,13 @@ Scripts in testdata/controller/ drive one ControllerCore with broker
 registrations, heartbeats, time, topic requests and AlterPartition, and
 check the metadata records it writes (Kafka's record types), its replies
 and its trace events (spec/KRaft.tla's RegisterBroker, BrokerHeartbeat,
-FenceBroker, UnfenceBroker). They cover: broker epochs from the record
+FenceBroker, UnfenceBroker, ElectLeader, ElectPreferredLeader,
+UncleanElectLeader). They cover: broker epochs from the record
 offset, fencing after broker.session.timeout.ms with leaders moved in one
 batch (leader_epoch + 1), unfencing once caught up, rack-aware assignment
 spreading leaders, INVALID_REPLICATION_FACTOR, and AlterPartition's
-partition epoch check (stale requests refused).
+partition epoch check (stale requests refused), unclean election, ElectLeaders
+(preferred and unclean), controlled shutdown and auto leader rebalance.
 """
 
 from __future__ import annotations
@@ -76,7 +78,12 @@ class Harness:
         self.next_request += 1
         rid = self.next_request
         if b.command == "controller":
-            self.core = c.ControllerCore(1, broker_session_timeout_ms=int(a.get("session_ms", 9000)))
+            self.core = c.ControllerCore(
+                1, broker_session_timeout_ms=int(a.get("session_ms", 9000)),
+                auto_leader_rebalance_enable=a.get("rebalance") == "true",
+                leader_imbalance_check_interval_ms=int(a.get("imbalance_check_ms", 300_000)),
+                leader_imbalance_per_broker_percentage=int(a.get("imbalance_pct", 10)),
+            )
             return "ok"
         if b.command == "active":
             return self._run(c.BecomeActive(int(a["epoch"]), int(a["offset"])))
@@ -85,7 +92,13 @@ class Harness:
         if b.command == "register":
             return self._run(c.BrokerRegistration(rid, int(a["id"]), _uuid(int(a.get("incarnation", a["id"]))), (), a.get("rack")))
         if b.command == "heartbeat":
-            return self._run(c.BrokerHeartbeatRequest(rid, int(a["id"]), int(a["epoch"]), int(a["offset"])))
+            return self._run(c.BrokerHeartbeatRequest(
+                rid, int(a["id"]), int(a["epoch"]), int(a["offset"]), want_shut_down=a.get("shutdown") == "true"))
+        if b.command == "elect":
+            kind = {"preferred": c.PREFERRED_ELECTION, "unclean": c.UNCLEAN_ELECTION}.get(a["type"], 9)
+            wanted = None if a["partitions"] == "all" else tuple(
+                (tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1])) for tp in a["partitions"].split(","))
+            return self._run(c.ElectLeaders(rid, kind, wanted))
         if b.command == "tick":
             self.now_ms += int(a.get("ms", 0))
             return self._run(c.Tick())

@@ -22,6 +22,8 @@ AREAS = (
     "init_producer_id",
     "log_dirs",
     "offsets_for_leader_epoch",
+    "elect_leaders",
+    "describe_topic_partitions",
 )
 
 
