@@ -105,6 +105,9 @@ class MetadataImage:
     features: dict[str, int] = field(default_factory=dict)
     # KIP-730: the first producer id not yet granted to any broker.
     next_producer_id: int = 0
+    # Bumped by every apply(): readers that cache what they derive from the
+    # image (the broker's encoded Metadata responses) key it by generation.
+    generation: int = field(default=0, compare=False)
 
     # ------------------------------------------------------------ queries
 
@@ -126,6 +129,7 @@ class MetadataImage:
 
     def apply(self, records: "list[r.MetadataRecord] | tuple[r.MetadataRecord, ...]") -> MetadataDelta:
         delta = MetadataDelta()
+        self.generation += 1
         for record in records:
             self._apply_one(record, delta)
         return delta
