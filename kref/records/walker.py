@@ -25,11 +25,16 @@ record, which the broker answers as INVALID_RECORD / CORRUPT_MESSAGE.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from kref.records.errors import InvalidRecordError
 from kref.records.varint import read_varint
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported on first use (inside the functions below): it costs about
+# a second of start-up on a loaded machine, and small batches never need it.
 
 Buffer = bytes | bytearray | memoryview
 
@@ -130,6 +135,8 @@ def _same_prefix_run(section: bytes, pos: int, stride: int, size: int, most: int
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """Zigzag varints at every position of `pos`: (values, next positions, all
     terminated within max_bytes)."""
+    import numpy as np
+
     b0 = arr[pos].astype(np.int64)
     if b0.max() < 0x80:  # one byte each: deltas, small lengths
         return (b0 >> 1) ^ -(b0 & 1), pos + 1, True
@@ -167,6 +174,8 @@ VECTOR_MIN_RECORDS = 512
 def check_records(section: Buffer, count: int, where: int = 0) -> None:
     """Produce validation: exactly `count` well-formed records fill the section,
     with offset deltas 0..count-1 in order."""
+    import numpy as np
+
     data = section if isinstance(section, bytes) else bytes(section)
     starts = _chain(data, count, where)
     if count and _record_end(data, starts[-1]) != len(data):
@@ -187,6 +196,8 @@ def index_records(section: Buffer, where: int = 0) -> RecordIndex:
 
 
 def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordIndex:
+    import numpy as np
+
     end = len(data)
     arr = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
     starts = np.array(starts_list, dtype=np.int64)
