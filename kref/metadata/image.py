@@ -106,6 +106,9 @@ class MetadataImage:
     features: dict[str, int] = field(default_factory=dict)
     # KIP-730: the first producer id not yet granted to any broker.
     next_producer_id: int = 0
+    # Bumped by every apply(): readers that cache what they derive from the
+    # image (the broker's encoded Metadata responses) key it by generation.
+    generation: int = field(default=0, compare=False)
 
     # ------------------------------------------------------------ queries
 
@@ -135,6 +138,7 @@ class MetadataImage:
         unless `on_invalid` is given: then it is reported there and skipped (a
         broker replaying a committed log must not stop at one bad record)."""
         delta = MetadataDelta()
+        self.generation += 1
         for record in records:
             if on_invalid is None:
                 self._apply_one(record, delta)

@@ -9,6 +9,15 @@ illegal names get INVALID_TOPIC_EXCEPTION and are never created. Topics
 requested by ID (v10+, KIP-516) that do not exist get UNKNOWN_TOPIC_ID.
 Auto-created topics are created synchronously, so they are returned ready
 (Kafka answers LEADER_NOT_AVAILABLE first because its creation is async).
+
+Encoded answers are cached (MetadataCache): kio encodes in pure Python,
+about 2 us per partition, so a client asking for 10,000 partitions every
+few seconds would cost the broker tens of milliseconds each time. A body
+is reused for the same request shape (version, listener, flags, the topics
+asked for) while nothing it was built from changed: the key carries the
+generation of every metadata image it reads (bumped by each apply) and the
+active controller's id. Only answers without a topic error are cached (an
+error may depend on broker config that is not in the image).
 """
 
 from __future__ import annotations
@@ -16,7 +25,9 @@ from __future__ import annotations
 import uuid
 
 from kref.broker.broker import BrokerError, validate_topic_name
-from kref.protocol.codec import response_class
+from collections import OrderedDict
+
+from kref.protocol.codec import PreEncoded, encode_body, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.messages import build, nested
 
@@ -29,8 +40,85 @@ TOPIC_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 
 
+# Bounds of the cache: entries and total encoded bytes (least recently used go first).
+CACHE_MAX_ENTRIES = 64
+CACHE_MAX_BYTES = 64 * 1024 * 1024
+
+
+class MetadataCache:
+    def __init__(self, max_entries: int = CACHE_MAX_ENTRIES, max_bytes: int = CACHE_MAX_BYTES) -> None:
+        self._entries: OrderedDict[tuple, PreEncoded] = OrderedDict()
+        self._bytes = 0
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple) -> PreEncoded | None:
+        found = self._entries.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return found
+
+    def put(self, key: tuple, value: PreEncoded) -> None:
+        if len(value.body) > self.max_bytes:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.body)
+        self._entries[key] = value
+        self._bytes += len(value.body)
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, dropped = self._entries.popitem(last=False)
+            self._bytes -= len(dropped.body)
+
+
 def register(router, broker) -> None:
-    router.register(API_KEY, 0, 13, handle_metadata)
+    cache = MetadataCache()
+
+    async def handle(ctx, request):
+        key = cache_key(ctx, request)
+        found = cache.get(key) if key is not None else None
+        if found is not None:
+            return found
+        response = await handle_metadata(ctx, request)
+        if key is not None and all(t.error_code == ErrorCode.NONE for t in response.topics):
+            # Keyed after the build: an auto-created topic bumped the generation.
+            key = cache_key(ctx, request)
+            found = PreEncoded(type(response), encode_body(response))
+            cache.put(key, found)
+            return found
+        return response
+
+    broker.metadata_cache = cache
+    router.register(API_KEY, 0, 13, handle)
+
+
+def cache_key(ctx, request) -> tuple | None:
+    """What a Metadata answer depends on, or None when the images are not known."""
+    broker = ctx.broker
+    if getattr(broker, "metadata", None) is None:
+        return None
+    image = broker.image
+    view = getattr(broker, "kraft", None)
+    if view is not None:
+        state_image = getattr(getattr(view, "state", None), "image", None)
+        if state_image is None:
+            return None
+        cluster = (id(state_image), state_image.generation, view.controller_id())
+    else:
+        cluster = None
+    requested = request.topics
+    if requested is not None:
+        requested = tuple((getattr(t, "name", None), getattr(t, "topic_id", None)) for t in requested)
+    return (
+        id(image), image.generation, cluster, ctx.api_version, ctx.listener_name, requested,
+        getattr(request, "include_topic_authorized_operations", False),
+        getattr(request, "include_cluster_authorized_operations", False),
+        getattr(request, "allow_auto_topic_creation", True),
+    )
 
 
 def brokers_of(broker, listener_name: str):
