@@ -301,14 +301,12 @@ class ControllerDriver:
             is_fenced=getattr(reply, "is_fenced", True), should_shut_down=getattr(reply, "should_shut_down", False),
         )
 
-
     async def _handle_allocate_producer_ids(self, ctx: RequestContext, request: Any) -> Any:
         cls, _ = _kio(ALLOCATE_PRODUCER_IDS, 0, "response")
         reply = await self.request(lambda rid: c.AllocateProducerIds(rid, request.broker_id, request.broker_epoch))
         return cls(throttle_time=_zero(), error_code=reply.error_code,
                    producer_id_start=getattr(reply, "producer_id_start", -1),
                    producer_id_len=getattr(reply, "producer_id_len", 0))
-
 
     async def _handle_alter_partition(self, ctx: RequestContext, request: Any) -> Any:
         """KIP-497 from a partition leader (v2: topic ids, plain isr); the core decides."""
@@ -327,6 +325,8 @@ class ControllerDriver:
                     partition_epoch=getattr(reply, "partition_epoch", -1)))
             topics.append(m.TopicData(topic_id=topic.topic_id, partitions=tuple(partitions)))
         return cls(throttle_time=_zero(), error_code=ErrorCode.NONE, topics=tuple(topics))
+
+
 def elect_leaders_response(version: int, error_code: int, results) -> Any:
     """An ElectLeadersResponse from (topic, partition, error_code, message) results, in order."""
     response_type = response_class(ELECT_LEADERS, version)
