@@ -29,7 +29,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "hw_committed_isr_only": ("replica", "high watermark over the committed isr, not the maximal isr (KIP-497)"),
     "acks_all_ignores_min_isr": ("replica", "acks=all accepted with fewer than min.insync.replicas in the isr"),
     "truncate_to_hw": ("follower", "truncate to the high watermark on becoming follower (pre-KIP-101)"),
-    "follower_ignores_diverging": ("follower", "follower appends instead of truncating on a diverging epoch"),
+    "truncate_ignores_local_epoch": ("follower", "a follower trusts the leader's epoch end offset although its own epoch differs"),
     "follower_hw_from_leader": ("replica", "follower takes the leader's high watermark past its own log end"),
     "elect_outside_isr": ("controller", "a new leader is chosen among all replicas, not the isr"),
     "fence_keeps_isr": ("controller", "a fenced broker stays in the isr of its partitions"),
