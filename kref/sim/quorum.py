@@ -33,7 +33,7 @@ CLIENT = 1000
 
 @dataclass
 class QuorumSettings:
-    voters: int = 3
+    voters: int = 0  # 0: 3 or 5, drawn from the seed
     election_timeout_ms: int = 300
     fetch_timeout_ms: int = 600
     tick_ms: int = 10
@@ -62,7 +62,8 @@ class QuorumSim:
         w.net.drop = w.rng.choice((0.0, 0.02, 0.05))
         w.net.duplicate = w.rng.choice((0.0, 0.02))
         w.net.max_delay_ms = w.rng.choice((5, 15, 40))
-        voters = frozenset(range(1, self.s.voters + 1))
+        self.voters = self.s.voters or w.rng.choice((3, 5))
+        voters = frozenset(range(1, self.voters + 1))
         self.nodes: dict[int, QuorumNode] = {}
         for n in sorted(voters):
             config = q.QuorumConfig(n, voters, election_timeout_ms=self.s.election_timeout_ms,
@@ -167,7 +168,7 @@ class QuorumSim:
     def _propose(self) -> None:
         w = self.world
         leaders = [n for n, node in self.nodes.items() if node.core is not None and node.core.is_leader]
-        target = w.rng.choice(leaders) if leaders and w.rng.random() < 0.9 else w.rng.randint(1, self.s.voters)
+        target = w.rng.choice(leaders) if leaders and w.rng.random() < 0.9 else w.rng.randint(1, self.voters)
         if w.now_ms < self.s.duration_ms + self.s.quiet_ms // 2:
             self.proposed += 1
             w.send(CLIENT, target, self._on_propose, target, f"r{self.proposed}")
@@ -186,7 +187,7 @@ class QuorumSim:
         roll = rng.random()
         if self.down is None:
             leaders = [n for n, node in self.nodes.items() if node.core is not None and node.core.is_leader]
-            victim = rng.choice(leaders) if leaders and rng.random() < 0.6 else rng.randint(1, self.s.voters)
+            victim = rng.choice(leaders) if leaders and rng.random() < 0.6 else rng.randint(1, self.voters)
             node = self.nodes[victim]
             if roll < 0.35:
                 node.core = None

@@ -72,7 +72,7 @@ MAX_IN_FLIGHT_PRODUCES = 5
 class Settings:
     brokers: int = 3
     min_insync_replicas: int = 2
-    replica_lag_time_max_ms: int = 400
+    replica_lag_time_max_ms: int = 0  # 0: drawn from the seed, 400 or 1500 ms
     broker_session_timeout_ms: int = 900
     heartbeat_interval_ms: int = 100
     metadata_fetch_interval_ms: int = 40
@@ -85,7 +85,7 @@ class Settings:
     consume_interval_ms: int = 50
     nemesis_interval_ms: tuple[int, int] = (200, 900)
     duration_ms: int = 8_000
-    quiet_ms: int = 2_000  # faults healed, then this long to settle
+    quiet_ms: int = 3_000  # faults healed, then this long to settle
     faults: bool = True
 
 
@@ -116,6 +116,8 @@ class ClusterSim:
         w.net.drop = w.rng.choice((0.0, 0.01, 0.03))
         w.net.duplicate = w.rng.choice((0.0, 0.01, 0.02))
         w.net.max_delay_ms = w.rng.choice((3, 10, 25))
+        if self.s.replica_lag_time_max_ms == 0:  # drawn: below or above the broker session timeout
+            self.s.replica_lag_time_max_ms = w.rng.choice((400, 1500))
         self.controller = cc.ControllerCore(CONTROLLER, broker_session_timeout_ms=self.s.broker_session_timeout_ms,
                                             tracing=trace)
         self.metadata: list = []
@@ -136,6 +138,8 @@ class ClusterSim:
         self.down: int | None = None  # the one broker crashed or paused
         self.topic_created = False
         self.changed: set[int] = set()
+        self.holders: dict[tuple[int, int], set[int]] = {}  # (offset, record id) -> brokers that appended it
+        self.recheck = False  # a log lost entries or the isr changed: re-check the committed records
         for b in self.brokers.values():
             b.fs.makedirs("/data/t-0")
             self._start(b)
@@ -152,6 +156,7 @@ class ClusterSim:
         w.run_until(self.s.duration_ms, self._check)
         self._heal()
         w.run_until(self.s.duration_ms + self.s.quiet_ms, self._check)
+        self.converged()
 
     # ------------------------------------------------------------ controller
 
@@ -167,6 +172,7 @@ class ClusterSim:
         for e in self.controller.step(event, self.world.now_ms):
             if isinstance(e, cc.WriteRecords):
                 self.metadata.extend(e.records)
+                self.recheck = True
                 if e.request_id is not None:
                     self._reply(e.request_id, e.reply)
             elif isinstance(e, cc.Reply):
@@ -235,6 +241,8 @@ class ClusterSim:
         self.world.fault("Crash", replica=b.node_id, torn_bytes=torn, log_end_offset=len(b.log))
         b.fs.crash(keep_torn_bytes=torn)
         b.alive, b.core = False, None
+        b.log = self._recover(b)  # what the disk holds: the spec's log of an Offline replica
+        self.recheck = True
         b.generation += 1
 
     def _restart(self, b: Broker) -> None:
@@ -292,6 +300,7 @@ class ClusterSim:
         return topic.partitions.get(PARTITION) if topic is not None else None
 
     def _apply_role(self, b: Broker) -> None:
+        self.recheck = True
         p = self._partition(b)
         if p is None or b.node_id not in p.replicas:
             return
@@ -351,16 +360,20 @@ class ClusterSim:
             data += head + struct.pack(">I", zlib.crc32(head))
             if not b.epochs or b.epochs[-1][0] < epoch:
                 b.epochs.append((epoch, len(b.log)))
+            self.holders.setdefault((len(b.log), record_id), set()).add(b.node_id)
             b.log.append((epoch, record_id))
         b.fs.append(LOG_PATH, bytes(data))
         b.dirty = True
         self.changed.add(b.node_id)
 
     def _truncate(self, b: Broker, offset: int) -> None:
+        # The epoch cache is cut even when no record goes: an epoch that began
+        # at the log end with no record (AssignLeaderEpoch) must not survive.
+        b.epochs = [(e, o) for e, o in b.epochs if o < offset]
         if offset >= len(b.log):
             return
         del b.log[offset:]
-        b.epochs = [(e, o) for e, o in b.epochs if o < offset]
+        self.recheck = True
         data = b.fs.read_bytes(LOG_PATH)[: offset * RECORD.size]
         b.fs.write_bytes(LOG_PATH, data)
         b.fs.fsync(LOG_PATH)
@@ -516,6 +529,12 @@ class ClusterSim:
 
     def _answer_produce(self, b: Broker, request_id: int, error_code: int, offset: int) -> None:
         record_id = b.log[offset][1] if error_code == ErrorCode.NONE and 0 <= offset < len(b.log) else -1
+        if error_code == ErrorCode.NONE:
+            holders = self.holders.get((offset, record_id), ())
+            if len(holders) < self.s.min_insync_replicas:
+                # Kafka's acks=all contract: acknowledged once min.insync.replicas replicas have it.
+                raise Violation("AckedByMinInsyncReplicas", f"record {record_id} at offset {offset} acknowledged "
+                                f"by leader {b.node_id} with only brokers {sorted(holders)} holding it")
         self.world.send(b.node_id, CLIENT, self._on_produce_answer, request_id, error_code, offset, record_id)
 
     def _on_produce_answer(self, request_id: int, error_code: int, offset: int, record_id: int) -> None:
@@ -552,6 +571,7 @@ class ClusterSim:
         self.consumer_offset += len(records)
 
     def _commit(self, offset: int, record_id: int, how: str) -> None:
+        self.recheck = True
         before = self.committed.setdefault(offset, record_id)
         if before != record_id:
             raise Violation("NoCommittedRecordLost", f"offset {offset} {how} as record {record_id}, "
@@ -565,7 +585,8 @@ class ClusterSim:
             return
         roll = rng.random()
         if self.down is None:
-            victim = self.brokers[rng.randint(1, self.s.brokers)]
+            leader = self._current_leader()
+            victim = leader if leader is not None and rng.random() < 0.5 else self.brokers[rng.randint(1, self.s.brokers)]
             if roll < 0.3:
                 self._crash(victim)
                 self.down = victim.node_id
@@ -576,8 +597,10 @@ class ClusterSim:
                 w.fault("Pause", replica=victim.node_id)
                 w.after(rng.randint(100, 2500), self._recover_down)
             elif roll < 0.7:
-                w.cut = {frozenset((victim.node_id, o)) for o in (CONTROLLER, CLIENT, *self.brokers) if o != victim.node_id}
-                w.fault("Partition", isolated=victim.node_id)
+                # Sometimes the clients still reach it: an isolated leader keeps appending (a zombie).
+                others = (CONTROLLER, *self.brokers) if rng.random() < 0.5 else (CONTROLLER, CLIENT, *self.brokers)
+                w.cut = {frozenset((victim.node_id, o)) for o in others if o != victim.node_id}
+                w.fault("Partition", isolated=victim.node_id, clients=CLIENT not in others)
             else:
                 if w.cut:
                     w.fault("Heal")
@@ -617,21 +640,78 @@ class ClusterSim:
                     raise Violation("MonotonicHighWatermark", f"broker {b.node_id} epoch {core.leader_epoch} "
                                     f"hw {seen[1]} -> {core.high_watermark}")
                 self.hw_seen[b.node_id] = (core.leader_epoch, core.high_watermark)
-        leader = self._current_leader()
-        if leader is not None and self.committed:
-            log = leader.log
-            for offset, record_id in self.committed.items():
-                if offset >= len(log) or log[offset][1] != record_id:
-                    raise Violation("NoCommittedRecordLost", f"record {record_id} committed at offset {offset} is "
-                                    f"not in the log of leader {leader.node_id} (epoch {leader.core.leader_epoch}, "
-                                    f"log_end_offset {len(log)})")
+        if self.recheck and self.committed:
+            self.recheck = False
+            self._check_committed()
         if self.changed:
             for a in self.changed:
                 la = self.brokers[a].log
                 for c, other in self.brokers.items():
                     if c != a:
                         _log_matching(a, la, c, other.log)
+                        self._below_high_watermarks(self.brokers[a], other)
             self.changed.clear()
+
+    def _check_committed(self) -> None:
+        p = self._partition_of_controller()
+        if p is None:
+            return
+        # spec: LeaderCompleteness -- the elected leader, unless Offline, holds every committed record.
+        leader = self.brokers.get(p.leader)
+        if leader is not None and leader.alive and leader.core is not None and leader.core.role is not rc.Role.NONE:
+            log = leader.log
+            for offset, record_id in self.committed.items():
+                if offset >= len(log) or log[offset][1] != record_id:
+                    raise Violation("LeaderCompleteness", f"record {record_id} committed at offset {offset} is not in "
+                                    f"the log of leader {leader.node_id} (leader_epoch {p.leader_epoch}, "
+                                    f"log_end_offset {len(log)})")
+        # spec: NoCommittedRecordLost -- some member of the controller's isr still holds it.
+        logs = [self.brokers[r].log for r in p.isr if r in self.brokers]
+        # Kafka's definition of the isr: every acting, unfenced member holds what is committed
+        # (the spec's NoCommittedRecordLost and LeaderCompleteness rest on it at the next election).
+        for r in p.isr:
+            b, registration = self.brokers.get(r), self.controller.brokers.get(r)
+            if b is None or not b.alive or b.core is None or b.core.role is rc.Role.NONE:
+                continue
+            if registration is None or registration.fenced:
+                continue
+            for offset, record_id in self.committed.items():
+                if offset >= len(b.log) or b.log[offset][1] != record_id:
+                    raise Violation("IsrMembersHoldCommitted", f"broker {r} is in the isr {list(p.isr)} "
+                                    f"(partition_epoch {p.partition_epoch}) without record {record_id} committed "
+                                    f"at offset {offset} (its log_end_offset {len(b.log)})")
+        for offset, record_id in self.committed.items():
+            if not any(offset < len(log) and log[offset][1] == record_id for log in logs):
+                raise Violation("NoCommittedRecordLost", f"record {record_id} committed at offset {offset} is held by "
+                                f"no member of the isr {list(p.isr)}")
+
+    def _partition_of_controller(self):
+        topic = self.controller.image.topic(TOPIC)
+        return topic.partitions.get(PARTITION) if topic is not None else None
+
+    def _below_high_watermarks(self, a: Broker, b: Broker) -> None:
+        # spec: LogMatching, first part -- replicas agree below both their high watermarks.
+        if a.core is None or b.core is None:
+            return
+        n = min(a.core.high_watermark, b.core.high_watermark, len(a.log), len(b.log))
+        if a.log[:n] != b.log[:n]:
+            k = next(i for i in range(n) if a.log[i] != b.log[i])
+            raise Violation("LogMatching", f"brokers {a.node_id} and {b.node_id} differ at offset {k} below both high "
+                            f"watermarks ({a.core.high_watermark}, {b.core.high_watermark}): {a.log[k]} vs {b.log[k]}")
+
+    def converged(self) -> None:
+        """spec liveness ReplicasConverge / HighWatermarkCatchesUp, after the quiet period: every
+        replica holds the leader's log and the high watermark reached its end."""
+        leader = self._current_leader()
+        if leader is None:
+            raise Violation("ReplicasConverge", "no leader after the quiet period")
+        for b in self.brokers.values():
+            if b.log != leader.log:
+                raise Violation("ReplicasConverge", f"broker {b.node_id} log_end_offset {len(b.log)} differs from "
+                                f"leader {leader.node_id}'s {len(leader.log)} after the quiet period")
+        if leader.core.high_watermark != len(leader.log):
+            raise Violation("HighWatermarkCatchesUp", f"leader {leader.node_id} high_watermark "
+                            f"{leader.core.high_watermark} < log_end_offset {len(leader.log)} after the quiet period")
 
     def _current_leader(self) -> Broker | None:
         best = None

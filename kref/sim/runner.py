@@ -52,11 +52,12 @@ def run_seed(seed: int, mutation: str | None = None, scenarios=SCENARIOS, trace:
     """Run `seed` through `scenarios` (stopping at the first violation): (row, trace lines)."""
     mutations.activate([mutation] if mutation else [])
     started = time.process_time()
-    row = {"seed": seed, "scenario": ",".join(scenarios), "mutation": mutation or "", "events": 0, "faults": 0,
+    row = {"seed": seed, "scenario": "", "mutation": mutation or "", "events": 0, "faults": 0,
            "verdict": "ok", "invariant": "", "violation": "", "seconds": 0.0, "repro": ""}
     lines: list[str] = []
     try:
         for scenario in scenarios:
+            row["scenario"] = scenario
             sim = make(scenario, seed, trace)
             try:
                 sim.run()
@@ -64,7 +65,6 @@ def run_seed(seed: int, mutation: str | None = None, scenarios=SCENARIOS, trace:
                 row["events"] += sim.world.events
                 row["faults"] += sim.world.faults
                 lines += sim.world.lines
-            row["scenario"] = scenario
     except Violation as exc:
         row.update(verdict="violation", invariant=exc.invariant, violation=f"t={sim.world.now_ms}ms {exc.detail}")
     except (ReplicaInvariant, QuorumInvariant, ControllerInvariant) as exc:
