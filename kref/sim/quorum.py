@@ -73,7 +73,7 @@ class QuorumSim:
         self.elections: dict[int, int] = {}
         self.committed: list[tuple[int, object]] = []
         self.proposed = 0
-        self.down: int | None = None
+        self.down: list[int] = []  # crashed or paused: at most a minority at a time
         w.after(self.s.propose_interval_ms, self._propose)
         if self.s.faults:
             w.after(w.rng.randint(*self.s.nemesis_interval_ms), self._nemesis)
@@ -81,7 +81,8 @@ class QuorumSim:
     def run(self) -> None:
         self.world.run_until(self.s.duration_ms, self._check_logs)
         self.world.cut, self.world.net.drop, self.world.net.duplicate = set(), 0.0, 0.0
-        self._recover_down()
+        for n in list(self.down):
+            self._recover_down(n)
         self.world.run_until(self.s.duration_ms + self.s.quiet_ms, self._check_logs)
 
     # ------------------------------------------------------------ driving
@@ -185,21 +186,23 @@ class QuorumSim:
         if w.now_ms >= self.s.duration_ms:
             return
         roll = rng.random()
-        if self.down is None:
+        if len(self.down) < (self.voters - 1) // 2:
             leaders = [n for n, node in self.nodes.items() if node.core is not None and node.core.is_leader]
             victim = rng.choice(leaders) if leaders and rng.random() < 0.6 else rng.randint(1, self.voters)
             node = self.nodes[victim]
-            if roll < 0.35:
+            if victim in self.down:
+                pass
+            elif roll < 0.35:
                 node.core = None
                 node.generation += 1
-                self.down = victim
+                self.down.append(victim)
                 w.fault("Crash", replica=victim)
-                w.after(rng.randint(50, 1200), self._recover_down)
+                w.after(rng.randint(50, 1200), self._recover_down, victim)
             elif roll < 0.55:
                 node.paused = True
-                self.down = victim
+                self.down.append(victim)
                 w.fault("Pause", replica=victim)
-                w.after(rng.randint(100, 2000), self._recover_down)
+                w.after(rng.randint(100, 2000), self._recover_down, victim)
             elif roll < 0.75:
                 w.cut = {frozenset((victim, o)) for o in (*self.nodes, CLIENT) if o != victim}
                 w.fault("Partition", isolated=victim)
@@ -207,10 +210,10 @@ class QuorumSim:
                 w.cut = set()
         w.after(rng.randint(*self.s.nemesis_interval_ms), self._nemesis)
 
-    def _recover_down(self) -> None:
-        if self.down is None:
+    def _recover_down(self, n: int) -> None:
+        if n not in self.down:
             return
-        n, self.down = self.down, None
+        self.down.remove(n)
         node = self.nodes[n]
         if node.core is None:
             epochs: list[tuple[int, int]] = []
