@@ -91,8 +91,8 @@ def interaction_tests(name: str, timeout_s: float = 240.0) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kref.sim.mutation", description=__doc__.split("\n")[0])
-    p.add_argument("--seeds", type=int, default=12, help="seeds per mutation (stop at the first catch)")
-    p.add_argument("--budget", type=float, default=25.0, help="CPU seconds per mutation")
+    p.add_argument("--seeds", type=int, default=60, help="seeds per mutation (stop at the first catch)")
+    p.add_argument("--budget", type=float, default=15.0, help="CPU seconds per mutation")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--only", action="append", help="run only these mutations")
     args = p.parse_args(argv)
