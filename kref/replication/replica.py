@@ -623,6 +623,11 @@ class PartitionReplica(FollowerSide):
                 return reject(ErrorCode.UNKNOWN_LEADER_EPOCH)
         if e.last_fetched_epoch != NO_EPOCH and e.epoch_end_offset is not None and not (_m.ACTIVE and _m.on("skip_diverging_check")):
             end_epoch, end_offset = e.epoch_end_offset
+            if end_epoch == NO_EPOCH or end_offset == UNKNOWN_OFFSET:
+                # No epoch this old here: a "diverging epoch" of NO_EPOCH would read as
+                # no divergence and the follower would append over its own older log.
+                # Kafka answers OFFSET_OUT_OF_RANGE; the follower keeps its HW and refetches.
+                return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
             if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
                 # KIP-320: the follower's log diverges; it truncates to the
                 # end of the largest common epoch and fetches again.

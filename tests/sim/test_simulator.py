@@ -79,3 +79,14 @@ def test_a_campaign_writes_a_results_table(tmp_path, capsys):
 def test_bad_seed_range_is_a_one_line_error(capsys):
     assert main(["sim", "--seeds", "9..x"]) == 2
     assert "seeds must look like A..B" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", (89, 153))
+def test_regression_follower_log_older_than_every_leader_epoch(seed):
+    # Found by the 200-seed campaign: a paused leader of epoch 0 wakes up as a
+    # follower of a leader whose epoch cache starts at epoch 1; the leader's
+    # "diverging epoch" was NO_EPOCH, read as no divergence, and the follower
+    # appended over its own epoch-0 records (LogMatching). Kafka answers
+    # OFFSET_OUT_OF_RANGE there (kref/replication/replica.py now does too).
+    row, _ = run_seed(seed, scenarios=("replication",))
+    assert row["verdict"] == "ok", f"seed {seed}: {row['invariant']} {row['violation']} ({row['repro']})"
