@@ -498,7 +498,12 @@ class PartitionReplica(FollowerSide):
         if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
             # The same term (a change of isr or replicas committed by the
             # controller): Kafka keeps the term's state and takes the new
-            # assignment; only a new leader_epoch starts a new term.
+            # assignment; only a new leader_epoch starts a new term. An older
+            # partition_epoch is metadata that lags our own AlterPartition
+            # response: taking its isr would shrink the isr behind the
+            # controller's back (Kafka's makeLeader skips it the same way).
+            if e.partition_epoch < self.partition_epoch:
+                return
             self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
             self.replicas = tuple(e.replicas)
             self.isr = frozenset(e.isr)
