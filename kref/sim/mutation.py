@@ -42,6 +42,8 @@ WOULD_CATCH = {
     "commit_earlier_epoch": "a directed Raft figure-8 schedule (5 voters, two crashes), or TLC on KRaft.tla",
     "vote_twice": "trace validation (GrantVote twice in one epoch) or more seeds with split votes",
     "hw_committed_isr_only": "a scenario where AlterPartition shrinks are refused while the HW advances",
+    "acks_all_ignores_min_isr": "a check at admission (acks=all appended while isr < min.insync.replicas); "
+                                "loss needs the lone isr member to crash within one flush interval",
     "expand_isr_early": "more leader crashes right after an ISR expand; trace validation of ExpandIsr",
     "truncate_ignores_local_epoch": "a zombie leader appending in an epoch the next leader never saw, then more seeds",
 }
