@@ -54,3 +54,9 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) spec/states
+
+# Switch each catalogued bug (kref/mutations.py) into the cores and count what
+# the simulator catches: a table and `caught C of N mutations` (a few minutes).
+.PHONY: mutation
+mutation: setup
+	nice -n 10 $(PY) -m kref.sim.mutation

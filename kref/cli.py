@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kref.controller.local_cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub.add_parser("cluster", help="run a local KRaft cluster (3 combined nodes by default)"))
+    from kref.sim.cli import add_arguments as add_sim_arguments
+
+    add_sim_arguments(sub.add_parser("sim", help="deterministic cluster simulation: one seed or a campaign"))
     return parser
 
 
@@ -49,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from kref.controller.storage_tool import run as run_storage
 
         return run_storage(args)
+    if args.command == "sim":
+        from kref.sim.cli import run as run_sim
+
+        return run_sim(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -85,6 +85,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
+from kref import mutations as _m
 from kref.coordinator.producer_id import ProducerIdsExhaustedError, grant_block
 from kref.metadata import records as r
 from kref.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
@@ -673,6 +674,8 @@ class ControllerCore:
                 if broker_id not in p.isr and p.leader != broker_id:
                     continue
                 isr = tuple(b for b in p.isr if b != broker_id)
+                if _m.ACTIVE and _m.on("fence_keeps_isr"):
+                    isr = p.isr
                 if p.leader == broker_id:
                     leader = self._choose_leader(p.replicas, isr, exclude=broker_id)
                     if leader == NO_LEADER:
@@ -731,7 +734,7 @@ class ControllerCore:
 
     def _choose_leader(self, replicas: tuple[int, ...], isr: tuple[int, ...], exclude: int = NO_LEADER) -> int:
         for b in replicas:
-            if b != exclude and b in isr and self._eligible(b):
+            if b != exclude and (b in isr or (_m.ACTIVE and _m.on("elect_outside_isr"))) and self._eligible(b):
                 return b
         return NO_LEADER
 
@@ -839,7 +842,7 @@ class ControllerCore:
             return fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if e.leader_epoch != p.leader_epoch:
             return fail(ErrorCode.FENCED_LEADER_EPOCH)
-        if e.partition_epoch != p.partition_epoch:
+        if e.partition_epoch != p.partition_epoch and not (_m.ACTIVE and _m.on("alter_partition_stale_epoch")):
             return fail(ErrorCode.INVALID_UPDATE_VERSION)
         isr = tuple(e.new_isr)
         if e.broker_id not in isr or any(b not in p.replicas for b in isr):

@@ -67,6 +67,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from kref import mutations as _m
 from kref.protocol.errors import ErrorCode
 from kref.trace import kraft as trace
 
@@ -674,10 +675,12 @@ class QuorumCore:
             return
         if r.candidate_epoch > self.leader_epoch:
             self._become_unattached(r.candidate_epoch, source, now_ms, out)
-        grantable = self.state is State.UNATTACHED or (self.state is State.VOTED and self.voted_for == r.candidate_id)
+        grantable = self.state is State.UNATTACHED or (self.state is State.VOTED and self.voted_for == r.candidate_id) or (
+            _m.ACTIVE and _m.on("vote_twice") and self.state is State.VOTED
+        )
         up_to_date = (r.last_offset_epoch, r.last_offset) >= (self.last_epoch, self.log_end_offset) or (
             not self.config.check_log_up_to_date
-        )
+        ) or (_m.ACTIVE and _m.on("vote_without_log_check"))
         if not (grantable and up_to_date):
             refuse()
             return
@@ -685,6 +688,8 @@ class QuorumCore:
             self.voted_for = r.candidate_id
             self.state = State.VOTED
             self._reset_election_timer(now_ms)
+            if _m.ACTIVE and _m.on("vote_before_durable"):
+                out.append(Send(source, VoteResponse(ErrorCode.NONE, self.leader_id, self.leader_epoch, True)))
             # The vote is durable before the candidate can count it.
             self._persist(out)
             self._emit(out, trace.GrantVote, now_ms, candidate=r.candidate_id)
@@ -812,7 +817,7 @@ class QuorumCore:
         majority_offset = offsets[self.majority() - 1]
         # Only an offset in this leader's own epoch commits (Raft's rule;
         # the LeaderChange record is the first such entry).
-        if majority_offset > self.high_watermark and majority_offset > self.epoch_start_offset:
+        if majority_offset > self.high_watermark and (majority_offset > self.epoch_start_offset or _m.ACTIVE and _m.on("commit_earlier_epoch")):
             if majority_offset > self.log_end_offset:
                 raise InvariantViolation(f"high watermark {majority_offset} past log end {self.log_end_offset}")
             self.high_watermark = majority_offset

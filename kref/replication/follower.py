@@ -39,6 +39,7 @@ import enum
 from dataclasses import dataclass
 
 from kref.protocol.errors import ErrorCode
+from kref import mutations as _m
 from kref.trace import events as trace
 
 NO_EPOCH = -1
@@ -180,7 +181,7 @@ def truncation_offset(
     if leader_epoch == NO_EPOCH or local_epoch_end_offset is None:
         return min(leader_end_offset, log_end_offset), True
     local_epoch, local_end_offset = local_epoch_end_offset
-    if local_epoch != leader_epoch:
+    if local_epoch != leader_epoch and not (_m.ACTIVE and _m.on("truncate_ignores_local_epoch")):
         return min(local_end_offset, log_end_offset), False
     return min(leader_end_offset, local_end_offset, log_end_offset), True
 
@@ -202,6 +203,8 @@ class FollowerSide:
         """After BecomeFollower: pick how to reconcile the log with the new leader."""
         self.last_fetched_epoch = last_fetched_epoch
         self.truncate_on_fetch = truncate_on_fetch
+        if _m.ACTIVE and _m.on("truncate_to_hw") and self.log_end_offset > self.high_watermark:
+            out.append(TruncateLog(self.high_watermark))  # pre-KIP-101
         if last_fetched_epoch == NO_EPOCH:
             # No epochs to compare (an empty log): what is committed is safe.
             self.fetch_state = FetchState.FETCHING

@@ -67,6 +67,7 @@ from kref.replication.follower import (
     FollowerFetchDue,
     FollowerSide,
 )
+from kref import mutations as _m
 from kref.trace import events as trace
 
 
@@ -527,7 +528,12 @@ class PartitionReplica(FollowerSide):
         if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
             # The same term (a change of isr or replicas committed by the
             # controller): Kafka keeps the term's state and takes the new
-            # assignment; only a new leader_epoch starts a new term.
+            # assignment; only a new leader_epoch starts a new term. An older
+            # partition_epoch is metadata that lags our own AlterPartition
+            # response: taking its isr would shrink the isr behind the
+            # controller's back (Kafka's makeLeader skips it the same way).
+            if e.partition_epoch < self.partition_epoch:
+                return
             self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
             self.replicas = tuple(e.replicas)
             self.isr = frozenset(e.isr)
@@ -604,7 +610,7 @@ class PartitionReplica(FollowerSide):
             out.append(ProduceResult(e.request_id, ErrorCode.INVALID_REQUIRED_ACKS))
         elif not self.is_leader:
             out.append(ProduceResult(e.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        elif e.acks == -1 and len(self.isr) < self.min_insync_replicas:
+        elif e.acks == -1 and len(self.isr) < self.min_insync_replicas and not (_m.ACTIVE and _m.on("acks_all_ignores_min_isr")):
             # Refused before the append: nothing of it reaches the log.
             out.append(ProduceResult(e.request_id, ErrorCode.NOT_ENOUGH_REPLICAS))
         else:
@@ -645,13 +651,18 @@ class PartitionReplica(FollowerSide):
 
         if not self.is_leader or e.replica_id not in self.followers:
             return reject(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if e.current_leader_epoch != NO_EPOCH:
+        if e.current_leader_epoch != NO_EPOCH and not (_m.ACTIVE and _m.on("skip_fetch_epoch_check")):
             if e.current_leader_epoch < self.leader_epoch:
                 return reject(ErrorCode.FENCED_LEADER_EPOCH)
             if e.current_leader_epoch > self.leader_epoch:
                 return reject(ErrorCode.UNKNOWN_LEADER_EPOCH)
-        if e.last_fetched_epoch != NO_EPOCH and e.epoch_end_offset is not None:
+        if e.last_fetched_epoch != NO_EPOCH and e.epoch_end_offset is not None and not (_m.ACTIVE and _m.on("skip_diverging_check")):
             end_epoch, end_offset = e.epoch_end_offset
+            if end_epoch == NO_EPOCH or end_offset == UNKNOWN_OFFSET:
+                # No epoch this old here: a "diverging epoch" of NO_EPOCH would read as
+                # no divergence and the follower would append over its own older log.
+                # Kafka answers OFFSET_OUT_OF_RANGE; the follower keeps its HW and refetches.
+                return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
             if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
                 # KIP-320: the follower's log diverges; it truncates to the
                 # end of the largest common epoch and fetches again.
@@ -678,7 +689,7 @@ class PartitionReplica(FollowerSide):
         if (
             self.pending_isr is None  # one AlterPartition in flight at a time
             and e.replica_id not in self.isr
-            and state.log_end_offset >= self.high_watermark
+            and (state.log_end_offset >= self.high_watermark or (_m.ACTIVE and _m.on("expand_isr_early")))
             and state.log_end_offset >= self.leader_epoch_start_offset
         ):
             self._change_isr(self.isr | {e.replica_id}, now_ms, out, added=e.replica_id)
@@ -743,6 +754,8 @@ class PartitionReplica(FollowerSide):
         out.append(AlterPartition(self.leader_epoch, self.partition_epoch, new_isr))
 
     def _maximal_isr(self) -> frozenset[int]:
+        if _m.ACTIVE and _m.on("hw_committed_isr_only"):
+            return self.isr
         return self.isr | self.pending_isr if self.pending_isr is not None else self.isr
 
     def _on_alter_partition_response(self, e: AlterPartitionResponse, now_ms: int, out: list[Effect]) -> None:
@@ -779,7 +792,7 @@ class PartitionReplica(FollowerSide):
                 leo = self.followers[r].log_end_offset
                 if leo == UNKNOWN_OFFSET:
                     return  # an isr member that has not fetched yet holds the HW
-                candidate = min(candidate, leo)
+                candidate = max(candidate, leo) if _m.ACTIVE and _m.on("hw_max") else min(candidate, leo)
         if candidate > self.high_watermark:
             self.high_watermark = candidate
             if self.high_watermark > self.log_end_offset:
@@ -805,6 +818,8 @@ class PartitionReplica(FollowerSide):
             self.last_fetched_epoch = e.last_fetched_epoch
         self.log_end_offset = e.log_end_offset
         high_watermark = min(e.leader_high_watermark, self.log_end_offset)
+        if _m.ACTIVE and _m.on("follower_hw_from_leader"):
+            high_watermark = e.leader_high_watermark
         if not moved and high_watermark == self.high_watermark:
             if e.leader_log_start_offset >= 0:
                 self._follow_log_start_offset(e.leader_log_start_offset, out)
