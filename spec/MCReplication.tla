@@ -104,6 +104,10 @@ HighWatermarkCatchesUp ==
 SingleRecordBatches(S) == {<<v>> : v \in S}
 AcksAllOnly == {"all"}
 
+\* For turning on Replication.tla's switches from a .cfg
+\* (`LastReplicaStandingFaults <- On`, `EligibleLeaderReplicasEnable <- On`).
+On == TRUE
+
 Symmetry == Permutations(Replicas) \cup Permutations(Values)
 
 =============================================================================
