@@ -72,12 +72,7 @@ CATALOGUE: list[Mutation] = [
              " remote_log_end_offset[l][x] >= 0}})"),
     Mutation("HW advances while the ISR is below min.insync.replicas (KAFKA-15583)", R,
              "    /\\ Cardinality(isr[l]) >= MinInsyncReplicas\n    /\\ LET new_hw",
-             "    /\\ LET new_hw",
-             uncatchable="needs a model where the last ISR member may lose its "
-                         "unflushed suffix (Last Replica Standing, not built yet): "
-                         "with the last replica's log surviving, exposing records "
-                         "fewer replicas hold loses nothing, and the liveness model "
-                         "uses min.insync.replicas = 1"),
+             "    /\\ LET new_hw"),
     Mutation("no min.insync.replicas check on acks=all appends", R,
              "/\\ acks = \"all\" => Cardinality(isr[l]) >= MinInsyncReplicas",
              "/\\ TRUE",
