@@ -154,6 +154,10 @@ class Broker:
         # Called (no arguments) once the nursery runs, before listeners open,
         # e.g. to start loading coordinator state in the background.
         self.on_serving: list[Callable[[], None]] = []
+        # Called as hook(topic, partition, role, leader_epoch) after the replica
+        # manager made a hosted partition "leader" or "follower", or dropped it
+        # ("none"): the group coordinator follows __consumer_offsets leadership.
+        self.on_partition_role: list[Callable[[str, int, str, int], None]] = []
 
     # --- clock -----------------------------------------------------------------
 
@@ -196,6 +200,7 @@ class Broker:
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
+        self.replica_manager.on_partition_role = self.on_partition_role
         self._delete_stray_logs()
         # A new leadership term for every partition, durable before it leads:
         # an epoch is never reused across restarts (KIP-101).

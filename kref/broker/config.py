@@ -109,6 +109,9 @@ class BrokerConfig:
     # Kafka's default is unlimited; kref bounds it (a deviation, documented).
     max_connections: int = _prop("max.connections", _int(1, _I32), "4096", dynamic=True)
     fetch_max_bytes: int = _prop("fetch.max.bytes", _int(1024, _I32), "57671680")
+    # KIP-227: how many incremental fetch sessions the broker keeps (0: none).
+    max_incremental_fetch_session_cache_slots: int = _prop(
+        "max.incremental.fetch.session.cache.slots", _int(0, _I32), "1000")
     # topic-level defaults (Kafka's broker synonyms of topic configs)
     log_segment_bytes: int = _prop("log.segment.bytes", _int(14, _I32), "1073741824", dynamic=True)
     log_roll_ms: int | None = _prop("log.roll.ms", _int(1, _I64), None, dynamic=True)

@@ -11,23 +11,31 @@ modules, idempotent) gives the broker:
   ProducerStateManager (idempotent-producer checks, .snapshot files), since
   the LogManager is created afterwards in `Broker.open`;
 - `broker.producer_id_manager` (lazily, once the log dirs exist);
-- an `on_serving` hook that, once the broker's nursery runs, marks every
-  existing `__consumer_offsets` partition as loading, loads them in the
-  background (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS) and
-  starts the coordinator's timer task;
+- an `on_partition_role` hook: the coordinator of a group is the leader of
+  the group's `__consumer_offsets` partition. Becoming its leader (a new
+  leader epoch) marks the partition loading and reads it in the background
+  (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS); leaving leadership
+  unloads its groups (Kafka's onElection / onResignation). On a single
+  broker every partition is led here; on `kref cluster` the controller
+  decides, and FindCoordinator answers the partition's leader;
+- an `on_serving` hook that starts the loads of partitions led before the
+  nursery ran, and the coordinator's timer task;
 - an `on_topic_deleted` hook: the coordinator forgets (and tombstones) the
   committed offsets of a deleted topic, as Kafka does.
 
 `__consumer_offsets` is created on the first FindCoordinator for a group,
 like Kafka does, as a compacted topic with offsets.topic.num.partitions
-partitions; if it already exists its real partition count wins, so groups
-keep mapping to the partition that holds their records. Coordinator writes
+partitions (on `kref cluster` through the active controller, with
+offsets.topic.replication.factor replicas); if it already exists its real
+partition count wins, so groups keep mapping to the partition that holds
+their records. Coordinator writes
 go through the partition driver (so the high watermark covers them and a
 consumer of `__consumer_offsets` sees them) or, without one, the Log.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import secrets
@@ -37,6 +45,7 @@ import trio
 from kref.broker.group_coordinator import GroupCoordinatorDriver
 from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
+from kref.coordinator.offsets_format import partition_for
 from kref.coordinator.producer_id import (
     LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE, ProducerIdManager, grant_block, read_legacy_file,
 )
@@ -129,6 +138,9 @@ def install(broker) -> None:
         path, producer_id_expiration_ms=expiration_ms
     )
     broker.producer_id_manager = None
+    broker.offsets_roles = {}  # __consumer_offsets partition -> (role, leader_epoch)
+    broker.offsets_loads_waiting = {}  # partitions led before the nursery ran -> leader_epoch
+    broker.on_partition_role.append(lambda topic, p, role, epoch: _on_partition_role(broker, topic, p, role, epoch))
     broker.on_serving.append(lambda: _start(broker))
     broker.on_topic_deleted.append(_forget_offsets)
 
@@ -146,17 +158,67 @@ def _record_count(batch: bytes) -> int:
 
 
 def _start(broker) -> None:
-    driver: GroupCoordinatorDriver = broker.group_coordinator
-    topic = broker.get_topic(OFFSETS_TOPIC)
-    if topic is not None:
-        driver.core.config = _group_config(broker.config, topic.num_partitions)
-        partitions = list(range(topic.num_partitions))
-        for p in partitions:
-            # before any request can arrive: they must see "loading", not "not coordinator"
-            driver.step(g.BeginLoad(p))
-        broker.start_soon(_load_all, broker, partitions)
-    broker.start_soon(driver.run_timers)
+    """The nursery runs: load the partitions this broker came up leading."""
+    for p, leader_epoch in sorted(broker.offsets_loads_waiting.items()):
+        _schedule_load(broker, p, leader_epoch)
+    broker.offsets_loads_waiting.clear()
+    broker.start_soon(broker.group_coordinator.run_timers)
     broker.start_soon(_expire_producers, broker)
+
+
+def _on_partition_role(broker, topic: str, p: int, role: str, leader_epoch: int) -> None:
+    """The coordinator of a group is the leader of its __consumer_offsets partition.
+
+    Becoming leader (a new leader epoch) loads the partition's groups from the
+    log; leaving leadership unloads them (Kafka's onElection / onResignation),
+    so members move to the new leader, which has the replicated records."""
+    if topic != OFFSETS_TOPIC:
+        return
+    driver: GroupCoordinatorDriver = broker.group_coordinator
+    before = broker.offsets_roles.get(p)
+    broker.offsets_roles[p] = (role, leader_epoch)
+    if role != "leader":
+        broker.offsets_loads_waiting.pop(p, None)
+        if before is not None and before[0] == "leader":
+            driver.step(g.Unload(p))
+        return
+    if before == (role, leader_epoch):
+        return  # the same leadership (an isr change re-announces it)
+    count = _offsets_partition_count(broker)
+    if count:
+        driver.core.config = _group_config(broker.config, count)
+    # Before any request can arrive: they must see "loading", not "not coordinator".
+    driver.step(g.BeginLoad(p, leader_epoch))
+    partition = broker.partitions.get((OFFSETS_TOPIC, p))
+    if partition is not None and partition.log.log_end_offset <= partition.log.log_start_offset:
+        driver.step(g.CompleteLoad(p, (), leader_epoch))  # nothing to read
+    elif broker.nursery is None:
+        broker.offsets_loads_waiting[p] = leader_epoch  # _start loads it
+    else:
+        _schedule_load(broker, p, leader_epoch)
+
+
+def _schedule_load(broker, p: int, leader_epoch: int) -> None:
+    partition = broker.partitions.get((OFFSETS_TOPIC, p))
+    if partition is None:
+        log.error("%s-%d has no log; its groups stay unavailable", OFFSETS_TOPIC, p)
+        return
+    broker.start_soon(_load, broker, p, partition.log, leader_epoch)
+
+
+async def _load(broker, p: int, partition_log, leader_epoch: int) -> None:
+    driver: GroupCoordinatorDriver = broker.group_coordinator
+    await driver.load_partition(p, partition_log, leader_epoch)
+    log.info("loaded %s-%d (leader epoch %d): %d group(s) in this coordinator",
+             OFFSETS_TOPIC, p, leader_epoch, len(driver.core.groups))
+
+
+def _offsets_partition_count(broker) -> int | None:
+    kraft = getattr(broker, "kraft", None)
+    if kraft is not None:
+        return kraft.partition_count(OFFSETS_TOPIC)
+    topic = broker.get_topic(OFFSETS_TOPIC)
+    return topic.num_partitions if topic is not None else None
 
 
 async def _expire_producers(broker) -> None:
@@ -173,36 +235,65 @@ async def _expire_producers(broker) -> None:
                 state.remove_expired_producers(now)
 
 
-async def _load_all(broker, partitions: list[int]) -> None:
-    driver: GroupCoordinatorDriver = broker.group_coordinator
-    for p in partitions:
-        partition = broker.partitions.get((OFFSETS_TOPIC, p))
-        partition_log = partition.log if partition is not None else None
-        if partition_log is None:
-            log.error("%s-%d has no log; its groups stay unavailable", OFFSETS_TOPIC, p)
-            continue
-        await driver.load_partition(p, partition_log)
-    log.info("loaded %d %s partition(s): %d group(s)", len(partitions), OFFSETS_TOPIC, len(driver.core.groups))
+def _offsets_topic_configs(config) -> dict[str, str]:
+    return {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes),
+            "compression.type": "producer"}
 
 
 def ensure_offsets_topic(broker) -> None:
-    """Create `__consumer_offsets` on first use; its (empty) partitions are ours at once."""
+    """Create `__consumer_offsets` on first use (single broker); its empty
+    partitions are led here at once and so loaded at once (_on_partition_role)."""
     if broker.get_topic(OFFSETS_TOPIC) is not None:
         return
     config = broker.config
-    broker.create_topic(
-        OFFSETS_TOPIC,
-        config.offsets_topic_num_partitions,
-        1,
-        {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes),
-         "compression.type": "producer"},
-        allow_internal=True,
-    )
     driver: GroupCoordinatorDriver = broker.group_coordinator
     driver.core.config = _group_config(config, config.offsets_topic_num_partitions)
-    for p in range(config.offsets_topic_num_partitions):
-        driver.step(g.BeginLoad(p))
-        driver.step(g.CompleteLoad(p, ()))
+    broker.create_topic(
+        OFFSETS_TOPIC, config.offsets_topic_num_partitions, 1, _offsets_topic_configs(config), allow_internal=True,
+    )
+
+
+async def _ensure_offsets_topic_in_cluster(broker, kraft) -> str | None:
+    """Create `__consumer_offsets` through the active controller with
+    offsets.topic.replication.factor replicas (as Kafka's brokers do on the
+    first FindCoordinator); None once it exists, else why not."""
+    if kraft.has_topic(OFFSETS_TOPIC):
+        return None
+    from kref.protocol.codec import request_class
+    from kref.protocol.messages import nested
+
+    config = broker.config
+    cls = request_class(19, 7)  # CreateTopics
+    topic_type, config_type = nested(cls, "CreatableTopic"), nested(cls, "CreatableTopicConfig")
+    request = cls(
+        topics=(topic_type(
+            name=OFFSETS_TOPIC, num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=config.offsets_topic_replication_factor, assignments=(),
+            configs=tuple(config_type(name=k, value=v) for k, v in _offsets_topic_configs(config).items()),
+        ),),
+        timeout=datetime.timedelta(seconds=15), validate_only=False,
+    )
+    response = await kraft.create_topics(request)
+    if kraft.has_topic(OFFSETS_TOPIC):
+        return None
+    if response is None:
+        return "the controller cannot be reached"
+    result = response.topics[0]
+    return result.error_message or ErrorCode(result.error_code).name
+
+
+async def _cluster_coordinator_for(broker, kraft, key: str, listener_name: str):
+    why = await _ensure_offsets_topic_in_cluster(broker, kraft)
+    if why is not None:
+        return g.Errors.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {why}", -1, "", -1
+    count = kraft.partition_count(OFFSETS_TOPIC)
+    p = partition_for(key, count)
+    partition = kraft.partition(OFFSETS_TOPIC, p)
+    leader = partition.leader if partition is not None else -1
+    for node_id, host, port, _rack in kraft.brokers(listener_name):
+        if node_id == leader:
+            return g.Errors.NONE, None, node_id, host, port
+    return g.Errors.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{p} has no live leader", -1, "", -1
 
 
 async def coordinator_for(broker, key: str, key_type: int, listener_name: str = "PLAINTEXT"):
@@ -211,6 +302,9 @@ async def coordinator_for(broker, key: str, key_type: int, listener_name: str = 
         return TRANSACTIONS_REFUSED, NO_TRANSACTIONS_MESSAGE, -1, "", -1
     if key_type != GROUP_KEY_TYPE:
         return 42, f"unknown coordinator key type {key_type}", -1, "", -1  # INVALID_REQUEST
+    kraft = getattr(broker, "kraft", None)
+    if kraft is not None:
+        return await _cluster_coordinator_for(broker, kraft, key, listener_name)
     try:
         ensure_offsets_topic(broker)
     except Exception as exc:

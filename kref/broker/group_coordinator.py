@@ -167,9 +167,9 @@ class GroupCoordinatorDriver:
 
     # --- loading ------------------------------------------------------------------------
 
-    async def load_partition(self, partition: int, partition_log) -> None:
+    async def load_partition(self, partition: int, partition_log, leader_epoch: int = -1) -> None:
         """Read a whole `__consumer_offsets` partition into the coordinator."""
-        self.step(g.BeginLoad(partition))
+        self.step(g.BeginLoad(partition, leader_epoch))
         records: list[tuple[bytes, bytes | None]] = []
         try:
             for chunk in _read_records(partition_log):
@@ -180,7 +180,7 @@ class GroupCoordinatorDriver:
             # retriable error rather than silently empty state
             log.exception("cannot load __consumer_offsets-%d", partition)
             return
-        self.step(g.CompleteLoad(partition, tuple(records)))
+        self.step(g.CompleteLoad(partition, tuple(records), leader_epoch))
 
 
 def _read_records(partition_log) -> Iterator[list[tuple[bytes, bytes | None]]]:

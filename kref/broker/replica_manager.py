@@ -49,6 +49,9 @@ class ReplicaManager:
         self._make_partition = make_partition
         self._log_config_of = log_config_of
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # hook(topic, partition, role, leader_epoch) after each role change;
+        # role is "leader", "follower" or "none" (the partition left this broker).
+        self.on_partition_role: list[Callable[[str, int, str, int], None]] = []
 
     # ------------------------------------------------------------ logs before records
 
@@ -66,7 +69,8 @@ class ReplicaManager:
     def drop_logs(self, name: str, partitions) -> None:
         with open_segment_files.spares():  # removing a directory takes descriptors
             for p in partitions:
-                self.partitions.pop((name, p), None)
+                if self.partitions.pop((name, p), None) is not None:
+                    self._tell_role(name, p, "none", -1)
                 try:
                     self.log_manager.delete_log(name, p)
                 except OSError as exc:
@@ -109,6 +113,7 @@ class ReplicaManager:
                 isr=after.isr,
                 replicas=after.replicas,
             )
+            self._tell_role(name, p, "leader", after.leader_epoch)
         else:
             part.become_follower(
                 now_ms,
@@ -118,6 +123,11 @@ class ReplicaManager:
                 isr=after.isr,
                 replicas=after.replicas,
             )
+            self._tell_role(name, p, "follower", after.leader_epoch)
+
+    def _tell_role(self, name: str, p: int, role: str, leader_epoch: int) -> None:
+        for hook in self.on_partition_role:
+            hook(name, p, role, leader_epoch)
 
     # ------------------------------------------------------------ periodic
 

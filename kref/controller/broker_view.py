@@ -80,7 +80,8 @@ class ClusterView:
                     local = None
                 if local is None:
                     self.broker.create_topic(
-                        name, len(topic.partitions), -1, {}, allow_internal=True, topic_id=topic.topic_id
+                        name, len(topic.partitions), -1, self.state.image.topic_configs(name), allow_internal=True,
+                        topic_id=topic.topic_id,
                     )
                 elif local.num_partitions < len(topic.partitions):
                     self.broker.create_partitions(name, len(topic.partitions))
@@ -115,6 +116,10 @@ class ClusterView:
 
     def has_topic(self, name: str) -> bool:
         return name in self.state.topics
+
+    def partition_count(self, name: str) -> int | None:
+        t = self.state.topics.get(name)
+        return len(t.partitions) if t is not None else None
 
     # ------------------------------------------------------------ forwarding
 

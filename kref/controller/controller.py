@@ -34,7 +34,12 @@ Decisions, with the spec/KRaft.tla actions they implement:
   fenced (FenceBroker): in the same batch of records every partition it
   leads gets a new leader from the isr (leader_epoch + 1) and it leaves
   every isr (partition_epoch + 1). With no other isr member the partition
-  has no leader (-1): no unclean election.
+  has no leader (-1), unless unclean.leader.election.enable holds for the
+  topic (its ConfigRecord, else the cluster default, else the broker
+  config): then a live replica outside the isr leads and becomes the whole
+  isr (spec UncleanElectLeader; acknowledged records may be lost). A
+  returning replica of a leaderless partition leads it: cleanly if it is in
+  the isr, uncleanly (isr = itself) if the topic allows it.
 - CreateTopics -> TopicRecord + PartitionRecords: replicas spread over the
   unfenced brokers (Kafka's assignment: a start offset per topic, leaders
   round-robin, followers shifted; racks alternated so replicas of a
@@ -287,6 +292,8 @@ class InvariantViolation(AssertionError):
 class ControllerCore:
     node_id: int
     broker_session_timeout_ms: int = 9000
+    # The broker config's default; a topic's (or the cluster's) ConfigRecord overrides it.
+    unclean_leader_election_enable: bool = False
     tracing: bool = True
     active: bool = False
     leader_epoch: int = -1
@@ -444,8 +451,12 @@ class ControllerCore:
                     leader = self._choose_leader(p.replicas, isr, exclude=broker_id)
                     if leader == NO_LEADER:
                         # No other isr member: keep the last one in the isr
-                        # (it holds every committed record) and go offline.
+                        # (it holds every committed record) and go offline,
+                        # unless the topic prefers availability (unclean).
                         isr = p.isr
+                        leader = self._choose_unclean_leader(name, p.replicas, isr, exclude=broker_id)
+                        if leader != NO_LEADER:
+                            isr = (leader,)
                     records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, isr=isr, leader=leader))
                 elif isr:
                     records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, isr=isr))
@@ -457,9 +468,42 @@ class ControllerCore:
             topic = self.topics[name]
             for pid in sorted(topic.partitions):
                 p = topic.partitions[pid]
-                if p.leader == NO_LEADER and broker_id in p.isr:
+                if p.leader != NO_LEADER:
+                    continue
+                if broker_id in p.isr:
                     records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id, leader=broker_id))
+                elif self._choose_unclean_leader(name, (broker_id,), p.isr, unfencing=broker_id) == broker_id:
+                    # Every isr member is down and the topic allows unclean election:
+                    # the returning replica leads with what it has (records may be lost).
+                    records.append(r.PartitionChangeRecord(partition_id=pid, topic_id=topic.topic_id,
+                                                           isr=(broker_id,), leader=broker_id))
         return records
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        """unclean.leader.election.enable: the topic's config, else the cluster-wide
+        dynamic default, else the broker configuration."""
+        for resource in ((r.TOPIC_RESOURCE, topic), (r.BROKER_RESOURCE, "")):
+            value = self.image.configs.get(resource, {}).get("unclean.leader.election.enable")
+            if value is not None:
+                return value.strip().lower() == "true"
+        return self.unclean_leader_election_enable
+
+    def _choose_unclean_leader(self, topic: str, candidates: tuple[int, ...], isr: tuple[int, ...],
+                               exclude: int = NO_LEADER, unfencing: int = NO_LEADER) -> int:
+        """spec UncleanElectLeader: only when every isr member is fenced (or leaving),
+        a live replica outside the isr, in assignment order."""
+        if not self._unclean_allowed(topic):
+            return NO_LEADER
+        for b in isr:
+            broker = self.brokers.get(b)
+            if b != exclude and broker is not None and not broker.fenced:
+                return NO_LEADER  # a live isr member can lead cleanly
+        for b in candidates:
+            broker = self.brokers.get(b)
+            # `unfencing`: its UnfenceBrokerRecord is in the same batch, not yet applied
+            if b != exclude and b not in isr and broker is not None and (not broker.fenced or b == unfencing):
+                return b
+        return NO_LEADER
 
     def _choose_leader(self, replicas: tuple[int, ...], isr: tuple[int, ...], exclude: int = NO_LEADER) -> int:
         for b in replicas:

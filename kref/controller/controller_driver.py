@@ -79,7 +79,8 @@ class ControllerDriver:
     def _new_core(self) -> c.ControllerCore:
         tracing = self.trace_sink is not None and getattr(self.trace_sink, "enabled", False)
         return c.ControllerCore(
-            self.config.node_id, broker_session_timeout_ms=self.config.broker_session_timeout_ms, tracing=tracing
+            self.config.node_id, broker_session_timeout_ms=self.config.broker_session_timeout_ms, tracing=tracing,
+            unclean_leader_election_enable=self.config.unclean_leader_election_enable,
         )
 
     @staticmethod

@@ -104,6 +104,9 @@ def plan(
         }
         if s.client_port:
             s.properties["inter.broker.listener.name"] = "PLAINTEXT"
+            # Kafka's default of 3 where there are 3 brokers: groups and their
+            # committed offsets survive the loss of the coordinator's broker.
+            s.properties["offsets.topic.replication.factor"] = str(min(3, brokers))
         s.properties.update(overrides or {})
         s.dir.mkdir(parents=True, exist_ok=True)
         s.config_file.write_text("".join(f"{k}={v}\n" for k, v in s.properties.items()))

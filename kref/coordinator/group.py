@@ -69,6 +69,7 @@ from kref.coordinator.group_events import (
     SyncGroup,
     TimerExpired,
     TopicsDeleted,
+    Unload,
     WriteCommitted,
     WriteFailed,
     WriteRecords,
@@ -101,7 +102,7 @@ class GroupCoordinator(Membership, Offsets):
         self.config = config or GroupConfig()
         self.groups: dict[str, Group] = {}
         self.timers: dict[tuple, int] = {}
-        self.loading: set[int] = set()
+        self.loading: dict[int, int] = {}  # partition -> leader_epoch of its load
         self.owned: set[int] = set()
         self.pending_writes: dict[int, PendingWrite] = {}
         self.delete_batches: dict[int, DeleteBatch] = {}
@@ -359,4 +360,5 @@ class GroupCoordinator(Membership, Offsets):
         WriteFailed: "_on_write_failed",
         BeginLoad: "_on_begin_load",
         CompleteLoad: "_on_complete_load",
+        Unload: "_on_unload",
     }

@@ -139,9 +139,11 @@ class WriteFailed:
 
 @dataclass(frozen=True, slots=True)
 class BeginLoad:
-    """The driver starts reading a `__consumer_offsets` partition."""
+    """The driver starts reading a `__consumer_offsets` partition it leads in
+    `leader_epoch` (-1 where epochs do not matter: a single broker's start)."""
 
     partition: int
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +163,23 @@ class TopicsDeleted:
 
 
 @dataclass(frozen=True, slots=True)
+class Unload:
+    """This broker stopped leading a `__consumer_offsets` partition (Kafka's
+    onResignation): its groups leave this coordinator; their members find the
+    new one (NOT_COORDINATOR), which loads them from the replicated log."""
+
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
 class CompleteLoad:
-    """All records of a partition, in log order: (key, value or None)."""
+    """All records of a partition, in log order: (key, value or None), read for
+    the BeginLoad of the same leader_epoch (a load overtaken by a resignation
+    or a newer leadership is ignored)."""
 
     partition: int
     records: tuple[tuple[bytes, bytes | None], ...]
+    leader_epoch: int = -1
 
 
 # --- effects and responses ----------------------------------------------------

@@ -33,7 +33,10 @@ from kref.coordinator.group_events import (
     OffsetDeleteResult,
     OffsetFetch,
     OffsetFetchResult,
+    JoinResult,
+    SyncResult,
     TopicsDeleted,
+    Unload,
 )
 from kref.coordinator.group_model import (
     KEY_RETENTION,
@@ -226,10 +229,36 @@ class Offsets:
 
     # --- loading __consumer_offsets -------------------------------------------------
 
+    def _on_unload(self, ev: Unload) -> None:
+        """Resignation: forget what the partition's log holds; a later leader replays it.
+
+        Requests we still owe an answer are told NOT_COORDINATOR (clients then
+        look the coordinator up again); writes not yet committed fail the same
+        way, since only the new leader's log decides whether they survived."""
+        self.loading.pop(ev.partition, None)
+        self.owned.discard(ev.partition)
+        for token in [t for t, w in self.pending_writes.items() if w.partition == ev.partition]:
+            write = self.pending_writes.pop(token)
+            self._follow_up(write.follow_up, Errors.NOT_COORDINATOR)
+        gone = {g for g in self.groups if self.partition_for(g) == ev.partition}
+        for group_id in sorted(gone):
+            group = self.groups.pop(group_id)
+            for member in group.members.values():
+                if member.awaiting_join is not None:
+                    self._respond(member.awaiting_join, JoinResult(Errors.NOT_COORDINATOR, member_id=member.member_id))
+                    member.awaiting_join = None
+                if member.awaiting_sync is not None:
+                    self._respond(member.awaiting_sync, SyncResult(Errors.NOT_COORDINATOR))
+                    member.awaiting_sync = None
+        for key in [k for k in self.timers if len(k) > 1 and k[1] in gone]:
+            self._cancel_timer(key)
+
     def _on_begin_load(self, ev: BeginLoad) -> None:
-        self.loading.add(ev.partition)
+        self.loading[ev.partition] = ev.leader_epoch
 
     def _on_complete_load(self, ev: CompleteLoad) -> None:
+        if self.loading.get(ev.partition) != ev.leader_epoch:
+            return  # stale: unloaded meanwhile, or loading again for a newer leadership
         touched: dict[str, None] = {}
         for key_bytes, value_bytes in ev.records:
             key, _ = fmt.decode_record(key_bytes, None)
@@ -243,7 +272,7 @@ class Offsets:
                 continue
             for member in group.members.values():
                 self._schedule_heartbeat(group, member)
-        self.loading.discard(ev.partition)
+        del self.loading[ev.partition]
         self.owned.add(ev.partition)
         if KEY_RETENTION not in self.timers:
             self._set_timer(KEY_RETENTION, self._now + self.config.offsets_retention_check_interval_ms)

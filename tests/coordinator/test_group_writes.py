@@ -114,3 +114,38 @@ def test_transitions_follow_kafkas_table_and_are_traced(make_harness):
         if group.state not in allowed:
             with pytest.raises(g.IllegalStateTransition):
                 group.transition_to(state, 0)
+
+
+def test_unload_hands_the_groups_to_the_next_leader(make_harness):
+    """Resignation (Kafka's onResignation): a broker that stops leading the
+    group's __consumer_offsets partition forgets its groups, answers what it
+    still owes with NOT_COORDINATOR (clients look the coordinator up again),
+    fails uncommitted writes the same way, and then refuses the group; the new
+    leader loads the same records and serves the same state."""
+    h = make_harness()
+    (a, b), generation, _ = h.form_group()
+    done = commit(h, 5)
+    h.hold_commits = True
+    pending = commit(h, 6)
+    waiting = h.join(member_id=a)  # a rebalance: a's JoinGroup waits for b
+    assert h.response(waiting) is None and h.response(pending) is None
+    h.step(g.Unload(0))
+    assert h.response(waiting).error is E.NOT_COORDINATOR
+    assert h.response(pending).partitions == (("t", 0, E.NOT_COORDINATOR),)
+    assert h.coordinator.groups == {} and not [k for k in h.coordinator.timers if len(k) > 1]
+    assert h.heartbeat(b, generation) is E.NOT_COORDINATOR
+    assert h.response(done).partitions == (("t", 0, E.NONE),)
+
+    # A load overtaken by a newer leadership is ignored; the newer one counts.
+    records = tuple((k, v) for _, k, v in h.log[:-1])  # the uncommitted write never reached the new leader
+    h2 = make_harness(load=False)
+    h2.step(g.BeginLoad(0, 4))
+    h2.step(g.BeginLoad(0, 5))
+    h2.step(g.CompleteLoad(0, (), 4))
+    assert h2.response(h2.request(g.OffsetFetch, group_id="solo", partitions=None)).error is E.COORDINATOR_LOAD_IN_PROGRESS
+    h2.step(g.CompleteLoad(0, records, 5))
+    assert fetched(h2) == 5
+    assert set(h2.group("g").members) == {a, b}
+    h2.step(g.Unload(0))
+    h2.step(g.CompleteLoad(0, records, 5))  # a load finishing after the resignation changes nothing
+    assert h2.response(h2.request(g.OffsetFetch, group_id="solo", partitions=None)).error is E.NOT_COORDINATOR

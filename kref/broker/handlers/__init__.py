@@ -20,6 +20,7 @@ AREAS = (
     "group",
     "offsets",
     "init_producer_id",
+    "log_dirs",
 )
 
 

@@ -22,9 +22,11 @@ and max_wait_ms.
    bytes appended since cover min_bytes, or after max_wait_ms. Then read
    again and answer.
 
-Fetch sessions (KIP-227) are not kept: the response's session_id is 0, which
-tells clients to send full fetch requests, as Kafka does when its session
-cache is full. Follower fetches (replica_id >= 0) are refused with
+Fetch sessions (KIP-227, v7+): kref/broker/fetch_session.py decides what a
+request means. A full fetch (epoch 0) opens a session; an incremental one
+(epoch n) updates the session's partitions, and then *every* partition of
+the session is read and waited on (the request may name none), while the
+response carries only those with something new. Follower fetches (replica_id >= 0) are refused with
 ErrorCode.NOT_LEADER_OR_FOLLOWER until kref runs more than one broker.
 """
 
@@ -34,11 +36,19 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import logging
+import random
+
+import trio
+
+from kref.broker.fetch_session import CachedPartition, FetchSessionCache, SessionDecision
 from kref.broker.handlers.fetch_response import encode_fetch_response
 from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
 from kref.replication.purgatory import DelayedFetch, wait_for
+
+log = logging.getLogger(__name__)
 
 FETCH = 1
 MIN_VERSION, MAX_VERSION = 4, 17
@@ -50,7 +60,7 @@ MAX_WAIT_MS = 30_000
 
 @dataclass(slots=True)
 class _Wanted:
-    topic_index: int
+    topic_key: object  # the topic id (v13+) or the name the fetcher uses
     name: str | None
     topic_id: uuid.UUID | None
     partition: int
@@ -62,6 +72,9 @@ class _Wanted:
 
 
 def register(router, broker) -> None:
+    if broker is not None:
+        broker.fetch_sessions = FetchSessionCache(
+            broker.config.max_incremental_fetch_session_cache_slots, random.Random())
 
     async def handle_fetch(ctx, request) -> Any:
         return await fetch(ctx.broker, ctx.api_version, request)
@@ -76,23 +89,39 @@ def _replica_id(request) -> int:
     return int(getattr(request, "replica_id", -1))
 
 
-def _wanted(broker, request) -> list[_Wanted]:
+def _wanted(broker, request, api_version: int) -> list[_Wanted]:
     out = []
-    for i, topic in enumerate(request.topics):
+    for topic in request.topics:
         name = getattr(topic, "topic", None)
         topic_id = getattr(topic, "topic_id", None)
-        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if name is None:
-            meta = broker.topic_by_id(topic_id) if topic_id is not None else None
-            name = meta.name if meta is not None else None
-            unknown = ErrorCode.UNKNOWN_TOPIC_ID
         for p in topic.partitions:
-            out.append(
-                _Wanted(i, name, topic_id, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes),
-                        int(getattr(p, "current_leader_epoch", -1)), unknown,
-                        int(getattr(p, "last_fetched_epoch", -1)))
-            )
+            out.append(_resolve(broker, api_version, name, topic_id, int(p.partition), CachedPartition(
+                int(p.fetch_offset), int(p.partition_max_bytes), int(getattr(p, "current_leader_epoch", -1)),
+                int(getattr(p, "last_fetched_epoch", -1)))))
     return out
+
+
+def _resolve(broker, api_version: int, name: str | None, topic_id, partition: int, cp: CachedPartition) -> _Wanted:
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if api_version >= 13:
+        meta = broker.topic_by_id(topic_id) if topic_id is not None else None
+        name = meta.name if meta is not None else None
+        unknown = ErrorCode.UNKNOWN_TOPIC_ID
+    return _Wanted(topic_id if api_version >= 13 else name, name, topic_id, partition, cp.fetch_offset,
+                   cp.partition_max_bytes, cp.current_leader_epoch, unknown, cp.last_fetched_epoch)
+
+
+def _session(broker, api_version: int, request, wanted: list[_Wanted]) -> SessionDecision:
+    """KIP-227: what this request means for the fetcher's session (v7+)."""
+    forgotten = [
+        (getattr(t, "topic_id", None) if api_version >= 13 else getattr(t, "topic", None), int(p))
+        for t in (getattr(request, "forgotten_topics_data", None) or ()) for p in t.partitions
+    ]
+    partitions = [((w.topic_key, w.partition), CachedPartition(
+        w.fetch_offset, w.partition_max_bytes, w.current_leader_epoch, w.last_fetched_epoch)) for w in wanted]
+    return broker.fetch_sessions.on_request(
+        int(request.session_id), int(request.session_epoch), _replica_id(request) >= 0, partitions, forgotten,
+        broker.now_ms())
 
 
 def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request) -> tuple[list[ReadResult], int]:
@@ -121,7 +150,18 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request) -> tuple[l
 
 
 async def fetch(broker, api_version: int, request) -> Any:
-    wanted = _wanted(broker, request)
+    wanted = _wanted(broker, request, api_version)
+    decision = None
+    if api_version >= 7 and getattr(broker, "fetch_sessions", None) is not None:
+        decision = _session(broker, api_version, request, wanted)
+        if int(request.session_epoch) == 0 and log.isEnabledFor(logging.DEBUG):
+            log.debug("fetch session %d opened with %d partition(s) (%d session(s) cached)",
+                      decision.session_id, len(decision.partitions), len(broker.fetch_sessions.sessions))
+        if decision.error_code != ErrorCode.NONE:
+            body = encode_fetch_response(api_version, decision.error_code, 0, ())
+            return PreEncoded(response_class(FETCH, api_version), body)
+        wanted = [_resolve(broker, api_version, key[0] if api_version < 13 else None,
+                           key[0] if api_version >= 13 else None, key[1], cp) for key, cp in decision.partitions]
     max_bytes = max(0, min(int(request.max_bytes), MAX_RESPONSE_BYTES))
     results, total = _read_all(broker, wanted, max_bytes, request)
 
@@ -144,19 +184,23 @@ async def fetch(broker, api_version: int, request) -> Any:
         op = DelayedFetch([p.key for p in parts], ready)
         await wait_for(broker.fetch_purgatory, op, max_wait_ms)
         results, total = _read_all(broker, wanted, max_bytes, request)
+    elif max_wait_ms > 0 and not wanted and decision is not None and decision.incremental:
+        # An empty session still long-polls (a fetcher that forgot every partition).
+        await trio.sleep(max_wait_ms / 1000)
 
-    return _response(api_version, request, wanted, results)
+    if decision is None:
+        return _response(api_version, wanted, results, 0)
+    keep = FetchSessionCache.filter_response(decision, results)
+    kept = [(w, r) for w, r, k in zip(wanted, results, keep) if k]
+    return _response(api_version, [w for w, _ in kept], [r for _, r in kept], decision.session_id)
 
 
-def _response(api_version: int, request, wanted: list[_Wanted], results: list[ReadResult]) -> Any:
-    per_topic: dict[int, list] = {}
+def _response(api_version: int, wanted: list[_Wanted], results: list[ReadResult], session_id: int) -> Any:
+    per_topic: dict[object, tuple[str | None, uuid.UUID | None, list]] = {}
     for w, r in zip(wanted, results):
-        per_topic.setdefault(w.topic_index, []).append(
+        entry = per_topic.setdefault(w.topic_key, (w.name if api_version < 13 else None, w.topic_id, []))
+        entry[2].append(
             (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records)
         )
-    topics = [
-        (getattr(topic, "topic", None), getattr(topic, "topic_id", None), per_topic.get(i, ()))
-        for i, topic in enumerate(request.topics)
-    ]
-    body = encode_fetch_response(api_version, ErrorCode.NONE, 0, topics)
+    body = encode_fetch_response(api_version, ErrorCode.NONE, session_id, list(per_topic.values()))
     return PreEncoded(response_class(FETCH, api_version), body)
