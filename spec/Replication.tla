@@ -191,10 +191,13 @@ SendAlterPartition(l, new_isr) ==
 
 Unknown == [f \in Replicas |-> -1]
 
-\* Replica s still holds every acknowledged entry (read by Crash's fault
-\* assumption only).
-HoldsEveryAcked(s) ==
-    \A e \in acked : e.offset < Len(log[s]) /\ log[s][e.offset + 1] = e
+\* Replica s still holds every acknowledged entry and what r has below its
+\* high watermark, i.e. every committed record r knows of (read by Crash's
+\* fault assumption only).
+HoldsCommitted(s, r) ==
+    /\ \A e \in acked : e.offset < Len(log[s]) /\ log[s][e.offset + 1] = e
+    /\ high_watermark[r] <= Len(log[s])
+    /\ Prefix(log[s], high_watermark[r]) = Prefix(log[r], high_watermark[r])
 
 \* KIP-966: the ELR after the controller commits new_isr.  Replicas leaving
 \* an ISR that is then below min.insync.replicas join it (the high watermark
@@ -599,9 +602,10 @@ UnfenceBroker(r) ==
 \* any point below.  Fencing is a later, separate controller step.
 \* Fault assumption behind Kafka's guarantee ("acked records survive while
 \* one ISR member does"): the last live ISR member's log survives its crash,
-\* and the ISR goes down as a whole only when no member has lost an acked
-\* record (else the controller, fencing them one by one, may leave exactly
-\* the member that lost it as the last one: TLC found this with 2 crashes).
+\* and the ISR goes down as a whole only when no member has lost a committed
+\* record (acked, or below the last one's high watermark): else the
+\* controller, fencing them one by one, may leave exactly the member that
+\* lost it as the last one (TLC found both with 2 crashes).
 \* LastReplicaStandingFaults drops both halves.  A crash that lost part of the
 \* log is an unclean shutdown the broker notices at restart; one that lost
 \* nothing counts as clean (Kafka would call it unclean too, which only
@@ -611,7 +615,7 @@ Crash(r) ==
     /\ LET last == /\ r \in controller.isr
                    /\ \A s \in controller.isr \ {r} : role[s] = "Offline"
                    /\ ~LastReplicaStandingFaults
-       IN /\ last => \A s \in controller.isr \ {r} : HoldsEveryAcked(s)
+       IN /\ last => \A s \in controller.isr \ {r} : HoldsCommitted(s, r)
           /\ \E keep \in (IF last THEN {Len(log[r])} ELSE 0..Len(log[r])) :
              \E checkpoint \in 0..Min2(high_watermark[r], keep) :
                 /\ log' = [log EXCEPT ![r] = Prefix(@, keep)]

@@ -127,7 +127,17 @@ CATALOGUE: list[Mutation] = [
              "             ELSE Len(log[f])"),
     Mutation("the leader keeps follower offsets across epochs", R,
              "          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]",
-             "          ELSE remote_log_end_offset"),
+             "          ELSE remote_log_end_offset",
+             uncatchable="a missing property: only a leader that goes from one "
+                         "epoch straight to a later one (a zombie re-elected) keeps "
+                         "them (BecomeFollower and Crash reset them too); a stale "
+                         "offset is at most the new epoch's start offset, so it can "
+                         "move the HW over records the leader already had but never "
+                         "acknowledge one (acks count only the leader's own epoch). "
+                         "What it breaks is records a consumer read, which no ghost "
+                         "variable tracks. Not caught by the default set "
+                         "(470,337 states) nor by MCReplicationKip101 (2 preferred "
+                         "elections, 345,014 states)"),
     Mutation("a crash keeps a stale follower offset at the leader", R,
              "                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]",
              "                              ELSE remote_log_end_offset[l]]"),
