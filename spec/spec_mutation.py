@@ -209,9 +209,15 @@ CATALOGUE: list[Mutation] = [
     Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
              "Max(@, Min(high_watermark[l], upto))]",
              "Max(@, high_watermark[l])]"),
+    # Both conjuncts of MajorityOffset: with only the first one changed,
+    # TLC's CHOOSE still picks the smallest candidate, the majority offset.
     Mutation("KRaft: the HW counts a minority", K,
-             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} \\in Quorums\n",
-             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} # {}\n"),
+             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} \\in Quorums\n"
+             "        /\\ \\A m \\in (n + 1)..LogEndOffset(l) :\n"
+             "              {v \\in Voters : ReplicatedOffset(l, v) >= m} \\notin Quorums\n",
+             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} # {}\n"
+             "        /\\ \\A m \\in (n + 1)..LogEndOffset(l) :\n"
+             "              {v \\in Voters : ReplicatedOffset(l, v) >= m} = {}\n"),
 ]
 
 
