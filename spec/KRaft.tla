@@ -597,6 +597,15 @@ TypeOK ==
 ElectionSafety ==
     \A x, y \in elections : x.epoch = y.epoch => x.leader = y.leader
 
+\* A voter's current epoch covers its log: it never holds an entry of an
+\* epoch it has not entered.  Kafka's leader refuses a Fetch whose last
+\* fetched epoch is above the fetch's current leader epoch (INVALID_REQUEST),
+\* and the vote rule compares (last epoch, end offset) against the epoch in
+\* the quorum-state file; a follower that took records from a leader of
+\* another epoch would break both.  (Raft: currentTerm >= the last log term.)
+EpochCoversLog ==
+    \A v \in Voters : LastEpoch(v) <= leader_epoch[v]
+
 \* Two logs that hold an entry of the same epoch at the same offset agree on
 \* every entry up to it.  This is what lets a single (epoch, offset) pair in
 \* a Fetch stand for a whole log prefix.

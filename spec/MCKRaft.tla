@@ -89,6 +89,13 @@ EventuallyCommitted ==
     <>[](\E v \in Voters : /\ v \in up /\ state[v] = Leader
                            /\ high_watermark[v] = LogEndOffset(v))
 
+\* ... and every voter ends up holding exactly that leader's log: fetching
+\* and the iterated truncation of KIP-595 terminate (an invariant cannot see
+\* a follower that truncates to the same offset for ever).
+VotersConverge ==
+    <>[](\E l \in Voters : /\ l \in up /\ state[l] = Leader
+                           /\ \A v \in Voters : v \in up /\ log[v] = log[l])
+
 -----------------------------------------------------------------------------
 (* Non-vacuity witness (a configuration that MUST FAIL): a zombie        *)
 (* controller does write a FenceBroker record after a new leader was      *)

@@ -104,6 +104,18 @@ HighWatermarkCatchesUp ==
 SingleRecordBatches(S) == {<<v>> : v \in S}
 AcksAllOnly == {"all"}
 
+\* Non-vacuity witness for MCReplicationElr (MUST FAIL): an acknowledged
+\* record is held by no ISR member but by an ELR member, the very state
+\* KIP-966 exists for.  TLC finding it shows that the ELR model does reach
+\* it, so that LeaderCompleteness passing there means something.
+NoRecordOnlyInElr ==
+    \A e \in acked : (\E r \in controller.isr : InLog(r, e))
+                     \/ ~\E r \in controller.elr : InLog(r, e)
+
+\* For turning on Replication.tla's switches from a .cfg
+\* (`LastReplicaStandingFaults <- On`, `EligibleLeaderReplicasEnable <- On`).
+On == TRUE
+
 Symmetry == Permutations(Replicas) \cup Permutations(Values)
 
 =============================================================================

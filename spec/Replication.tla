@@ -36,6 +36,15 @@
 (*   A restarted broker is unfenced once it registers again.               *)
 (* - Epochs are numbered as in Kafka: a partition's first leader epoch and *)
 (*   partition epoch are 0; -1 is "none known".                            *)
+(* - Last Replica Standing (KIP-966): with LastReplicaStandingFaults the   *)
+(*   last ISR member's crash may lose its unflushed suffix too, and with   *)
+(*   min.insync.replicas >= 2 Kafka then re-elects it and loses acked      *)
+(*   records.  With EligibleLeaderReplicasEnable the controller keeps the  *)
+(*   replicas that left the ISR while it was below min.insync.replicas in  *)
+(*   an ELR (they hold everything up to the frozen high watermark), lets   *)
+(*   the ISR become empty, elects from the ELR when no ISR member is       *)
+(*   electable, and drops a replica from the ELR when it registers after   *)
+(*   an unclean shutdown.                                                  *)
 (*                                                                         *)
 (* Every action is one step of one actor and names its whole post-state,   *)
 (* so that a kref trace event of the same name maps onto it 1:1.  The      *)
@@ -51,6 +60,16 @@ CONSTANTS
     MinInsyncReplicas,   \* min.insync.replicas
     UncleanLeaderElectionEnable,              \* unclean.leader.election.enable
     TruncateToHighWatermarkOnBecomeFollower   \* TRUE: Kafka before KIP-101
+
+\* Two switches that are definitions rather than CONSTANTS, so that every
+\* existing configuration (and the trace specs extending this module) keeps
+\* working unchanged; a model turns them on in its .cfg with
+\* `LastReplicaStandingFaults <- On` (MCReplication.tla defines On).
+\* TRUE: the fault assumption "the last live ISR member's log survives its
+\* crash" is dropped (a power cut loses any unflushed suffix of every log).
+LastReplicaStandingFaults == FALSE
+\* TRUE: KIP-966 eligible leader replicas (eligible.leader.replicas.enable).
+EligibleLeaderReplicasEnable == FALSE
 
 ASSUME /\ NoLeader \notin Replicas
        /\ MinInsyncReplicas \in 1..Cardinality(Replicas)
@@ -81,6 +100,9 @@ VARIABLES
     acks_all,              \* values sent with acks=all
     acked,                 \* entries acknowledged to an acks=all producer
     faults                 \* [crash, shrink, preferred]: disruptive steps
+                           \* taken so far, and unclean: the brokers whose last
+                           \* crash lost part of their log (what a missing
+                           \* clean-shutdown marker tells at restart, KIP-966)
                            \* taken so far, bounded by MCReplication
 
 vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
@@ -169,6 +191,30 @@ SendAlterPartition(l, new_isr) ==
 
 Unknown == [f \in Replicas |-> -1]
 
+\* Replica s still holds every acknowledged entry and what r has below its
+\* high watermark, i.e. every committed record r knows of (read by Crash's
+\* fault assumption only).
+HoldsCommitted(s, r) ==
+    /\ \A e \in acked : e.offset < Len(log[s]) /\ log[s][e.offset + 1] = e
+    /\ high_watermark[r] <= Len(log[s])
+    /\ Prefix(log[s], high_watermark[r]) = Prefix(log[r], high_watermark[r])
+
+\* KIP-966: the ELR after the controller commits new_isr.  Replicas leaving
+\* an ISR that is then below min.insync.replicas join it (the high watermark
+\* is frozen from then on, KAFKA-15583, so they keep holding everything up
+\* to it); replicas in the ISR are never in it; once the ISR is back at
+\* min.insync.replicas it is empty.  Always empty when ELR is off.
+NewElr(new_isr) ==
+    IF ~EligibleLeaderReplicasEnable \/ Cardinality(new_isr) >= MinInsyncReplicas
+    THEN {}
+    ELSE (controller.elr \cup (controller.isr \ new_isr)) \ new_isr
+
+\* KIP-966: when no ISR member can be elected, an unfenced ELR member can.
+ElectableFromElr(r) ==
+    /\ EligibleLeaderReplicasEnable
+    /\ r \in controller.elr
+    /\ controller.isr \subseteq controller.fenced
+
 -----------------------------------------------------------------------------
 (* Initial state: a freshly created partition.  All replicas are online   *)
 (* with empty logs and in the ISR; the controller has not elected a leader *)
@@ -186,11 +232,11 @@ Init ==
     /\ alter_partition = [r \in Replicas |-> NoAlterPartition]
     /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
                      partition_epoch |-> -1, isr |-> Replicas, fenced |-> {},
-                     broker_epoch |-> [r \in Replicas |-> 0]]
+                     broker_epoch |-> [r \in Replicas |-> 0], elr |-> {}]
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
-    /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0]
+    /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {}]
 
 -----------------------------------------------------------------------------
 (* Leader actions                                                          *)
@@ -466,7 +512,8 @@ CommitAlterPartition(l) ==
        IN  /\ controller' =
                  IF error = "NONE"
                  THEN [controller EXCEPT !.isr = req.new_isr,
-                                         !.partition_epoch = @ + 1]
+                                         !.partition_epoch = @ + 1,
+                                         !.elr = NewElr(req.new_isr)]
                  ELSE controller
            /\ alter_partition' = [alter_partition EXCEPT ![l] =
                  [type |-> "AlterPartitionResponse", new_isr |-> req.new_isr,
@@ -477,14 +524,17 @@ CommitAlterPartition(l) ==
                    remote_log_end_offset, fetch, ghost_vars, faults>>
 
 \* Elect an unfenced ISR member when the partition has no leader, with a
-\* new leader epoch.
+\* new leader epoch; with KIP-966, an unfenced ELR member when no ISR
+\* member is electable (it becomes the ISR and leaves the ELR).
 ElectLeader(r) ==
     /\ controller.leader = NoLeader
-    /\ r \in controller.isr
+    /\ r \in controller.isr \/ ElectableFromElr(r)
     /\ r \notin controller.fenced
     /\ controller' = [controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
-                                        !.partition_epoch = @ + 1]
+                                        !.partition_epoch = @ + 1,
+                                        !.isr = IF r \in @ THEN @ ELSE {r},
+                                        !.elr = @ \ {r}]
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
 \* Preferred (or any operator-chosen) leader election: move leadership to
@@ -515,17 +565,20 @@ UncleanElectLeader(r) ==
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
 \* The session of crashed broker r expires: the controller fences it,
-\* removes it from the ISR unless it is the last member (the ISR is never
-\* empty) and clears the leader if r led, with a new partition epoch.
+\* removes it from the ISR unless it is the last member (without KIP-966
+\* the ISR is never empty; with it, r joins the ELR instead) and clears
+\* the leader if r led, with a new partition epoch.
 FenceBroker(r) ==
     /\ role[r] = "Offline"
     /\ r \notin controller.fenced
-    /\ LET new_isr == IF controller.isr = {r} THEN controller.isr
+    /\ LET new_isr == IF controller.isr = {r} /\ ~EligibleLeaderReplicasEnable
+                      THEN controller.isr
                       ELSE controller.isr \ {r}
        IN  controller' =
                 [controller EXCEPT
                     !.leader = IF @ = r THEN NoLeader ELSE @,
                     !.isr = new_isr,
+                    !.elr = NewElr(new_isr),
                     !.fenced = @ \cup {r},
                     !.partition_epoch = IF new_isr = controller.isr
                                                /\ controller.leader # r
@@ -548,15 +601,30 @@ UnfenceBroker(r) ==
 \* its last checkpoint (replica.high.watermark.checkpoint.interval.ms), at
 \* any point below.  Fencing is a later, separate controller step.
 \* Fault assumption behind Kafka's guarantee ("acked records survive while
-\* one ISR member does"): the last live ISR member's log survives its crash.
+\* one ISR member does"): the last live ISR member's log survives its crash,
+\* and the ISR goes down as a whole only when no member has lost a committed
+\* record (acked, or below the last one's high watermark): else the
+\* controller, fencing them one by one, may leave exactly the member that
+\* lost it as the last one (TLC found both with 2 crashes).
+\* LastReplicaStandingFaults drops both halves.  A crash that lost part of the
+\* log is an unclean shutdown the broker notices at restart; one that lost
+\* nothing counts as clean (Kafka would call it unclean too, which only
+\* makes it drop more replicas from the ELR: the model is the riskier case).
 Crash(r) ==
     /\ role[r] # "Offline"
-    /\ LET last == \A s \in controller.isr \ {r} : role[s] = "Offline"
-       IN \E keep \in (IF last /\ r \in controller.isr THEN {Len(log[r])}
-                       ELSE 0..Len(log[r])) :
-          \E checkpoint \in 0..Min2(high_watermark[r], keep) :
+    /\ LET last == /\ r \in controller.isr
+                   /\ \A s \in controller.isr \ {r} : role[s] = "Offline"
+                   /\ ~LastReplicaStandingFaults
+       IN /\ last => \A s \in controller.isr \ {r} : HoldsCommitted(s, r)
+          /\ \E keep \in (IF last THEN {Len(log[r])} ELSE 0..Len(log[r])) :
+             \E checkpoint \in 0..Min2(high_watermark[r], keep) :
                 /\ log' = [log EXCEPT ![r] = Prefix(@, keep)]
                 /\ high_watermark' = [high_watermark EXCEPT ![r] = checkpoint]
+                /\ faults' = [faults EXCEPT
+                                 !.crash = @ + 1,
+                                 !.unclean = IF ~EligibleLeaderReplicasEnable THEN @
+                                             ELSE IF keep < Len(log[r]) THEN @ \cup {r}
+                                             ELSE @ \ {r}]
     /\ role' = [role EXCEPT ![r] = "Offline"]
     \* r forgets its followers; every leader forgets r's offset.  The latter
     \* stands for KIP-903: AlterPartition carries the broker epoch of the
@@ -572,18 +640,21 @@ Crash(r) ==
     /\ partition_epoch' = [partition_epoch EXCEPT ![r] = -1]
     /\ isr' = [isr EXCEPT ![r] = {}]
     /\ UNCHANGED <<controller, ghost_vars>>
-    /\ faults' = [faults EXCEPT !.crash = @ + 1]
 
 \* Broker r starts again with what survived on disk and registers with a
 \* new broker epoch; a registration of a new incarnation is fenced (if its
 \* session had not expired yet, the registration fences it), so r waits
 \* for UnfenceBroker.  It acts on the partition only after applying the
-\* controller's registration.
+\* controller's registration.  KIP-966: a broker that registers after an
+\* unclean shutdown leaves the ELR (a partition change: new partition epoch).
 Restart(r) ==
     /\ role[r] = "Offline"
     /\ r \in controller.fenced
     /\ role' = [role EXCEPT ![r] = "Online"]
-    /\ controller' = [controller EXCEPT !.broker_epoch[r] = @ + 1]
+    /\ LET drop == r \in faults.unclean /\ r \in controller.elr
+       IN  controller' = [controller EXCEPT !.broker_epoch[r] = @ + 1,
+                                            !.elr = IF drop THEN @ \ {r} ELSE @,
+                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @]
     /\ UNCHANGED <<log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, fetch, alter_partition,
                    ghost_vars, faults>>
@@ -663,12 +734,14 @@ TypeOK ==
                        leader_epoch : Nat \cup {-1},
                        partition_epoch : Nat \cup {-1}, isr : SUBSET Replicas,
                        fenced : SUBSET Replicas,
-                       broker_epoch : [Replicas -> Nat]]
-    /\ controller.isr # {}
+                       broker_epoch : [Replicas -> Nat], elr : SUBSET Replicas]
+    /\ controller.isr # {} \/ EligibleLeaderReplicasEnable
+    /\ controller.elr \cap controller.isr = {}
     /\ produced \subseteq Values
     /\ acks_all \subseteq produced
     /\ acked \subseteq Entry
-    /\ faults \in [{"crash", "shrink", "preferred"} -> Nat]
+    /\ faults \in [crash : Nat, shrink : Nat, preferred : Nat,
+                   unclean : SUBSET Replicas]
 
 \* The elected leader is always an ISR member, and a leader's own view of
 \* the ISR contains itself: elections and AlterPartition never break this,

@@ -72,12 +72,7 @@ CATALOGUE: list[Mutation] = [
              " remote_log_end_offset[l][x] >= 0}})"),
     Mutation("HW advances while the ISR is below min.insync.replicas (KAFKA-15583)", R,
              "    /\\ Cardinality(isr[l]) >= MinInsyncReplicas\n    /\\ LET new_hw",
-             "    /\\ LET new_hw",
-             uncatchable="needs a model where the last ISR member may lose its "
-                         "unflushed suffix (Last Replica Standing, not built yet): "
-                         "with the last replica's log surviving, exposing records "
-                         "fewer replicas hold loses nothing, and the liveness model "
-                         "uses min.insync.replicas = 1"),
+             "    /\\ LET new_hw"),
     Mutation("no min.insync.replicas check on acks=all appends", R,
              "/\\ acks = \"all\" => Cardinality(isr[l]) >= MinInsyncReplicas",
              "/\\ TRUE",
@@ -97,12 +92,7 @@ CATALOGUE: list[Mutation] = [
              "               ELSE /\\ FALSE\n"),
     Mutation("the leader ignores the fetch's current_leader_epoch", R,
              "    /\\ fetch[f].current_leader_epoch = leader_epoch[l]\n    /\\ LET req",
-             "    /\\ LET req",
-             uncatchable="needs 3 replicas: a stale-epoch fetch that does harm is "
-                         "answered by a zombie leader while a third replica leads; "
-                         "with 2 the answering leader's log is validated by the "
-                         "last fetched epoch and is the newer one. Only "
-                         "MCReplication3 (tlc-full, ~10 minutes) has 3 replicas"),
+             "    /\\ LET req"),
     Mutation("AlterPartition ignores the leader and its epoch", R,
              "    IF controller.leader # l \\/ controller.leader_epoch # req.leader_epoch",
              "    IF FALSE",
@@ -113,12 +103,14 @@ CATALOGUE: list[Mutation] = [
     Mutation("AlterPartition ignores the partition epoch", R,
              "    ELSE IF controller.partition_epoch # req.partition_epoch",
              "    ELSE IF FALSE",
-             uncatchable="needs 3 replicas: the harm is a leader whose stale ISR "
-                         "still holds a fenced follower f asking to add a third "
-                         "replica g, which re-adds f unchecked; with 2 replicas every "
-                         "stale request is a harmless shrink or adds f itself, which "
-                         "the fenced and broker-epoch checks refuse. Only "
-                         "MCReplication3 (tlc-full) has 3 replicas"),
+             uncatchable="needs 3 replicas and a crash: a shrink of g sent before "
+                         "the controller fenced the crashed follower f commits "
+                         "afterwards and puts f back (g out); with 2 replicas a "
+                         "stale shrink only leaves the leader alone and a stale "
+                         "expansion adds f itself, which the fenced and broker-epoch "
+                         "checks refuse. MCReplication3Fence (tlc-full) catches it "
+                         "(NoCommittedRecordLost; 190,519 states, 256 s with one "
+                         "worker: too slow for the default set)"),
     Mutation("AlterPartition adds a replica of an older incarnation (KIP-903)", R,
              "               \\/ req.broker_epochs[r] # controller.broker_epoch[r]",
              "               \\/ FALSE"),
@@ -135,13 +127,23 @@ CATALOGUE: list[Mutation] = [
              "             ELSE Len(log[f])"),
     Mutation("the leader keeps follower offsets across epochs", R,
              "          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]",
-             "          ELSE remote_log_end_offset"),
+             "          ELSE remote_log_end_offset",
+             uncatchable="a missing property: only a leader that goes from one "
+                         "epoch straight to a later one (a zombie re-elected) keeps "
+                         "them (BecomeFollower and Crash reset them too); a stale "
+                         "offset is at most the new epoch's start offset, so it can "
+                         "move the HW over records the leader already had but never "
+                         "acknowledge one (acks count only the leader's own epoch). "
+                         "What it breaks is records a consumer read, which no ghost "
+                         "variable tracks. Not caught by the default set "
+                         "(470,337 states) nor by MCReplicationKip101 (2 preferred "
+                         "elections, 345,014 states)"),
     Mutation("a crash keeps a stale follower offset at the leader", R,
              "                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]",
              "                              ELSE remote_log_end_offset[l]]"),
     Mutation("the last live ISR member loses its unflushed suffix", R,
-             "       IN \\E keep \\in (IF last /\\ r \\in controller.isr THEN {Len(log[r])}",
-             "       IN \\E keep \\in (IF FALSE THEN {Len(log[r])}"),
+             "          /\\ \\E keep \\in (IF last THEN {Len(log[r])} ELSE 0..Len(log[r])) :",
+             "          /\\ \\E keep \\in 0..Len(log[r]) :"),
     Mutation("a follower's HW is not bounded by its log end offset", R,
              "Min2(fetch[f].high_watermark, Len(new_log))]",
              "fetch[f].high_watermark]"),
@@ -149,12 +151,21 @@ CATALOGUE: list[Mutation] = [
              "                         {j \\in high_watermark[l] + 1 .. new_hw :",
              "                         {j \\in high_watermark[l] + 1 .. Len(log[l]) :"),
     Mutation("elect a leader outside the ISR", R,
-             "    /\\ controller.leader = NoLeader\n    /\\ r \\in controller.isr\n",
-             "    /\\ controller.leader = NoLeader\n"),
+             "    /\\ r \\in controller.isr \\/ ElectableFromElr(r)\n",
+             "    /\\ TRUE\n"),
+    Mutation("KIP-966: a replica stays in the ELR after an unclean shutdown", R,
+             "    /\\ LET drop == r \\in faults.unclean /\\ r \\in controller.elr\n",
+             "    /\\ LET drop == FALSE\n"),
+    Mutation("KIP-966: the last ISR member stays in the ISR when fenced", R,
+             "    /\\ LET new_isr == IF controller.isr = {r} /\\ ~EligibleLeaderReplicasEnable\n",
+             "    /\\ LET new_isr == IF controller.isr = {r}\n"),
+    Mutation("KIP-966: a replica leaving an ISR below min ISR does not join the ELR", R,
+             "    ELSE (controller.elr \\cup (controller.isr \\ new_isr)) \\ new_isr\n",
+             "    ELSE controller.elr \\ new_isr\n"),
     Mutation("fencing leaves the crashed leader in place", R,
              "                    !.leader = IF @ = r THEN NoLeader ELSE @,\n"
-             "                    !.isr = new_isr,\n                    !.fenced",
-             "                    !.isr = new_isr,\n                    !.fenced"),
+             "                    !.isr = new_isr,\n",
+             "                    !.isr = new_isr,\n"),
     # ---- KRaft.tla ----
     Mutation("KRaft: a candidate wins with any votes", K,
              "    /\\ votes_granted[c] \\in Quorums\n",
@@ -186,13 +197,27 @@ CATALOGUE: list[Mutation] = [
                          "very bug violating LeaderCompleteness in 19 states"),
     Mutation("KRaft: truncation ignores the node's own epoch end", K,
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]",
-             "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]"),
+             "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]",
+             uncatchable="equivalent for safety: the suffix it fails to cut is of an "
+                         "epoch the leader lacks, so LogMatching holds and the next "
+                         "fetch diverges again; only liveness sees the truncation "
+                         "that never ends, and MCKRaftLiveness's timing assumption "
+                         "(only a voter with the most up-to-date log times out) never "
+                         "leaves a follower with an epoch its leader lacks: "
+                         "VotersConverge passes on the mutant too (23,810 states "
+                         "both). Needs a liveness model with spurious elections"),
     Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
              "Max(@, Min(high_watermark[l], upto))]",
              "Max(@, high_watermark[l])]"),
+    # Both conjuncts of MajorityOffset: with only the first one changed,
+    # TLC's CHOOSE still picks the smallest candidate, the majority offset.
     Mutation("KRaft: the HW counts a minority", K,
-             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} \\in Quorums\n",
-             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} # {}\n"),
+             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} \\in Quorums\n"
+             "        /\\ \\A m \\in (n + 1)..LogEndOffset(l) :\n"
+             "              {v \\in Voters : ReplicatedOffset(l, v) >= m} \\notin Quorums\n",
+             "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} # {}\n"
+             "        /\\ \\A m \\in (n + 1)..LogEndOffset(l) :\n"
+             "              {v \\in Voters : ReplicatedOffset(l, v) >= m} = {}\n"),
 ]
 
 

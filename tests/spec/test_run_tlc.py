@@ -198,3 +198,18 @@ def test_replication_must_fail_variants_fail_for_their_reason(config, invariant,
     outcome = run_tlc.run_model(model, spec_dir=SPEC_DIR, heap_mb=1024, log_dir=None)
     assert outcome.violation == invariant, outcome
     assert run_tlc.judge(model, outcome).ok
+
+
+def test_last_replica_standing_fails_by_reelecting_the_unclean_leader(tmp_path):
+    """KIP-966's motivation, not just any violation: the counterexample ends
+    with the controller electing a replica that lost the acked record in a
+    crash (MCReplicationElr, the same bounds with ELR on, passes in make tlc)."""
+    model = _model("MCReplicationLastReplicaStanding.cfg", "fail", "LeaderCompleteness",
+                   timeout=280, spec="MCReplication.tla")
+    outcome = run_tlc.run_model(model, spec_dir=SPEC_DIR, heap_mb=1024, log_dir=None)
+    assert outcome.violation == "LeaderCompleteness", outcome
+    assert run_tlc.judge(model, outcome).ok
+    text = "\n".join(outcome.trace)
+    assert "Crash" in text and "Restart" in text, text
+    steps = [line for line in outcome.trace if "ElectLeader" in line or "Crash" in line]
+    assert "ElectLeader" in steps[-1], steps

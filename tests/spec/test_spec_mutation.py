@@ -54,4 +54,6 @@ def test_replication_sample_mutation_is_caught_and_spec_untouched():
 def test_kraft_sample_mutation_is_caught():
     result = spec_mutation.run_mutation(_mutation("KRaft: a candidate wins with any votes"),
                                         heap_mb=1024)
-    assert result.caught and result.by == "MCKRaft: ElectionSafety", result
+    # whichever KRaft model runs first (the manifest puts the cheapest first)
+    assert result.caught and result.by.startswith("MCKRaft"), result
+    assert result.by.endswith(": ElectionSafety"), result
