@@ -23,6 +23,7 @@ by a deadline.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -62,10 +63,16 @@ class ProducerThread(threading.Thread):
         self.debug_dir = debug_dir
         self.index, self.bootstrap, self.topic, self.partitions = index, bootstrap, topic, partitions
         self.rate, self.stop = rate, stop
-        self.lock = threading.Lock()
+        # Delivery callbacks only put reports on a SimpleQueue, never take a
+        # lock: librdkafka may run a callback re-entrantly (a Producer freed by
+        # the garbage collector serves its outstanding reports in whatever
+        # thread frees it), and a lock taken there deadlocked a CI run.
+        # SimpleQueue.put is documented as re-entrant; readers drain it.
+        self.reports: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()  # guards the drained state below, taken by readers only
         self.attempted: set[bytes] = set()
         self.acked: list[tuple[bytes, int, int]] = []
-        self.errors: dict[str, int] = {}
+        self._errors: dict[str, int] = {}
         self.fatal = 0
         self.generation = 0
         self.latencies_ms: list[float] = []
@@ -94,14 +101,34 @@ class ProducerThread(threading.Thread):
 
     def _on_delivery(self, sent_ns):
         def callback(err, msg):
-            with self.lock:
-                if err is None:
-                    self.acked.append((msg.value(), msg.partition(), msg.offset()))
-                    self.latencies_ms.append((time.monotonic_ns() - sent_ns) / 1e6)
-                else:
-                    name = err.name()
-                    self.errors[name] = self.errors.get(name, 0) + 1
+            if err is None:
+                self.reports.put(("acked", (msg.value(), msg.partition(), msg.offset()),
+                                  (time.monotonic_ns() - sent_ns) / 1e6))
+            else:
+                self.reports.put(("error", err.name(), None))
         return callback
+
+    def drain(self) -> None:
+        """Move the queued delivery reports into acked/errors (never called from a callback)."""
+        with self.lock:
+            while True:
+                try:
+                    kind, what, latency = self.reports.get_nowait()
+                except queue.Empty:
+                    return
+                if kind == "acked":
+                    self.acked.append(what)
+                    self.latencies_ms.append(latency)
+                elif kind == "attempted":
+                    self.attempted.add(what)
+                else:
+                    self._errors[what] = self._errors.get(what, 0) + 1
+
+    @property
+    def errors(self) -> dict[str, int]:
+        self.drain()
+        with self.lock:
+            return dict(self._errors)
 
     def run(self) -> None:
         producer, fatal = self._new_producer()
@@ -110,6 +137,11 @@ class ProducerThread(threading.Thread):
         while not self.stop.is_set():
             if fatal.is_set():
                 producer.flush(10)
+                # Whatever is still queued will never be acknowledged by this
+                # producer: purge it now (its reports say so) rather than
+                # leave it to the garbage collector's timing.
+                producer.purge()
+                producer.poll(0)
                 self.fatal += 1
                 self.generation += 1
                 producer, fatal = self._new_producer()
@@ -119,14 +151,12 @@ class ProducerThread(threading.Thread):
             try:
                 producer.produce(self.topic, value, partition=seq % self.partitions,
                                  on_delivery=self._on_delivery(time.monotonic_ns()))
-                with self.lock:
-                    self.attempted.add(value)
+                self.reports.put(("attempted", value, None))
                 seq += 1
             except BufferError:
                 pass
             except Exception as exc:  # a fatal state surfaces here too; the error_cb flag handles it
-                with self.lock:
-                    self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+                self.reports.put(("error", type(exc).__name__, None))
                 time.sleep(0.05)
             producer.poll(0)
             next_at += interval
@@ -204,6 +234,7 @@ def final_read(bootstrap: str, topic: str, partitions: int, timeout_s: float = 3
 def history(producers, consumers, final, unread=None) -> History:
     h = History(final=final, unread=dict(unread or {}))
     for p in producers:
+        p.drain()
         with p.lock:
             h.attempted |= p.attempted
             h.acked += p.acked
