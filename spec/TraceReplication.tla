@@ -34,11 +34,20 @@
 (***************************************************************************)
 EXTENDS Replication, TLC
 
-CONSTANT TraceLog   \* << [type |-> "LeaderAppend", replica |-> 1, ...], ... >>
+\* Several traces per TLC run (one JVM start for many traces): TraceLogs is
+\* a sequence of traces, each << [type |-> "LeaderAppend", replica |-> 1, ...], ... >>;
+\* Init picks one (tt) and the behaviour walks it.  With TLC's -continue
+\* every trace that some behaviour completes shows up as a violation of
+\* TraceIncomplete in a state with that tt.
+CONSTANT TraceLogs
 
-VARIABLE tl         \* the cursor: index of the next event to take
+VARIABLES
+    tt,     \* which trace of TraceLogs this behaviour walks
+    tl      \* the cursor: index of the next event to take
 
-trace_vars == <<vars, tl>>
+trace_vars == <<vars, tt, tl>>
+
+TraceLog == TraceLogs[tt]
 
 Ev == TraceLog[tl]
 
@@ -47,6 +56,7 @@ FreshBatch(n) == [k \in 1..n |-> Cardinality(produced) + k]
 
 TraceInit ==
     /\ Init
+    /\ tt \in 1..Len(TraceLogs)
     /\ tl = 1
     /\ TLCSet(1, 1)
 
@@ -178,6 +188,7 @@ TraceStep ==
          [] Ev.type = "Restart"                      -> TRestart
          [] OTHER                                    -> FALSE
     /\ tl' = tl + 1
+    /\ tt' = tt
 
 \* Steps the replicas do not log (see the theory of operation).
 SilentStep ==
@@ -186,7 +197,7 @@ SilentStep ==
              /\ fetch[f].type = "FetchResponse"
              /\ fetch[f].records = << >>
              /\ FollowerAppend(f)
-    /\ UNCHANGED tl
+    /\ UNCHANGED <<tt, tl>>
 
 TraceNext == TraceStep \/ SilentStep
 
@@ -204,7 +215,7 @@ TraceIncomplete == tl <= Len(TraceLog)
 TraceProgress ==
     IF tl > TLCGet(1)
     THEN /\ TLCSet(1, tl)
-         /\ PrintT(<<"kref-trace-reached", tl,
+         /\ PrintT(<<"kref-trace-reached", tl, tt,
                      [role |-> role,
                       log_end_offset |-> [r \in Replicas |-> Len(log[r])],
                       last_epoch |-> [r \in Replicas |-> LastEpoch(r)],

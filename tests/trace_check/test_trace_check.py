@@ -93,3 +93,15 @@ def test_unmodelled_network_faults_are_refused_not_checked(tmp_path):
                "time_ms": 2}]
     with pytest.raises(TraceError, match="does not model"):
         normalise(load_events([write(tmp_path, events)]))
+
+
+def test_many_traces_in_one_tlc_run(sim_trace, tmp_path):
+    from trace_check.tlc import check_many
+
+    good = normalise(load_events([write(tmp_path, sim_trace, "good.ndjson")]))
+    short = normalise(load_events([write(tmp_path, sim_trace[:30], "short.ndjson")]))
+    bad_events = [dict(e) for e in sim_trace]
+    i = next(i for i, e in enumerate(bad_events) if e["type"] == "AdvanceHighWatermark")
+    bad_events[i]["high_watermark"] += 1
+    bad = normalise(load_events([write(tmp_path, bad_events, "bad.ndjson")]))
+    assert check_many([good, bad, short, bad], timeout_s=120) == [True, False, True, False]
