@@ -19,6 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# This file's name is the package's: keep bench/ off the import path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
 from trace_check.replication import load_events, normalise
 from trace_check.tlc import check, check_many
 

@@ -82,12 +82,16 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[dict[str,
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}: not NDJSON (line {exc.lineno}: {exc.msg})") from None
         events = runs[-1].events if runs else []
+        # The last run ends the file: its events are the file's last lines, so
+        # origins name real line numbers (after run headers and earlier runs).
+        with open(path, "rb") as fh:
+            first_line = sum(1 for ln in fh if ln.strip()) - len(events)
         for n, e in enumerate(events):
             if not isinstance(e, dict) or "type" not in e:
                 raise TraceError(f"{path}: event {n + 1} has no type")
             clock = e.get("mono_ns")
             key = (0, clock, file_no, n) if clock is not None else (1, e.get("time_ms", 0), file_no, n)
-            merged.append((key, e, f"{os.fspath(path)}:{n + 1}"))
+            merged.append((key, e, f"{os.fspath(path)}:{first_line + n + 1}"))
     if any(k[0] == 0 for k, _, _ in merged) and any(k[0] == 1 for k, _, _ in merged):
         raise TraceError("some events carry mono_ns and some do not: cannot merge them into one order")
     merged.sort(key=lambda t: t[0])
