@@ -167,3 +167,15 @@ def test_real_single_broker_trace_is_a_behaviour_of_the_spec(tmp_path):
     verdict = check_and_explain(steps, timeout_s=300)
     assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
 
+
+
+def test_origins_name_the_file_line_after_run_headers(tmp_path):
+    """A broker restarted on the same --trace-file appends a run: origins count every earlier line."""
+
+    ev = {"type": "BecomeLeader", "replica": 1, "topic": "t", "partition": 0, "leader_epoch": 0,
+          "partition_epoch": 0, "isr": [1], "replicas": [1], "log_end_offset": 0, "high_watermark": 0}
+    header = {"type": "TraceRun", "run": "r", "node": 1, "start_time_ms": 0, "kref_version": "0"}
+    lines = [header, dict(ev, seq=1, time_ms=1), header, dict(ev, seq=1, time_ms=2), dict(ev, seq=2, time_ms=3)]
+    path = tmp_path / "two-runs.ndjson"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert [origin for _, origin in load_events([path])] == [f"{path}:4", f"{path}:5"]
