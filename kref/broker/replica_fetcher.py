@@ -51,6 +51,10 @@ SCAN_INTERVAL_S = 0.05
 # Frame headroom over replica.fetch.response.max.bytes (KIP-74 lets the first
 # batch exceed it: one replica.fetch.max.bytes more, plus headers).
 FRAME_HEADROOM = 64 * 1024
+# The smallest read; a response's remaining bytes are asked for in one read
+# (bounded by the frame bound above), so a large answer costs few receives.
+RECEIVE_BYTES = 64 * 1024
+RECEIVE_MAX_BYTES = 4 * 1024 * 1024
 
 
 def fetcher_index(key: tuple[str, int], fetchers: int) -> int:
@@ -128,7 +132,7 @@ class ReplicaFetcherManager:
                         await stream.send_all(encode_request(body, correlation_id, name))
                         frame = decoder.next_frame()
                         while frame is None:
-                            data = await stream.receive_some(65536)
+                            data = await stream.receive_some(max(RECEIVE_BYTES, min(decoder.missing_bytes, RECEIVE_MAX_BYTES)))
                             if not data:
                                 raise ConnectionError("leader closed the connection")
                             decoder.feed(data)

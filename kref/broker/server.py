@@ -51,6 +51,10 @@ request_log = logging.getLogger("kref.request")
 
 MAX_IN_FLIGHT_REQUESTS = 8
 RECEIVE_CHUNK_BYTES = 256 * 1024
+# A large request's remaining bytes are asked for in one read, up to this
+# (a read allocates what it asks for, so a lying size prefix must not make
+# it allocate socket.request.max.bytes at once).
+RECEIVE_MAX_BYTES = 4 * 1024 * 1024
 WRITE_BATCH_BYTES = 256 * 1024
 ACCEPT_RETRY_S = 0.1  # out of descriptors: how soon to try accept() again
 
@@ -135,7 +139,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
             with trio.CancelScope() as idle:
                 while True:
                     idle.deadline = trio.current_time() + idle_timeout
-                    data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                    data = await stream.receive_some(max(RECEIVE_CHUNK_BYTES, min(decoder.missing_bytes, RECEIVE_MAX_BYTES)))
                     idle.deadline = math.inf
                     if not data:
                         decoder.end_of_stream()

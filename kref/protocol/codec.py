@@ -189,10 +189,16 @@ def _client_id_best_effort(frame: bytes) -> str | None:
 class PreEncoded:
     """A response body already in wire form, e.g. a cached ApiVersions body,
     or a Fetch response assembled around record bytes read from a segment.
-    `response_type` is the kio class it is an encoding of (for the header)."""
+    `response_type` is the kio class it is an encoding of (for the header).
+    `body` may be a tuple of chunks: they are joined once, with the header, so
+    a fetch response's megabytes of records are copied once on their way out
+    (a join of the body and then a header concatenation copied them twice)."""
 
     response_type: type
-    body: bytes | bytearray | memoryview
+    body: bytes | bytearray | memoryview | tuple
+
+    def __len__(self) -> int:
+        return len(self.body) if not isinstance(self.body, tuple) else sum(len(c) for c in self.body)
 
 
 def encode_response(request: DecodedRequest, response: object) -> bytes:
@@ -214,8 +220,10 @@ def encode_response(request: DecodedRequest, response: object) -> bytes:
     flexible_header = response_type.__header_schema__.__flexible__
     if isinstance(response, PreEncoded):
         body = response.body
-        header = _HEADER.pack(len(body) + (9 if flexible_header else 8) - 4, request.correlation_id)
-        return header + (b"\x00" if flexible_header else b"") + bytes(body)
+        chunks = body if isinstance(body, tuple) else (body,)
+        size = sum(len(c) for c in chunks) if isinstance(body, tuple) else len(body)
+        header = _HEADER.pack(size + (9 if flexible_header else 8) - 4, request.correlation_id)
+        return b"".join((header, b"\x00" if flexible_header else b"", *chunks))
     buffer = io.BytesIO()
     buffer.write(_HEADER.pack(0, request.correlation_id))
     if flexible_header:

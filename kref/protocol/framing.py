@@ -63,6 +63,17 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         return len(self._buffer)
 
+    @property
+    def missing_bytes(self) -> int:
+        """How many more bytes complete the frame being assembled (at least 1).
+
+        A reader can ask for this much in one receive: a megabyte fetch
+        response then arrives in a few reads instead of sixteen 64 KiB ones.
+        It is never more than the frame size bound allows."""
+        if self._expected < 0:
+            return max(1, 4 - len(self._buffer))
+        return max(1, self._expected - len(self._buffer))
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._closed:
             raise FrameError("data fed after end of stream")
@@ -80,8 +91,15 @@ class FrameDecoder:
             self._expected = size
         if len(self._buffer) < self._expected:
             return None
-        frame = bytes(self._buffer[: self._expected])
-        del self._buffer[: self._expected]
+        if len(self._buffer) == self._expected:
+            # The common case: the buffer holds exactly this frame. One copy
+            # (slicing a bytearray and then bytes() of it copied twice).
+            frame = bytes(self._buffer)
+            self._buffer.clear()
+        else:
+            with memoryview(self._buffer) as view:
+                frame = bytes(view[: self._expected])
+            del self._buffer[: self._expected]
         self._expected = -1
         return frame
 

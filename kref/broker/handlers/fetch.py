@@ -44,7 +44,7 @@ import random
 import trio
 
 from kref.broker.fetch_session import CachedPartition, FetchSessionCache, SessionDecision
-from kref.broker.handlers.fetch_response import encode_fetch_response
+from kref.broker.handlers.fetch_response import fetch_response_chunks
 from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
@@ -182,7 +182,7 @@ async def fetch(broker, api_version: int, request) -> Any:
             log.debug("fetch session %d opened with %d partition(s) (%d session(s) cached)",
                       decision.session_id, len(decision.partitions), len(broker.fetch_sessions.sessions))
         if decision.error_code != ErrorCode.NONE:
-            body = encode_fetch_response(api_version, decision.error_code, 0, ())
+            body = fetch_response_chunks(api_version, decision.error_code, 0, ())
             return PreEncoded(response_class(FETCH, api_version), body)
         wanted = [_resolve(broker, api_version, key[0] if api_version < 13 else None,
                            key[0] if api_version >= 13 else None, key[1], cp) for key, cp in decision.partitions]
@@ -242,5 +242,5 @@ def _response(api_version: int, wanted: list[_Wanted], results: list[ReadResult]
             (w.partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
              r.diverging, r.preferred_read_replica)
         )
-    body = encode_fetch_response(api_version, ErrorCode.NONE, session_id, list(per_topic.values()))
+    body = fetch_response_chunks(api_version, ErrorCode.NONE, session_id, list(per_topic.values()))
     return PreEncoded(response_class(FETCH, api_version), body)

@@ -45,6 +45,17 @@ def encode_fetch_response(
     topics: Sequence[tuple[str | None, uuid.UUID | None, Sequence[PartitionData]]],
 ) -> bytes:
     """The body of a FetchResponse of `api_version` (4..17), throttle time 0."""
+    return b"".join(fetch_response_chunks(api_version, error_code, session_id, topics))
+
+
+def fetch_response_chunks(
+    api_version: int,
+    error_code: int,
+    session_id: int,
+    topics: Sequence[tuple[str | None, uuid.UUID | None, Sequence[PartitionData]]],
+) -> tuple[bytes, ...]:
+    """encode_fetch_response's body as chunks, the record bytes among them
+    uncopied (the frame encoder joins them once with the header)."""
     if not 4 <= api_version <= 17:
         raise ValueError(f"Fetch v{api_version} is outside v4-v17")
     flexible = api_version >= 12
@@ -78,4 +89,4 @@ def encode_fetch_response(
             out.append(b"\x00")  # topic tagged fields
     if flexible:
         out.append(b"\x00")  # top-level tagged fields
-    return b"".join(out)
+    return tuple(out)

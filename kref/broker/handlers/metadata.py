@@ -63,16 +63,16 @@ class MetadataCache:
         return found
 
     def put(self, key: tuple, value: PreEncoded) -> None:
-        if len(value.body) > self.max_bytes:
+        if len(value) > self.max_bytes:
             return
         old = self._entries.pop(key, None)
         if old is not None:
-            self._bytes -= len(old.body)
+            self._bytes -= len(old)
         self._entries[key] = value
-        self._bytes += len(value.body)
+        self._bytes += len(value)
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             _, dropped = self._entries.popitem(last=False)
-            self._bytes -= len(dropped.body)
+            self._bytes -= len(dropped)
 
 
 def register(router, broker) -> None:
