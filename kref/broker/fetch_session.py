@@ -186,3 +186,90 @@ class FetchSessionCache:
             candidate = self._rng.randint(1, MAX_EPOCH)
             if candidate not in self.sessions:
                 return candidate
+
+
+# ------------------------------------------------------------------ fetcher side
+
+# What a fetcher asks about one partition: (fetch_offset, current_leader_epoch,
+# last_fetched_epoch, log_start_offset, partition_max_bytes). A partition is
+# named in an incremental request only when this changed since it was sent.
+FetchData = tuple
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPlan:
+    """One request of a fetcher's session: what goes into it."""
+
+    session_id: int
+    session_epoch: int
+    send: tuple[PartitionKey, ...]  # partitions named in the request
+    forgotten: tuple[PartitionKey, ...]  # partitions that leave the session
+    incremental: bool  # unnamed partitions of the answer are unchanged, not missing
+
+
+class FetcherSession:
+    """The fetcher half of KIP-227 (Kafka's FetchSessionHandler), pure.
+
+    `plan(wanted)` says what the next request carries: a full fetch with
+    epoch 0 while there is no session (which opens one), else only the
+    partitions whose fetch position changed plus the ones to forget, with the
+    session's next epoch. `on_response` learns the session the broker
+    granted, or starts over on a session error; `on_failure` starts over
+    after a lost connection. `last_told(key)` is the high watermark and log
+    start offset the broker last reported for a partition: an incremental
+    answer leaves out partitions with nothing new, which the fetcher reads as
+    "no records, same offsets" (Kafka's fetcher does the same)."""
+
+    __slots__ = ("session_id", "epoch", "_sent", "_told", "_pending")
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self._sent: dict[PartitionKey, FetchData] = {}  # the session's partitions as the broker holds them
+        self._told: dict[PartitionKey, tuple[int, int]] = {}
+        self._pending: tuple[dict[PartitionKey, FetchData], bool] | None = None
+
+    def plan(self, wanted: dict[PartitionKey, FetchData]) -> FetchPlan:
+        incremental = self.session_id != INVALID_SESSION_ID and self.epoch != INITIAL_EPOCH
+        if not incremental:
+            self._pending = (dict(wanted), False)
+            return FetchPlan(INVALID_SESSION_ID, INITIAL_EPOCH, tuple(wanted), (), False)
+        send = tuple(k for k, v in wanted.items() if self._sent.get(k) != v)
+        forgotten = tuple(k for k in self._sent if k not in wanted)
+        self._pending = (dict(wanted), True)
+        return FetchPlan(self.session_id, self.epoch, send, forgotten, True)
+
+    def on_response(self, error_code: int, session_id: int) -> bool:
+        """The answer's top-level error and session id; False: the answer
+        carries no partitions to use (a session error: start over)."""
+        pending, self._pending = self._pending, None
+        if error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            self.on_failure()
+            return False
+        if pending is None:
+            return error_code == ErrorCode.NONE
+        wanted, incremental = pending
+        if error_code != ErrorCode.NONE:
+            self.on_failure()
+            return False
+        if incremental:
+            self._sent = wanted
+            self.epoch = self.epoch + 1 if self.epoch < MAX_EPOCH else 1
+        elif session_id != INVALID_SESSION_ID:
+            self.session_id, self.epoch, self._sent = session_id, 1, wanted
+        else:  # no room in the broker's cache: full fetches until one is granted
+            self.session_id, self.epoch, self._sent = INVALID_SESSION_ID, INITIAL_EPOCH, {}
+        for key in list(self._told):
+            if key not in wanted:
+                del self._told[key]
+        return True
+
+    def on_failure(self) -> None:
+        self.session_id, self.epoch, self._sent, self._pending = INVALID_SESSION_ID, INITIAL_EPOCH, {}, None
+        self._told.clear()
+
+    def told(self, key: PartitionKey, high_watermark: int, log_start_offset: int) -> None:
+        self._told[key] = (high_watermark, log_start_offset)
+
+    def last_told(self, key: PartitionKey) -> tuple[int, int] | None:
+        return self._told.get(key)

@@ -37,6 +37,7 @@ from typing import Any
 
 import trio
 
+from kref.broker.fetch_session import FetchPlan, FetcherSession
 from kref.protocol.codec import decode_response, encode_request, request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder, FrameError
@@ -60,6 +61,29 @@ RECEIVE_MAX_BYTES = 4 * 1024 * 1024
 def fetcher_index(key: tuple[str, int], fetchers: int) -> int:
     """Which of a source broker's fetchers serves a partition (stable across processes)."""
     return zlib.crc32(f"{key[0]}-{key[1]}".encode()) % max(1, fetchers)
+
+
+def _fetch_data(due: SendFetch, config: Any) -> tuple:
+    """What the session compares to decide whether a partition is named again."""
+    return (due.fetch_offset, due.current_leader_epoch, due.last_fetched_epoch, due.log_start_offset,
+            config.replica_fetch_max_bytes)
+
+
+def _forgotten(m: Any, keys: tuple) -> tuple:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in keys:
+        by_topic.setdefault(topic, []).append(partition)
+    return tuple(m.ForgottenTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+
+
+class _Unchanged:
+    """A partition an incremental answer left out, as the fields _deliver reads."""
+
+    __slots__ = ("high_watermark", "log_start_offset")
+
+    def __init__(self, high_watermark: int, log_start_offset: int) -> None:
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
 
 
 class ReplicaFetcherManager:
@@ -104,6 +128,8 @@ class ReplicaFetcherManager:
         decoder = FrameDecoder(max_frame)
         correlation_id = 0
         backoff_s = config.replica_fetch_backoff_ms / 1000
+        # KIP-227: one session per connection; a new connection starts over.
+        session = FetcherSession()
         try:
             while True:
                 parts = self._partitions_of(leader, index)
@@ -122,7 +148,8 @@ class ReplicaFetcherManager:
                 if endpoint is None:
                     await trio.sleep(min(backoff_s, 0.1))
                     continue
-                body = self._request(wanted)
+                plan = session.plan({(part.topic, part.partition): _fetch_data(due, config) for part, due in wanted})
+                body = self._request(wanted, plan)
                 try:
                     with trio.fail_after(config.replica_socket_timeout_ms / 1000 + config.replica_fetch_wait_max_ms / 1000):
                         if stream is None:
@@ -145,25 +172,38 @@ class ReplicaFetcherManager:
                         raise ConnectionError(f"correlation id {got}, expected {correlation_id}")
                 except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
                     log.info("%s: fetch from broker %d failed: %s", name, leader, exc)
+                    session.on_failure()
                     if stream is not None:
                         with trio.CancelScope(shield=True):
                             await stream.aclose()
                     stream = None
                     await trio.sleep(backoff_s)
                     continue
-                self._apply(wanted, response)
+                code = int(getattr(response, "error_code", ErrorCode.NONE))
+                if not session.on_response(code, int(getattr(response, "session_id", 0))):
+                    # A session error (FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH):
+                    # the next request is a full one; any other top-level error backs off.
+                    log.info("%s: fetch from broker %d answered error %d; starting a new fetch session",
+                             name, leader, code)
+                    if code not in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+                        await trio.sleep(backoff_s)
+                    continue
+                self._apply(wanted, response, session, plan)
         finally:
             self.running.discard((leader, index))
             if stream is not None:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
 
-    def _request(self, wanted: list[tuple[Any, SendFetch]]) -> Any:
+    def _request(self, wanted: list[tuple[Any, SendFetch]], plan: FetchPlan) -> Any:
         config = self.broker.config
         cls = request_class(FETCH, FETCH_VERSION)
         m = sys.modules[cls.__module__]
         by_topic: dict[str, list] = {}
+        named = set(plan.send)
         for part, due in wanted:
+            if (part.topic, part.partition) not in named:
+                continue  # unchanged since the session last heard of it
             by_topic.setdefault(part.topic, []).append(
                 m.FetchPartition(
                     partition=part.partition,
@@ -181,22 +221,27 @@ class ReplicaFetcherManager:
             min_bytes=config.replica_fetch_min_bytes,
             max_bytes=config.replica_fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=plan.session_id,
+            session_epoch=plan.session_epoch,
             topics=tuple(m.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=(),
+            forgotten_topics_data=_forgotten(m, plan.forgotten),
             rack_id="",
         )
 
-    def _apply(self, wanted: list[tuple[Any, SendFetch]], response: Any) -> None:
+    def _apply(self, wanted: list[tuple[Any, SendFetch]], response: Any, session: FetcherSession,
+               plan: FetchPlan) -> None:
         config = self.broker.config
         sent = {(part.topic, part.partition): (part, due) for part, due in wanted}
         now = self.broker.now_ms()
+        answered = set()
         for topic in response.responses:
             for p in topic.partitions:
-                entry = sent.get((topic.topic, int(p.partition_index)))
+                key = (topic.topic, int(p.partition_index))
+                entry = sent.get(key)
                 if entry is None:
                     continue
+                answered.add(key)
+                session.told(key, int(p.high_watermark), int(p.log_start_offset))
                 part, due = entry
                 if self.broker.partitions.get(part.key) is not part:
                     continue  # deleted or replaced meanwhile
@@ -216,6 +261,14 @@ class ReplicaFetcherManager:
                     log.exception("%s-%d: cannot apply the fetch answer from broker %d", part.topic,
                                   part.partition, due.leader)
                     part.fetch_backoff_until_ms = now + config.replica_fetch_backoff_ms
+        if plan.incremental:
+            # Left out of an incremental answer: nothing new (no records, same
+            # high watermark and log start), which the core hears as such.
+            for key, (part, due) in sent.items():
+                told = session.last_told(key) if key not in answered else None
+                if told is None or self.broker.partitions.get(part.key) is not part:
+                    continue
+                self._deliver(part, due, _Unchanged(told[0], told[1]), ErrorCode.NONE, -1, -1, None, now)
 
     def _deliver(self, part: Any, due: SendFetch, p: Any, code: int, epoch: int, end: int, records, now: int) -> None:
         part.on_fetch_response(
