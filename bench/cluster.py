@@ -8,10 +8,10 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   with acks=1 and replication factor 1, then `kref cluster`'s three combined
   nodes with acks=all and replication factor 3 (min.insync.replicas=2);
   the ratio cluster/single (anchor: Kafka kept 0.51x with acks=all);
-- latency at a moderate rate: `--rate` records per second for `--seconds`
-  (linger.ms=0), the time from produce() to the delivery report, p50/p99 in
-  ms, for both setups (anchor: p99 5 ms at much higher rates on real
-  hardware);
+- latency at moderate rates: each of `--rates` records per second for
+  `--seconds` (linger.ms=0), the time from produce() to the delivery
+  report, p50/p99 in ms, for both setups (anchor: p99 5 ms at much higher
+  rates on real hardware);
 - the same with acks=1 on the RF=3 partition (followers replicate
   asynchronously; anchor: Kafka kept 0.96x), to separate the cost of
   waiting for followers from the cost of three processes;
@@ -23,9 +23,12 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   fetching them from the leader).
 
 All processes share this machine (2 cores here), so ratios, not absolute
-numbers, are the result. Every phase has a deadline.
+numbers, are the result: throughput is measured in `--rounds` paired rounds
+(single broker and cluster back to back, the order alternating) and the
+median and min-max of the per-round ratios are printed. Every phase has a
+deadline.
 
-    .venv/bin/python bench/cluster.py [--messages 20000] [--rate 300] [--catchup-mb 20]
+    .venv/bin/python bench/cluster.py [--messages 20000] [--rounds 3] [--rates 100,300] [--catchup-mb 20]
 """
 
 from __future__ import annotations
@@ -213,22 +216,34 @@ def catch_up(specs, processes, restart, bootstrap: str, topic: str, megabytes: i
     result["file_read_mb_s"] = total / 1e6 / (time.perf_counter() - t)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-read", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got, t, end = 0, time.perf_counter(), time.monotonic() + PHASE_DEADLINE_S
+    # Timed from the first record on (connecting, the metadata round trip and
+    # the group's first fetch are start-up, not read speed).
+    got, t, end = 0, None, time.monotonic() + PHASE_DEADLINE_S
     while got < messages and time.monotonic() < end:
         batch = consumer.consume(10000, 1.0)
-        got += sum(1 for m in batch if m.error() is None)
-    elapsed = time.perf_counter() - t
+        n = sum(1 for m in batch if m.error() is None)
+        if n and t is None:
+            t, n = time.perf_counter(), 0
+        got += n
+    elapsed = time.perf_counter() - (t or time.perf_counter())
     consumer.close()
-    result["consumer_read_mb_s"] = got * len(value) / 1e6 / elapsed
+    result["consumer_read_mb_s"] = got * len(value) / 1e6 / max(elapsed, 1e-6)
     return result
+
+
+def spread(values: list[float]) -> str:
+    """median (min-max) of paired ratios, the way bench/broker.py reports them."""
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--value-bytes", type=int, default=512)
-    parser.add_argument("--rate", type=float, default=300.0, help="records/s for the latency phase")
-    parser.add_argument("--seconds", type=float, default=6.0, help="length of the latency phase")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="paired rounds (single broker and cluster back to back, order alternating)")
+    parser.add_argument("--rates", default="100,300", help="records/s for the latency phases, comma-separated")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each latency phase")
     parser.add_argument("--catchup-mb", type=int, default=20)
     parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
@@ -236,42 +251,53 @@ def main() -> int:
     for item in args.cluster_override:
         key, _, val = item.partition("=")
         CLUSTER_SETTINGS[key.strip()] = val
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
     print(f"cluster settings: {CLUSTER_SETTINGS}")
     value = b"x" * args.value_bytes
-    replicating = (Path(__file__).resolve().parents[1] / "kref/broker/replica_fetcher.py").exists()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other work on the machine skews every figure)")
-    print(f"bench/cluster.py: {args.messages} x {args.value_bytes} B; latency at {args.rate:g}/s for {args.seconds:g}s;"
-          f" followers replicate: {'yes' if replicating else 'NO (no replica fetcher: acks=all is the leader alone)'}")
-
-    with start_kref() as single:
-        create_topic(single, "bench", 1)
-        single_tput = throughput(single, "bench", "1", args.messages, value)
-        create_topic(single, "bench-lat", 1)
-        single_lat = latency(single, "bench-lat", "1", args.rate, args.seconds, value)
-    print(f"single broker, acks=1, RF=1: {single_tput:,.0f} msg/s ({single_tput * len(value) / 1e6:.1f} MB/s); "
-          f"p50 {single_lat[0]:.2f} ms, p99 {single_lat[1]:.2f} ms ({single_lat[2]} samples)")
+    print(f"bench/cluster.py: {args.messages} x {args.value_bytes} B, {args.rounds} paired rounds; "
+          f"latency at {args.rates}/s for {args.seconds:g}s each")
 
     base = Path(tempfile.mkdtemp(prefix="kref-bench-cluster-"))
     try:
-        with start_cluster(base) as (specs, processes, restart):
+        with start_kref() as single, start_cluster(base) as (specs, processes, restart):
             bootstrap = local_cluster.bootstrap_servers(specs)
+            create_topic(single, "bench", 1)
             placement = create_topic(bootstrap, "bench", 3)
-            cluster_tput = throughput(bootstrap, "bench", "all", args.messages, value)
-            create_topic(bootstrap, "bench-lat", 3)
-            cluster_lat = latency(bootstrap, "bench-lat", "all", args.rate, args.seconds, value)
-            print(f"3 nodes, acks=all, RF=3 (placement {placement}): {cluster_tput:,.0f} msg/s "
-                  f"({cluster_tput * len(value) / 1e6:.1f} MB/s); p50 {cluster_lat[0]:.2f} ms, p99 {cluster_lat[1]:.2f} ms "
-                  f"({cluster_lat[2]} samples)")
-            print(f"ratio acks=all RF=3 / single acks=1: throughput {cluster_tput / single_tput:.2f}x; "
-                  f"p50 {cluster_lat[0] / single_lat[0]:.2f}x, p99 {cluster_lat[1] / single_lat[1]:.2f}x")
+            print(f"cluster topic placement {placement}")
+            ratios: list[float] = []
+            for i in range(args.rounds):
+                runs = [("single", single, "1"), ("cluster", bootstrap, "all")]
+                if i % 2:
+                    runs.reverse()
+                got = {name: throughput(where, "bench", acks, args.messages, value) for name, where, acks in runs}
+                ratios.append(got["cluster"] / got["single"])
+                print(f"  round {i + 1}: single acks=1 RF=1 {got['single']:,.0f} msg/s, cluster acks=all RF=3 "
+                      f"{got['cluster']:,.0f} msg/s ({got['cluster'] * len(value) / 1e6:.1f} MB/s): {ratios[-1]:.2f}x"
+                      f" (load {os.getloadavg()[0]:.1f})")
+            print(f"throughput acks=all RF=3 / single acks=1: {spread(ratios)} (anchor: Kafka 0.51x; goal >= 0.5x)")
+            for rate in rates:
+                topic = f"bench-lat-{int(rate)}"
+                create_topic(single, topic, 1)
+                create_topic(bootstrap, topic, 3)
+                rows = []
+                for i in range(args.rounds):
+                    cl = latency(bootstrap, topic, "all", rate, args.seconds, value)
+                    si = latency(single, topic, "1", rate, args.seconds, value)
+                    rows.append((si, cl))
+                    print(f"  {rate:g}/s round {i + 1}: single acks=1 p50 {si[0]:.2f} p99 {si[1]:.2f} ms; "
+                          f"cluster acks=all p50 {cl[0]:.2f} p99 {cl[1]:.2f} ms ({cl[2]} samples, load {os.getloadavg()[0]:.1f})")
+                p50s = [cl[0] for _, cl in rows]
+                p99s = [cl[1] for _, cl in rows]
+                print(f"latency at {rate:g}/s, acks=all RF=3: p50 {statistics.median(p50s):.2f} ms "
+                      f"({min(p50s):.2f}-{max(p50s):.2f}), p99 {statistics.median(p99s):.2f} ms "
+                      f"({min(p99s):.2f}-{max(p99s):.2f}) (goal: p99 < 5 ms)")
             # The same RF=3 partition with acks=1 (replication asynchronous): what the
             # cluster costs without waiting for followers (Kreps' 0.96x row).
             create_topic(bootstrap, "bench-async", 3)
             async_tput = throughput(bootstrap, "bench-async", "1", args.messages, value)
-            create_topic(bootstrap, "bench-async-lat", 3)
-            async_lat = latency(bootstrap, "bench-async-lat", "1", args.rate, args.seconds, value)
-            print(f"3 nodes, acks=1, RF=3: {async_tput:,.0f} msg/s ({async_tput / single_tput:.2f}x single); "
-                  f"p50 {async_lat[0]:.2f} ms, p99 {async_lat[1]:.2f} ms")
+            single_again = throughput(single, "bench", "1", args.messages, value)
+            print(f"3 nodes, acks=1, RF=3: {async_tput:,.0f} msg/s ({async_tput / single_again:.2f}x single; anchor 0.96x)")
             c = catch_up(specs, processes, restart, bootstrap, "catchup", args.catchup_mb, value)
             if c["catchup_mb_s"] is None:
                 print(f"follower catch-up: node {c['follower']} did not catch up with node {c['leader']} within "
