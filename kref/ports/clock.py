@@ -37,3 +37,20 @@ class ManualClock:
             raise ValueError("a clock does not go back")
         self._now_ms += ms
         return self._now_ms
+
+
+class TrioClock:
+    """The clock of the running trio loop as a Clock port (monotonic part).
+
+    Drivers that wait with trio's timers measure their deadlines on this
+    clock, so a deadline kept by a pure component (the purgatory) and the
+    trio timer that wakes the driver agree, on trio's real clock in the
+    broker and on its MockClock in tests."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic_ms(self) -> int:
+        import trio  # only drivers running inside trio use this clock
+
+        return int(trio.current_time() * 1000)

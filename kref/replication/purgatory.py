@@ -16,11 +16,17 @@ LogEndOffsetAdvanced) calls `check_and_complete(key)`, which re-tests only
 the operations watching that key. An operation completes at most once: by
 its condition (`try_complete` returned True), or by expiry.
 
-The bookkeeping (`Purgatory.watch`, `check_and_complete`, `unwatch`) is plain
-synchronous code; only `wait_for` touches trio: it parks the calling request
-task on a trio.Event with a deadline, so the timeout is the task's own
-cancel scope and no reaper thread or timer wheel is needed. If the client
-disconnects, the task is cancelled and `wait_for` unwatches the operation.
+The bookkeeping (`Purgatory.watch`, `check_and_complete`, `expire`,
+`unwatch`) is plain synchronous code with no clock of its own: each watched
+operation carries a deadline in milliseconds of the Clock port the
+purgatory was given, and `expire(now_ms)` times out every operation whose
+deadline has passed (Kafka's expiration reaper). Time reaches it only
+through that port, so the broker, a test and a simulator on a virtual clock
+drive the same decisions. Only `wait_for` touches trio: it parks the
+calling request task on a trio.Event and sleeps on trio's timer until the
+operation's deadline, then asks the purgatory to expire what is due (a
+wake-up that comes early just sleeps again). If the client disconnects,
+the task is cancelled and `wait_for` unwatches the operation.
 
 Bound: a purgatory holds at most `max_operations` watched operations. When
 full, `watch` refuses and the caller answers at once with what it has (a
@@ -30,10 +36,14 @@ so a flood of long polls cannot grow memory without limit.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable
 
 import trio
+
+from kref.ports.clock import Clock, TrioClock
 
 REQUEST_TIMED_OUT = 7
 
@@ -41,12 +51,17 @@ REQUEST_TIMED_OUT = 7
 class DelayedOperation:
     """Something to finish later: subclasses define `try_complete` and `on_expiration`."""
 
-    __slots__ = ("keys", "completed", "_waker")
+    __slots__ = ("keys", "completed", "expired", "deadline_ms", "waker")
 
     def __init__(self, keys: Iterable[Hashable]) -> None:
         self.keys = tuple(dict.fromkeys(keys))
         self.completed = False
-        self._waker: Callable[[], None] | None = None
+        self.expired = False  # completed by its deadline, not its condition
+        self.deadline_ms: int | None = None
+        # Called once the operation is completed (by condition or expiry):
+        # the driver's wake-up (a trio.Event in the broker, a scheduled
+        # callback in a simulator).
+        self.waker: Callable[[], None] | None = None
 
     def try_complete(self) -> bool:
         """Test the condition; return True (and record the result) when it holds."""
@@ -57,37 +72,76 @@ class DelayedOperation:
 
     def _finish(self) -> None:
         self.completed = True
-        if self._waker is not None:
-            self._waker()
+        if self.waker is not None:
+            self.waker()
 
 
 class Purgatory:
     """Operations watched by key; bounded in how many it holds."""
 
-    def __init__(self, name: str, *, max_operations: int = 10_000) -> None:
+    def __init__(self, name: str, *, max_operations: int = 10_000, clock: Clock | None = None) -> None:
         self.name = name
         self.max_operations = max_operations
-        self._watchers: dict[Hashable, set[DelayedOperation]] = {}
+        self.clock: Clock = clock if clock is not None else TrioClock()
+        # Insertion-ordered (dicts, not sets): operations complete in the
+        # order they were parked, the same in every run (a simulator's
+        # byte-identical traces depend on it).
+        self._watchers: dict[Hashable, dict[DelayedOperation, None]] = {}
         self._count = 0
+        # (deadline_ms, seq, op): a heap with lazy deletion (completed or
+        # unwatched operations are skipped when they surface).
+        self._deadlines: list[tuple[int, int, DelayedOperation]] = []
+        self._seq = itertools.count()
 
     def __len__(self) -> int:
         return self._count
 
-    def watch(self, op: DelayedOperation) -> bool:
-        """Park `op` under its keys; False when the purgatory is full."""
+    def watch(self, op: DelayedOperation, timeout_ms: int | None = None) -> bool:
+        """Park `op` under its keys, expiring `timeout_ms` from now on the
+        purgatory's clock (never, if None); False when the purgatory is full."""
         if self._count >= self.max_operations:
             return False
         for key in op.keys:
-            self._watchers.setdefault(key, set()).add(op)
+            self._watchers.setdefault(key, {})[op] = None
         self._count += 1
+        if timeout_ms is not None:
+            op.deadline_ms = self.clock.monotonic_ms() + max(0, timeout_ms)
+            heapq.heappush(self._deadlines, (op.deadline_ms, next(self._seq), op))
         return True
+
+    def _watched(self, op: DelayedOperation) -> bool:
+        return any(op in self._watchers.get(key, ()) for key in op.keys)
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest deadline of a watched operation (None: none pending)."""
+        while self._deadlines:
+            _, _, op = self._deadlines[0]
+            if not op.completed and self._watched(op):
+                return self._deadlines[0][0]
+            heapq.heappop(self._deadlines)
+        return None
+
+    def expire(self, now_ms: int) -> int:
+        """Time out every watched operation whose deadline is at or before
+        `now_ms`; returns how many expired."""
+        expired = 0
+        while self._deadlines and self._deadlines[0][0] <= now_ms:
+            _, _, op = heapq.heappop(self._deadlines)
+            if op.completed or not self._watched(op):
+                continue
+            self.unwatch(op)
+            op.expired = True
+            op.on_expiration()
+            op._finish()
+            expired += 1
+        return expired
 
     def unwatch(self, op: DelayedOperation) -> None:
         removed = False
         for key in op.keys:
             ops = self._watchers.get(key)
             if ops is not None and op in ops:
-                ops.discard(op)
+                del ops[op]
                 removed = True
                 if not ops:
                     del self._watchers[key]
@@ -123,23 +177,31 @@ async def wait_for(purgatory: Purgatory, op: DelayedOperation, timeout_ms: int) 
     if op.try_complete():
         op.completed = True
         return True
-    if timeout_ms <= 0 or not purgatory.watch(op):
+    if timeout_ms <= 0 or not purgatory.watch(op, timeout_ms):
         op.on_expiration()
-        op.completed = True
+        op.completed = op.expired = True
         return False
     done = trio.Event()
-    op._waker = done.set
+    op.waker = done.set
     try:
-        with trio.move_on_after(timeout_ms / 1000):
-            await done.wait()
+        while not op.completed:
+            # Sleep until the deadline the purgatory keeps, then let it decide.
+            remaining_ms = max(0, op.deadline_ms - purgatory.clock.monotonic_ms())
+            with trio.move_on_after(remaining_ms / 1000):
+                await done.wait()
+            if not op.completed:
+                purgatory.expire(purgatory.clock.monotonic_ms())
+                if not op.completed and remaining_ms == 0:
+                    # Due but no longer watched (nothing else unwatches a
+                    # live operation; never spin on it).
+                    purgatory.unwatch(op)
+                    op.expired = True
+                    op.on_expiration()
+                    op._finish()
     finally:
         if not op.completed:
             purgatory.unwatch(op)
-    if op.completed:
-        return True
-    op.on_expiration()
-    op.completed = True
-    return False
+    return not op.expired
 
 
 @dataclass(slots=True)

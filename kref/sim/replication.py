@@ -56,6 +56,7 @@ from kref.ports.fs import MemoryFileSystem
 from kref.protocol.errors import ErrorCode
 from kref.replication import follower as fc
 from kref.replication import replica as rc
+from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, Purgatory
 from kref.sim.world import Violation, World
 
 TOPIC, PARTITION = "t", 0
@@ -66,6 +67,22 @@ HW_PATH = "/data/t-0/replication-offset-checkpoint"
 RECORD = struct.Struct(">iqI")  # leader_epoch, record id, crc32 of the first 12 bytes
 MAX_FETCH_RECORDS = 50
 MAX_IN_FLIGHT_PRODUCES = 5
+
+
+KEY = (TOPIC, PARTITION)
+
+
+class _WorldClock:
+    """The Clock port over the simulated world's virtual time."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def now_ms(self) -> int:
+        return self.world.now_ms
+
+    def monotonic_ms(self) -> int:
+        return self.world.now_ms
 
 
 @dataclass
@@ -103,7 +120,9 @@ class Broker:
     core: rc.PartitionReplica | None = None
     log: list[tuple[int, int]] = field(default_factory=list)  # (leader_epoch, record id)
     epochs: list[tuple[int, int]] = field(default_factory=list)  # leader-epoch cache: (epoch, start_offset)
-    waiting: list[tuple[int, int, int]] = field(default_factory=list)  # (request id, required offset, first offset)
+    # acks=all produces waiting for the high watermark: the broker's own
+    # purgatory, with its deadlines on the world's virtual clock.
+    purgatory: Purgatory | None = None
     fetch_sent_ms: int | None = None
     dirty: bool = False
 
@@ -201,7 +220,7 @@ class ClusterSim:
                 b.epochs.append((epoch, offset))
         b.core = rc.PartitionReplica(TOPIC, PARTITION, b.node_id, min_insync_replicas=self.s.min_insync_replicas,
                                      replica_lag_time_max_ms=self.s.replica_lag_time_max_ms, tracing=self.world.trace)
-        b.waiting, b.fetch_sent_ms = [], None
+        b.purgatory, b.fetch_sent_ms = Purgatory("produce", clock=_WorldClock(self.world)), None
         g = b.generation
         w = self.world
         for period, fn in ((self.s.heartbeat_interval_ms, self._heartbeat),
@@ -396,7 +415,7 @@ class ClusterSim:
                                                              PARTITION, e.leader_epoch, e.partition_epoch,
                                                              tuple(sorted(e.new_isr))))
                 case rc.HighWatermarkAdvanced():
-                    self._complete_produces(b)
+                    b.purgatory.check_and_complete(KEY)
                 case fc.TruncateLog():
                     self._truncate(b, e.offset)
                     self._step(b, rc.FollowerTruncated(len(b.log), self._last_epoch(b)))
@@ -406,15 +425,30 @@ class ClusterSim:
                     pass
         return effects
 
-    def _complete_produces(self, b: Broker) -> None:
-        still = []
-        for request_id, required, first in b.waiting:
-            code = b.core.check_produce_completion(required)
-            if code is None:
-                still.append((request_id, required, first))
-            else:
-                self._answer_produce(b, request_id, code, first)
-        b.waiting = still
+    def _delay_produce(self, b: Broker, request_id: int, required: int, first: int) -> None:
+        """Park an acks=all produce in the broker's purgatory, as the broker's
+        produce handler does: answered when the core says so, or
+        REQUEST_TIMED_OUT at its deadline (a timer on the world's clock)."""
+        op = DelayedProduce({KEY: ProducePartitionStatus(required)},
+                            lambda _key, offset: b.core.check_produce_completion(offset))
+        op.waker = lambda: self._answer_produce(b, request_id, op.partitions[KEY].error_code, first)
+        if op.try_complete():
+            op.completed = True
+            op.waker()
+        elif b.purgatory.watch(op, self.s.produce_timeout_ms):
+            self.world.at(op.deadline_ms, self._expire_produces, b.node_id, b.generation)
+        else:
+            op.on_expiration()
+            op.waker()
+
+    def _expire_produces(self, node: int, generation: int) -> None:
+        b = self.brokers[node]
+        if not b.alive or b.generation != generation:
+            return
+        if b.paused:  # a stopped process times nothing out; it does once it runs again
+            self.world.after(self.s.fetch_interval_ms, self._expire_produces, node, generation)
+            return
+        b.purgatory.expire(self.world.now_ms)
 
     # ------------------------------------------------------------ replication messages
 
@@ -523,7 +557,7 @@ class ClusterSim:
                 self._append(b, [(e.leader_epoch, record_id)])
                 for e2 in self._step(b, rc.LogAppended(request_id, -1, first, first, len(b.log))):
                     if isinstance(e2, rc.DelayProduce):
-                        b.waiting.append((request_id, e2.required_offset, first))
+                        self._delay_produce(b, request_id, e2.required_offset, first)
                     elif isinstance(e2, rc.ProduceResult):
                         self._answer_produce(b, request_id, e2.error_code, first)
 

@@ -107,3 +107,31 @@ def test_fetch_ready_immediately_is_never_parked():
 
     run(main)
     assert len(purgatory) == 0
+
+
+def test_expiry_is_decided_on_the_clock_port_without_trio():
+    """The purgatory keeps deadlines on its Clock port: a simulator on a
+    virtual clock expires operations by calling expire(now), no trio involved."""
+    from kref.ports.clock import ManualClock
+
+    clock = ManualClock(1_000)
+    purgatory = Purgatory("produce", clock=clock)
+    hw = {A: 0}
+    woken = []
+    slow = DelayedProduce({A: ProducePartitionStatus(5)}, lambda key, required: 0 if hw[key] >= required else None)
+    fast = DelayedProduce({A: ProducePartitionStatus(2)}, lambda key, required: 0 if hw[key] >= required else None)
+    for op, timeout in ((slow, 300), (fast, 100)):
+        op.waker = lambda op=op: woken.append(op)
+        assert purgatory.watch(op, timeout)
+    assert purgatory.next_deadline_ms() == 1_100
+    clock.advance(99)
+    assert purgatory.expire(clock.monotonic_ms()) == 0
+    hw[A] = 2
+    assert purgatory.check_and_complete(A) == 1 and woken == [fast] and not fast.expired
+    assert purgatory.next_deadline_ms() == 1_300  # the completed one no longer counts
+    clock.advance(201)
+    assert purgatory.expire(clock.monotonic_ms()) == 1 and woken == [fast, slow]
+    assert slow.expired and slow.partitions[A].error_code == 7  # REQUEST_TIMED_OUT
+    assert len(purgatory) == 0 and purgatory.next_deadline_ms() is None
+    hw[A] = 5
+    assert purgatory.check_and_complete(A) == 0  # expired means answered: never completed again
