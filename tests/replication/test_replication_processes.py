@@ -53,7 +53,16 @@ def wait_long(predicate, what):
 
 
 def _partition(admin, topic: str = TOPIC):
-    md = admin.list_topics(topic, timeout=10)
+    from confluent_kafka import KafkaException
+
+    try:
+        md = admin.list_topics(topic, timeout=10)
+    except KafkaException as exc:
+        # Right after a kill the client may still be asking the dead node, or
+        # a loaded box answers late: the callers poll, so "not yet" (they
+        # fail on their own deadline if it never comes).
+        print(f"metadata not answered ({exc}); polling again")
+        return None
     t = md.topics.get(topic)
     if t is None or t.error is not None or 0 not in t.partitions:
         return None
