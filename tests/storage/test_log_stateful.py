@@ -145,6 +145,12 @@ class LogMachine(RuleBasedStateMachine):
             self.batches = [b for b in self.batches if b.next_offset <= target]
             self.log_end_offset = target
             self.epochs = [e for e in self.epochs if e[1] < target]
+        else:
+            # Kafka's truncateTo at or past the log end removes nothing but still
+            # drops epoch entries starting at the log end (an epoch a deposed
+            # leader assigned and never wrote in), even one that DeleteRecords
+            # moved there: the next append assigns its epoch again.
+            self.epochs = [e for e in self.epochs if e[1] < self.log_end_offset]
 
     @rule(gap=st.integers(0, 5))
     def truncate_fully_and_start_at(self, gap):
@@ -285,3 +291,22 @@ LogMachine.TestCase.settings = settings(
 )
 TestLogMachine = LogMachine.TestCase
 
+
+
+def test_truncate_at_the_log_end_drops_the_epoch_entry_delete_records_moved_there():
+    """The sequence hypothesis found: an epoch entry that DeleteRecords moved to
+    the log end is dropped by a truncation to the log end, as Kafka's truncateTo
+    does (the model follows Kafka; the next append assigns the epoch again)."""
+    machine = LogMachine()
+    try:
+        machine.truncate_fully_and_start_at(gap=3)
+        machine.log.append_as_leader(make_batch([b"a", b"b", b"c", b"d"]), 1, machine.now)
+        assert machine.log.leader_epoch_cache.entries() == [(1, 3)]
+        machine.log.maybe_increment_log_start_offset(7)
+        assert machine.log.leader_epoch_cache.entries() == [(1, 7)]
+        assert machine.log.truncate_to(7) is False
+        assert machine.log.leader_epoch_cache.entries() == []
+        machine.log.append_as_leader(make_batch([b"e"]), 1, machine.now)
+        assert machine.log.leader_epoch_cache.entries() == [(1, 7)]
+    finally:
+        machine.teardown()
