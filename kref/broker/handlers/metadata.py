@@ -104,10 +104,12 @@ def cache_key(ctx, request) -> tuple | None:
     image = broker.image
     view = getattr(broker, "kraft", None)
     if view is not None:
-        state_image = getattr(getattr(view, "state", None), "image", None)
-        if state_image is None:
+        # The cluster image (brokers, partition leaders and isr) the view
+        # answers from, and the controller id it names.
+        cluster_image = getattr(view, "image", None)
+        if cluster_image is None or getattr(cluster_image, "generation", None) is None:
             return None
-        cluster = (id(state_image), state_image.generation, view.controller_id())
+        cluster = (id(cluster_image), cluster_image.generation, view.controller_id())
     else:
         cluster = None
     requested = request.topics
