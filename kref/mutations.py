@@ -28,6 +28,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "skip_diverging_check": ("replica", "leader never reports a diverging epoch (KIP-320 off)"),
     "hw_committed_isr_only": ("replica", "high watermark over the committed isr, not the maximal isr (KIP-497)"),
     "acks_all_ignores_min_isr": ("replica", "acks=all accepted with fewer than min.insync.replicas in the isr"),
+    "hw_ignores_min_isr": ("replica", "the high watermark advances while the isr is below min.insync.replicas (KAFKA-15583)"),
     "truncate_to_hw": ("follower", "truncate to the high watermark on becoming follower (pre-KIP-101)"),
     "truncate_ignores_local_epoch": ("follower", "a follower trusts the leader's epoch end offset although its own epoch differs"),
     "follower_hw_from_leader": ("replica", "follower takes the leader's high watermark past its own log end"),

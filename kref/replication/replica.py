@@ -383,8 +383,20 @@ class PartitionReplica(FollowerSide):
         if not self.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark >= required_offset:
-            return ErrorCode.NONE if len(self.isr) >= self.min_insync_replicas else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if self.under_min_isr else ErrorCode.NONE
         return None
+
+    @property
+    def effective_min_isr(self) -> int:
+        """min.insync.replicas bounded by the replica count (Kafka 3.7+,
+        KAFKA-15583): a topic asking for more in-sync replicas than it has
+        replicas is held to all of them, not made unwritable."""
+        return min(self.min_insync_replicas, len(self.replicas)) if self.replicas else self.min_insync_replicas
+
+    @property
+    def under_min_isr(self) -> bool:
+        """The committed isr is smaller than the effective min.insync.replicas."""
+        return len(self.isr) < self.effective_min_isr
 
     def check_leader_epoch(self, current_leader_epoch: int, *, allow_follower: bool = False) -> int:
         """KIP-320: a client that names an epoch must name ours (and we must lead, or,
@@ -610,7 +622,7 @@ class PartitionReplica(FollowerSide):
             out.append(ProduceResult(e.request_id, ErrorCode.INVALID_REQUIRED_ACKS))
         elif not self.is_leader:
             out.append(ProduceResult(e.request_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        elif e.acks == -1 and len(self.isr) < self.min_insync_replicas and not (_m.ACTIVE and _m.on("acks_all_ignores_min_isr")):
+        elif e.acks == -1 and self.under_min_isr and not (_m.ACTIVE and _m.on("acks_all_ignores_min_isr")):
             # Refused before the append: nothing of it reaches the log.
             out.append(ProduceResult(e.request_id, ErrorCode.NOT_ENOUGH_REPLICAS))
         else:
@@ -784,6 +796,14 @@ class PartitionReplica(FollowerSide):
             self._maybe_advance_high_watermark(now_ms, out)
 
     def _maybe_advance_high_watermark(self, now_ms: int, out: list[Effect]) -> None:
+        # KAFKA-15583 (Kafka 3.7+, the spec's AdvanceHighWatermark): not while
+        # the committed isr is below the effective min.insync.replicas. Records
+        # that fewer replicas hold must not become visible, acks=1 ones
+        # included: a leader left alone in its isr would otherwise expose
+        # records that die with it. Found by trace validation of a simulator
+        # seed (crashes only) against spec/Replication.tla.
+        if self.under_min_isr and not (_m.ACTIVE and _m.on("hw_ignores_min_isr")):
+            return
         # Over the maximal isr (KIP-497): a proposed member counts at once, a
         # member proposed for removal keeps counting until the removal commits.
         candidate = self.log_end_offset

@@ -45,13 +45,40 @@ def test_list_offsets_and_delete_records():
 
 
 def test_min_insync_replicas_comes_with_the_produce():
-    core = leader()
+    core = r.PartitionReplica("t", 0, 1, tracing=False)
+    core.step(r.BecomeLeader(3, 0, frozenset({1, 2}), (1, 2, 3), 2, 8, 5), NOW)
     [answer] = core.step(r.ClientProduce(1, -1, 1, min_insync_replicas=3), NOW)
     assert answer == r.ProduceResult(1, ErrorCode.NOT_ENOUGH_REPLICAS)
     [answer] = core.step(r.ClientProduce(2, -1, 1, min_insync_replicas=2), NOW)
     assert isinstance(answer, r.AppendToLog)
     [answer] = core.step(r.ClientProduce(3, 1, 1, min_insync_replicas=3), NOW)  # acks=1: Kafka does not check
     assert isinstance(answer, r.AppendToLog)
+
+
+def test_min_insync_replicas_is_bounded_by_the_replica_count():
+    """Kafka 3.7+ (KAFKA-15583): the effective min ISR is min(min.insync.replicas,
+    replicas); a topic of 2 replicas asking for 3 is held to both, not unwritable."""
+    core = leader()  # replicas (1, 2), isr {1, 2}
+    [answer] = core.step(r.ClientProduce(1, -1, 1, min_insync_replicas=3), NOW)
+    assert isinstance(answer, r.AppendToLog) and core.effective_min_isr == 2
+
+
+def test_the_high_watermark_stays_while_the_isr_is_below_min_insync_replicas():
+    """KAFKA-15583, the spec's AdvanceHighWatermark: a leader alone in its isr
+    (min.insync.replicas=2 of 3) does not expose what only it holds, acks=1
+    records included; once a follower is back in the isr the HW moves."""
+    core = r.PartitionReplica("t", 0, 1, tracing=False)
+    core.step(r.BecomeLeader(1, 0, frozenset({1}), (1, 2, 3), 0, 0, 0), NOW)
+    assert isinstance(core.step(r.ClientProduce(1, 1, 1, min_insync_replicas=2), NOW)[0], r.AppendToLog)
+    effects = core.step(r.LogAppended(1, 1, 0, 9, 10), NOW)
+    assert not any(isinstance(e, r.HighWatermarkAdvanced) for e in effects)
+    assert core.high_watermark == 0 and core.consumer_read(0, -1) == (ErrorCode.NONE, 0)
+    # Follower 2 catches up: proposed for the isr (maximal isr {1, 2}), but the
+    # committed isr is still {1}: the HW waits for the controller.
+    effects = core.step(r.FetchFromFollower(2, 10, 1, 1, (1, 10)), NOW)
+    assert any(isinstance(e, r.AlterPartition) for e in effects) and core.high_watermark == 0
+    effects = core.step(r.AlterPartitionResponse(ErrorCode.NONE, 1, frozenset({1, 2}), 1), NOW)
+    assert core.high_watermark == 10 and any(isinstance(e, r.HighWatermarkAdvanced) for e in effects)
 
 
 def test_retention_reports_the_log_start_offset_to_the_core(tmp_path):
