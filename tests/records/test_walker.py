@@ -135,7 +135,7 @@ def test_never_stricter_than_full_validation(mutations):
     except CorruptRecordError:
         with pytest.raises(CorruptRecordError):
             # Every fault the full decoder finds in a record's fields is one the walker finds
-            # too, except key/value lengths below -1 (Kafka's reader takes them as null).
+            # too, except key/value/header-value lengths below -1 (Kafka's reader takes them as null).
             try:
                 validate_records_framing(data, max_batch_size=1 << 22)
             except CorruptRecordError:
@@ -160,4 +160,17 @@ def _has_odd_null_length(data: bytes) -> bool:
             if n < -1:
                 return True
             pos += max(n, 0)
+        # Header values too: Kafka's reader takes any negative header value
+        # length as null (only a negative header key length is an error).
+        try:
+            count, pos = read_varint(section, pos, len(section))
+            for _ in range(max(count, 0)):
+                key_len, pos = read_varint(section, pos, len(section))
+                pos += max(key_len, 0)
+                value_len, pos = read_varint(section, pos, len(section))
+                if value_len < -1:
+                    return True
+                pos += max(value_len, 0)
+        except Exception:  # noqa: BLE001 - a garbled tail is the decoder's finding, not an odd null
+            pass
     return False
