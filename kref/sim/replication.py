@@ -99,6 +99,9 @@ class Settings:
     flush_interval_ms: int = 60
     produce_interval_ms: int = 15
     produce_timeout_ms: int = 800
+    # An AlterPartition with no answer by then failed (the broker's
+    # controller RPC times out the same way and steps REQUEST_TIMED_OUT).
+    alter_partition_timeout_ms: int = 400
     consume_interval_ms: int = 50
     nemesis_interval_ms: tuple[int, int] = (200, 900)
     duration_ms: int = 8_000
@@ -124,6 +127,7 @@ class Broker:
     # purgatory, with its deadlines on the world's virtual clock.
     purgatory: Purgatory | None = None
     fetch_sent_ms: int | None = None
+    alter_partition_request: int | None = None  # the controller request id of the AlterPartition in flight
     dirty: bool = False
 
 
@@ -221,6 +225,7 @@ class ClusterSim:
         b.core = rc.PartitionReplica(TOPIC, PARTITION, b.node_id, min_insync_replicas=self.s.min_insync_replicas,
                                      replica_lag_time_max_ms=self.s.replica_lag_time_max_ms, tracing=self.world.trace)
         b.purgatory, b.fetch_sent_ms = Purgatory("produce", clock=_WorldClock(self.world)), None
+        b.alter_partition_request = None
         g = b.generation
         w = self.world
         for period, fn in ((self.s.heartbeat_interval_ms, self._heartbeat),
@@ -288,8 +293,20 @@ class ClusterSim:
             if reply.error_code == ErrorCode.STALE_BROKER_EPOCH:
                 b.broker_epoch = -1
         elif isinstance(reply, cc.AlterPartitionReply):
+            b.alter_partition_request = None
             self._step(b, rc.AlterPartitionResponse(reply.error_code, reply.leader_epoch, frozenset(reply.isr),
                                                     reply.partition_epoch))
+
+    def _alter_partition_timed_out(self, node: int, generation: int, request_id: int, leader_epoch: int) -> None:
+        b = self.brokers[node]
+        if b.generation != generation or not b.alive or b.alter_partition_request != request_id:
+            return
+        if b.paused:  # a stopped process notices the timeout once it runs again
+            self.world.after(self.s.fetch_interval_ms, self._alter_partition_timed_out, node, generation,
+                             request_id, leader_epoch)
+            return
+        b.alter_partition_request = None
+        self._step(b, rc.AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, leader_epoch, frozenset(), -1))
 
     def _metadata_fetch(self, b: Broker) -> None:
         self.world.send(b.node_id, CONTROLLER, self._serve_metadata, b.node_id, b.metadata_offset, b.generation)
@@ -411,6 +428,9 @@ class ClusterSim:
                         b.epochs.append((e.leader_epoch, e.start_offset))
                 case rc.AlterPartition():
                     self.request_ids += 1
+                    b.alter_partition_request = self.request_ids
+                    self.world.after(self.s.alter_partition_timeout_ms, self._alter_partition_timed_out,
+                                     b.node_id, b.generation, self.request_ids, e.leader_epoch)
                     self._to_controller(b, cc.AlterPartition(self.request_ids, b.node_id, b.broker_epoch, self.topic_id,
                                                              PARTITION, e.leader_epoch, e.partition_epoch,
                                                              tuple(sorted(e.new_isr))))
