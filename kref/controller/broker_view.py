@@ -62,6 +62,7 @@ log = logging.getLogger("kref.cluster_view")
 
 FORWARD_TIMEOUT_S = 15.0
 CREATE_TOPICS = 19
+ALTER_CONFIGS = 33
 ALTER_PARTITION = 56
 
 
@@ -235,6 +236,23 @@ class ClusterView:
                 while not applied(response):
                     await self.changed.wait()
         return response
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
+        """A cluster topic's whole new override set, to the active controller (it
+        writes ConfigRecords); (error_code, message) once this broker's image shows it."""
+        cls = request_class(ALTER_CONFIGS, 2)
+        m = sys.modules[cls.__module__]
+        request = cls(resources=(m.AlterConfigsResource(
+            resource_type=2, resource_name=name,
+            configs=tuple(m.AlterableConfig(name=k, value=v) for k, v in sorted(configs.items()))),),
+            validate_only=False)
+        response = await self._forward_then_wait(request, lambda response: all(
+            self.image.topic_configs(r.resource_name) == configs for r in response.responses
+            if r.error_code == ErrorCode.NONE))
+        if response is None:
+            return ErrorCode.REQUEST_TIMED_OUT, "the active controller did not answer"
+        result = response.responses[0]
+        return result.error_code, result.error_message
 
     async def create_topics(self, request: Any) -> Any:
         return await self._forward_then_wait(request, lambda response: all(
