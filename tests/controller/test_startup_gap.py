@@ -78,3 +78,19 @@ def test_create_topics_sent_while_the_cluster_starts(tmp_path):
         admin.create_topics([NewTopic("early", 2, 1)])["early"].result(BOUND_S)
         topics = admin.list_topics("early", timeout=BOUND_S).topics
         assert topics["early"].error is None and len(topics["early"].partitions) == 2
+
+
+def test_controller_only_quorum_leader_is_never_the_client_controller(tmp_path):
+    """Three controllers, one broker (node 1; nodes 2 and 3 are controller-only).
+    The quorum leader is a controller-only node about two runs in three; naming it
+    as controller_id (the old answer) left librdkafka waiting for a broker it can
+    never reach, and CreateTopics hung (4 of 4 measured runs with such a leader).
+    The answer names node 1, the broker that forwards."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with running_cluster(tmp_path, 3, 1, SETTINGS) as (specs, processes, start):
+        broker = specs[0]
+        response = _first_metadata(broker.client_port)
+        assert [b.node_id for b in response.brokers] == [1] and response.controller_id == 1
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.client_port}", "log_level": 0})
+        admin.create_topics([NewTopic("on-one", 1, 1)])["on-one"].result(BOUND_S)
