@@ -280,6 +280,10 @@ def _connection_handler(broker: Broker, router: Router, listener_name: str) -> C
             return
         broker.open_connections += 1
         try:
+            # A KRaft node holds clients until it is caught up and unfenced (ClusterView.serving).
+            gate = getattr(broker, "serving_gate", None)
+            if gate is not None and not gate.is_set():
+                await gate.wait()
             await handle_connection(stream, broker, router, listener_name)
         finally:
             broker.open_connections -= 1

@@ -18,12 +18,18 @@ partition that no longer names this broker loses its local log.
 It answers the broker's handlers from the image:
 
 - Metadata and DescribeCluster list the unfenced brokers with their
-  endpoint on the connection's listener, the active controller, and each
-  partition's leader, leader_epoch, replicas and isr;
+  endpoint on the connection's listener, each partition's leader,
+  leader_epoch, replicas and isr, and as controller_id an alive broker
+  (this one when it is alive): KRaft clients send admin requests to any
+  broker, which forwards them, so the id must be one the answer lists;
 - CreateTopics, DeleteTopics and CreatePartitions are forwarded to the
   active controller over its CONTROLLER listener (Kafka's brokers forward
   too); the broker answers once the controller has committed the change and
   this broker's view shows it.
+
+The client listeners answer nothing until this incarnation's registration
+is applied and unfenced in the image (`serving`): an answer before that
+would leave this broker, often every broker, out of Metadata.
 
 Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch need nothing from
 here: each partition's replica core refuses what it does not lead
@@ -56,6 +62,7 @@ log = logging.getLogger("kref.cluster_view")
 
 FORWARD_TIMEOUT_S = 15.0
 CREATE_TOPICS = 19
+ALTER_CONFIGS = 33
 ALTER_PARTITION = 56
 
 
@@ -71,6 +78,12 @@ class ClusterView:
         # False while replaying the metadata log's history at start: the image
         # grows but the replica manager waits (see _on_commit).
         self.caught_up = lifecycle is None
+        # Set once this incarnation is registered and unfenced in the image: the
+        # client listeners hold every connection until then (kref/broker/server.py),
+        # as Kafka's brokers enable request processing only once caught up.
+        self.serving = trio.Event()
+        if lifecycle is not None:
+            broker.serving_gate = self.serving
         raft.on_commit.append(self._on_commit)
         broker.kraft = self  # the handlers' hook
 
@@ -95,6 +108,10 @@ class ClusterView:
             # image as it is now, once (Kafka publishes only a caught-up image).
             self.caught_up = True
             self.broker.publish_cluster_image()
+        if (self.lifecycle is not None and not self.serving.is_set()
+                and self.image.ready_to_serve(self.broker.node_id, self.lifecycle.incarnation_id)):
+            log.info("node %d: registered and unfenced in the metadata image; answering clients", self.broker.node_id)
+            self.serving.set()
         self.changed.set()
         self.changed = trio.Event()
 
@@ -105,6 +122,12 @@ class ClusterView:
     # ------------------------------------------------------------ queries for the handlers
 
     def controller_id(self) -> int:
+        """The controller_id clients see: a broker that forwards (see
+        MetadataImage.client_controller_id), never an unlisted node."""
+        return self.image.client_controller_id(self.broker.node_id)
+
+    def active_controller_id(self) -> int:
+        """The quorum leader this node knows (-1: none yet)."""
         return self.raft.core.leader_id
 
     def broker_endpoint(self, broker_id: int, listener_name: str | None) -> tuple[str, int] | None:
@@ -213,6 +236,23 @@ class ClusterView:
                 while not applied(response):
                     await self.changed.wait()
         return response
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
+        """A cluster topic's whole new override set, to the active controller (it
+        writes ConfigRecords); (error_code, message) once this broker's image shows it."""
+        cls = request_class(ALTER_CONFIGS, 2)
+        m = sys.modules[cls.__module__]
+        request = cls(resources=(m.AlterConfigsResource(
+            resource_type=2, resource_name=name,
+            configs=tuple(m.AlterableConfig(name=k, value=v) for k, v in sorted(configs.items()))),),
+            validate_only=False)
+        response = await self._forward_then_wait(request, lambda response: all(
+            self.image.topic_configs(r.resource_name) == configs for r in response.responses
+            if r.error_code == ErrorCode.NONE))
+        if response is None:
+            return ErrorCode.REQUEST_TIMED_OUT, "the active controller did not answer"
+        result = response.responses[0]
+        return result.error_code, result.error_message
 
     async def create_topics(self, request: Any) -> Any:
         return await self._forward_then_wait(request, lambda response: all(

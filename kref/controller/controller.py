@@ -65,6 +65,10 @@ Decisions, with the spec/KRaft.tla actions they implement:
   leads nothing and has applied that batch, the heartbeat answers
   should_shut_down and the broker is fenced in the same write, so it
   exits with no partition waiting for a session timeout.
+- AlterConfigs / IncrementalAlterConfigs of a topic (forwarded by a broker
+  with the topic's whole new override set) -> ConfigRecords for what
+  changed; turning unclean.leader.election.enable on elects the topic's
+  offline partitions in the same batch (UncleanElectLeader).
 - Every leader change a batch makes is traced as the spec action that
   justifies it: ElectLeader (the old leader left the isr or there was
   none), ElectPreferredLeader (an isr member took over from a live
@@ -222,6 +226,17 @@ class AllocateProducerIds:
     broker_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class AlterTopicConfigs:
+    """AlterConfigs / IncrementalAlterConfigs of one topic, forwarded by a broker:
+    the topic's complete new override set (the broker applied the operations to
+    its view and checked the values; the controller writes the difference)."""
+
+    request_id: int
+    name: str
+    configs: tuple[tuple[str, str], ...]
+
+
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeadersRequest.election_type
 
 
@@ -262,7 +277,8 @@ class Replay:
 
 Event = (
     BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
-    | AlterPartition | AllocateProducerIds | ElectLeaders | Tick | BecomeActive | Resign | Replay
+    | AlterPartition | AllocateProducerIds | ElectLeaders | AlterTopicConfigs | Tick | BecomeActive | Resign
+    | Replay
 )
 
 
@@ -432,6 +448,8 @@ class ControllerCore:
                 self._on_allocate_producer_ids(event, out)
             case ElectLeaders():
                 self._on_elect_leaders(event, now_ms, out)
+            case AlterTopicConfigs():
+                self._on_alter_topic_configs(event, now_ms, out)
             case _:
                 raise TypeError(f"not a controller event: {event!r}")
         return out
@@ -708,11 +726,14 @@ class ControllerCore:
                                                            isr=(broker_id,), leader=broker_id))
         return records
 
-    def _unclean_allowed(self, topic: str) -> bool:
-        """unclean.leader.election.enable: the topic's config, else the cluster-wide
+    def _unclean_allowed(self, topic: str, topic_configs: dict[str, str] | None = None) -> bool:
+        """unclean.leader.election.enable: the topic's config (`topic_configs` in
+        place of the image's, for a change not written yet), else the cluster-wide
         dynamic default, else the broker configuration."""
         for resource in ((r.TOPIC_RESOURCE, topic), (r.BROKER_RESOURCE, "")):
-            value = self.image.configs.get(resource, {}).get("unclean.leader.election.enable")
+            configs = topic_configs if topic_configs is not None and resource[0] == r.TOPIC_RESOURCE else \
+                self.image.configs.get(resource, {})
+            value = configs.get("unclean.leader.election.enable")
             if value is not None:
                 return value.strip().lower() == "true"
         return self.unclean_leader_election_enable
@@ -826,6 +847,31 @@ class ControllerCore:
             return
         self._write([r.RemoveTopicRecord(topic_id=topic.topic_id)], e.request_id,
                     TopicReply(ErrorCode.NONE, None, topic.topic_id), out)
+
+    def _on_alter_topic_configs(self, e: AlterTopicConfigs, now_ms: int, out: list[Effect]) -> None:
+        """ConfigRecords for what changes (a removed override: value None). When the
+        change turns unclean.leader.election.enable on, the topic's offline partitions
+        get a leader in the same batch, as the election on a returning replica would
+        (spec UncleanElectLeader): a live isr member, else any live replica."""
+        topic = self.topics.get(e.name)
+        if topic is None:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {e.name}")))
+            return
+        current = self.image.topic_configs(e.name)
+        new = dict(e.configs)
+        records: list = [r.ConfigRecord(r.TOPIC_RESOURCE, e.name, k, None) for k in sorted(set(current) - set(new))]
+        records += [r.ConfigRecord(r.TOPIC_RESOURCE, e.name, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
+        if not records:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id)))
+            return
+        if not self._unclean_allowed(e.name) and self._unclean_allowed(e.name, new):
+            for pid in sorted(topic.partitions):
+                p = topic.partitions[pid]
+                if p.leader == NO_LEADER:
+                    _, _, record = self._elect(UNCLEAN_ELECTION, topic, pid, p)
+                    if record is not None:
+                        records.append(record)
+        self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out, now_ms)
 
     def _on_alter_partition(self, e: AlterPartition, out: list[Effect]) -> None:
         def fail(code: int) -> None:

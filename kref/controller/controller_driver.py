@@ -58,6 +58,8 @@ BROKER_REGISTRATION, BROKER_HEARTBEAT, CREATE_TOPICS, DELETE_TOPICS, CREATE_PART
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_PARTITION = 56
 ELECT_LEADERS = 43
+ALTER_CONFIGS = 33
+TOPIC_RESOURCE_TYPE = 2
 MAX_SHUTDOWN_RPC_FAILURES = 3
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
@@ -200,6 +202,27 @@ class ControllerDriver:
         router.register(ALLOCATE_PRODUCER_IDS, 0, 0, self._handle_allocate_producer_ids)
         router.register(ALTER_PARTITION, 2, 2, self._handle_alter_partition)
         router.register(ELECT_LEADERS, 0, 2, self._handle_elect_leaders)
+        router.register(ALTER_CONFIGS, 0, 2, self._handle_alter_configs)
+
+    async def _handle_alter_configs(self, ctx: RequestContext, request: Any) -> Any:
+        """A topic's whole new override set, forwarded by a broker (which applied the
+        IncrementalAlterConfigs operations and checked the values): ConfigRecords.
+        Broker resources stay with each broker (its dynamic configs)."""
+        response_type = response_class(ALTER_CONFIGS, ctx.api_version)
+        result_type = nested(response_type, "AlterConfigsResourceResponse")
+        results = []
+        for resource in request.resources:
+            if resource.resource_type != TOPIC_RESOURCE_TYPE:
+                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "the controller takes topic configs only")
+            elif request.validate_only:
+                reply = c.TopicReply(ErrorCode.NONE) if resource.resource_name in self.core.topics else c.TopicReply(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {resource.resource_name}")
+            else:
+                configs = tuple((cfg.name, cfg.value) for cfg in resource.configs if cfg.value is not None)
+                reply = await self.request(lambda rid, n=resource.resource_name, cf=configs: c.AlterTopicConfigs(rid, n, cf))
+            results.append(build(result_type, resource_type=resource.resource_type, resource_name=resource.resource_name,
+                                 error_code=reply.error_code, error_message=getattr(reply, "message", None)))
+        return build(response_type, throttle_time=_zero(), responses=tuple(results))
 
     async def _handle_elect_leaders(self, ctx: RequestContext, request: Any) -> Any:
         """ElectLeaders (KIP-460) forwarded by a broker or sent by an admin tool."""

@@ -126,6 +126,30 @@ class MetadataImage:
     def topic_configs(self, name: str) -> dict[str, str]:
         return dict(self.configs.get((r.TOPIC_RESOURCE, name), {}))
 
+    def alive_brokers(self) -> list[int]:
+        """Registered, unfenced broker ids, in order (Kafka's "alive" brokers)."""
+        return sorted(broker_id for broker_id, b in self.brokers.items() if not b.fenced)
+
+    def ready_to_serve(self, broker_id: int, incarnation_id: uuid.UUID) -> bool:
+        """Whether a broker may answer clients: this incarnation's registration is
+        in the image and unfenced. Before that its Metadata answer would leave
+        itself out (often every broker, at cluster start), and a client given no
+        broker or a controller id it cannot reach waits for its next refresh."""
+        b = self.brokers.get(broker_id)
+        return b is not None and b.incarnation_id == incarnation_id and not b.fenced
+
+    def client_controller_id(self, broker_id: int) -> int:
+        """The controller_id a broker gives clients in Metadata and DescribeCluster.
+
+        In KRaft the client's "controller" is any alive broker (they forward
+        admin requests to the active controller, KIP-590); Kafka picks one at
+        random. Here: this broker if alive, else the lowest alive one, so the id
+        is always one of the brokers the same answer lists (-1 if none is)."""
+        alive = self.alive_brokers()
+        if broker_id in alive:
+            return broker_id
+        return alive[0] if alive else -1
+
     # ------------------------------------------------------------ replay
 
     def apply(

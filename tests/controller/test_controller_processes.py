@@ -11,6 +11,11 @@ heartbeats over BrokerHeartbeat (Kafka's RPCs via kio). Short timeouts
   after broker.session.timeout.ms (FenceBrokerRecord); restarted, it
   registers again with a new incarnation and a higher broker epoch and is
   unfenced;
+- kill -9 of a broker and an immediate restart, within
+  broker.session.timeout.ms (6 s here): the new incarnation is refused
+  (DUPLICATE_BROKER_REGISTRATION, retried) while the old session is valid,
+  then the old incarnation is fenced and the new one registers with a new,
+  higher broker epoch and is unfenced (Kafka's ClusterControlManager);
 - SIGSTOP of the active controller past the election timeout and the
   session timeout, then SIGCONT: whatever the resumed zombie appends in its
   old epoch is never committed: no node's log holds a record of that epoch
@@ -141,6 +146,43 @@ def test_registration_fencing_and_zombie_controller(cluster):
     assert not [e for e in after if e["type"] == "AdvanceHighWatermark" and e["leader_epoch"] == zombie_epoch]
     for _, entries in logs.items():
         assert not [rec for o, e, rec in entries if e == zombie_epoch and o >= committed]
+
+
+def test_restart_within_the_session_gets_a_new_broker_epoch(tmp_path):
+    import re
+
+    settings = {**SETTINGS, "broker.session.timeout.ms": "6000"}
+    with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
+        by_id = {s.node_id: s for s in specs}
+        wait_until(lambda: all(log_has(s, "unfenced") for s in specs), "three unfenced brokers")
+        leader, _ = wait_until(lambda: current_leader(specs), "an active controller")
+        victim = next(s.node_id for s in specs if s.node_id != leader)
+        log_file = by_id[victim].log_file
+
+        def epochs() -> list[int]:
+            return [int(x) for x in re.findall(r"registered with broker epoch (\d+)", log_file.read_text())]
+
+        old_epoch, = epochs()
+        processes[victim].send_signal(signal.SIGKILL)
+        processes[victim].wait(timeout=10)
+        start(by_id[victim])  # at once: well within the 6 s session of the killed incarnation
+        wait_until(lambda: len(epochs()) == 2, "the new incarnation registered")
+        wait_until(lambda: log_file.read_text().count("unfenced") >= 2, "the new incarnation unfenced")
+        new_epoch = epochs()[1]
+        assert new_epoch > old_epoch
+        assert "registration refused: DUPLICATE_BROKER_REGISTRATION" in log_file.read_text()
+        trace = read_ndjson_trace(by_id[leader].dir / "trace.ndjson")
+        registered = [e["broker_epoch"] for e in trace if e["type"] == "RegisterBroker" and e["broker"] == victim]
+        assert registered[-2:] == [old_epoch, new_epoch], registered
+        # The old incarnation is fenced for good: a heartbeat in its epoch is stale.
+        from kref.protocol.client import WireClient
+        from kref.protocol.codec import request_class
+        from kref.protocol.errors import ErrorCode
+
+        heartbeat = request_class(63, 0)(broker_id=victim, broker_epoch=old_epoch, current_metadata_offset=1 << 20,
+                                         want_fence=False, want_shut_down=False)
+        with WireClient("127.0.0.1", by_id[leader].controller_port, timeout=10) as client:
+            assert client.request(heartbeat).error_code == ErrorCode.STALE_BROKER_EPOCH
 
 
 def current_leader_id(logs) -> int:

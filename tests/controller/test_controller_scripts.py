@@ -109,6 +109,9 @@ class Harness:
             return self._run(c.CreatePartitions(rid, a["name"], int(a["count"])))
         if b.command == "delete":
             return self._run(c.DeleteTopic(rid, a["name"]))
+        if b.command == "configs":
+            configs = tuple(tuple(kv.split(":", 1)) for kv in a.get("set", "").split(",") if kv)
+            return self._run(c.AlterTopicConfigs(rid, a["name"], configs))
         if b.command == "alter":
             return self._run(c.AlterPartition(
                 rid, int(a["broker"]), int(a["epoch"]), _uuid(int(a["topic"])), int(a["partition"]),

@@ -84,3 +84,29 @@ def test_snapshot_records_rebuild_the_same_image():
     copy = MetadataImage()
     copy.apply(image.to_records())
     assert copy == image
+
+
+def test_a_broker_serves_clients_once_its_own_incarnation_is_unfenced():
+    image = MetadataImage()
+    old, new = uuid.UUID(int=1), uuid.UUID(int=2)
+    image.apply([r.RegisterBrokerRecord(1, old, 10), r.UnfenceBrokerRecord(1, 10)])
+    assert image.ready_to_serve(1, old)
+    # A restart: the new incarnation waits for its own registration, then its unfencing.
+    assert not image.ready_to_serve(1, new)
+    image.apply([r.RegisterBrokerRecord(1, new, 20)])
+    assert not image.ready_to_serve(1, new)
+    image.apply([r.UnfenceBrokerRecord(1, 10)])  # the old epoch's: ignored
+    assert not image.ready_to_serve(1, new)
+    image.apply([r.UnfenceBrokerRecord(1, 20)])
+    assert image.ready_to_serve(1, new) and not image.ready_to_serve(2, new)
+
+
+def test_the_client_controller_id_is_always_a_listed_broker():
+    image = MetadataImage()
+    assert image.client_controller_id(1) == -1  # nobody alive: no controller to name
+    image.apply([r.RegisterBrokerRecord(b, uuid.UUID(int=b), 10 + b) for b in (1, 2, 3)])
+    assert image.client_controller_id(1) == -1  # registered but fenced are not alive
+    image.apply([r.UnfenceBrokerRecord(3, 13), r.UnfenceBrokerRecord(2, 12)])
+    assert image.alive_brokers() == [2, 3]
+    assert image.client_controller_id(1) == 2  # not alive itself: the lowest alive one
+    assert image.client_controller_id(3) == 3  # alive: itself (it forwards)

@@ -252,7 +252,7 @@ def replace_configs(configs, *, topic: bool = True) -> dict[str, str]:
 
 
 async def handle_alter_configs(ctx, request):
-    return _alter_resources(
+    return await _alter_resources(
         ctx,
         request,
         ALTER_CONFIGS,
@@ -267,7 +267,7 @@ _BROKER_LIST_CONFIGS = frozenset({"log.cleanup.policy"})
 async def handle_incremental_alter_configs(ctx, request):
     broker = ctx.broker
     defaults = broker.default_log_config.to_properties()
-    return _alter_resources(
+    return await _alter_resources(
         ctx,
         request,
         INCREMENTAL_ALTER_CONFIGS,
@@ -282,7 +282,7 @@ async def handle_incremental_alter_configs(ctx, request):
     )
 
 
-def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_broker_configs):
+async def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_broker_configs):
     """The shared body of both alter APIs; `new_topic_configs(topic, resource)` and
     `new_broker_configs(resource)` compute the new override set or raise BrokerError."""
     broker = ctx.broker
@@ -301,7 +301,17 @@ def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_broker_c
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
                     )
                 new = new_topic_configs(topic, resource)
-                broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
+                view = getattr(broker, "kraft", None)
+                if view is not None and view.is_cluster_topic(topic.name):
+                    # A KRaft cluster topic: the active controller writes ConfigRecords
+                    # that every broker applies (kref/controller/broker_view.py).
+                    cleaned = broker.validate_topic_configs(new)
+                    if not request.validate_only:
+                        code, message = await view.alter_topic_configs(topic.name, cleaned)
+                        if code != ErrorCode.NONE:
+                            raise BrokerError(code, message or ErrorCode(code).name)
+                else:
+                    broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_resource(broker, resource.resource_name)
                 broker.alter_broker_configs(
