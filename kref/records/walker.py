@@ -56,6 +56,7 @@ class RecordIndex:
     key_starts: np.ndarray
     key_lengths: np.ndarray  # -1: null key
     value_lengths: np.ndarray  # -1: null value (a tombstone)
+    padded: np.ndarray | None = None  # the section as uint8, _PAD zero bytes after it
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -65,20 +66,21 @@ class RecordIndex:
         return [s[a : a + n] if n >= 0 else None for a, n in zip(self.key_starts.tolist(), self.key_lengths.tolist())]
 
 
-def _chain(section: bytes, count: int | None, where: int) -> list[int]:
+def _chain(section: bytes, count: int | None, where: int, start: int = 0, stop: int | None = None) -> list[int]:
     """Start positions of the records, following the length varints.
 
-    `count` None: walk to the end of the section; else stop after `count`
+    The section is section[start:stop] (positions stay absolute, nothing is
+    copied). `count` None: walk to the end of the section; else stop after `count`
     records (the caller checks what is left). Producers' batches hold long
     runs of records of one length, so after each record the walk checks at
     once, with strided slices of the bytes (C speed), whether the next
     records start with the same length varint at the predicted places, and
     jumps over the whole run: a record whose length varint is read there is
     exactly the record the one-by-one walk would find there."""
-    end = len(section)
+    end = len(section) if stop is None else stop
     starts: list[int] = []
     append = starts.append
-    pos = 0
+    pos = start
     limit = (1 << 62) if count is None else count
     n = 0
     while n < limit:
@@ -195,15 +197,28 @@ def index_records(section: Buffer, where: int = 0) -> RecordIndex:
     return _vector_index(data, _chain(data, None, where), where)
 
 
+def index_spans(data: bytes, spans: list[tuple[int, int]], where: int = 0) -> tuple[RecordIndex, list[int]]:
+    """Every record of several records sections that lie in one buffer, each at
+    data[start:stop], indexed in one numpy pass (the log cleaner hands over all
+    batches of one read buffer at once, so the few dozen numpy calls are paid per
+    buffer, not per batch). Also returns the bounds of each span's records in
+    the index: span i holds records bounds[i] .. bounds[i + 1] - 1."""
+    starts: list[int] = []
+    bounds = [0]
+    for a, b in spans:
+        starts += _chain(data, None, where, a, b)
+        bounds.append(len(starts))
+    return _vector_index(data, starts, where), bounds
+
+
 def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordIndex:
     import numpy as np
 
-    end = len(data)
     arr = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
     starts = np.array(starts_list, dtype=np.int64)
     if len(starts) == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return RecordIndex(data, empty, empty, empty, empty, empty, empty, empty)
+        return RecordIndex(data, empty, empty, empty, empty, empty, empty, empty, arr)
     lengths, body, _ = _varints(arr, starts, 5)
     ends = body + lengths
     # Each field's end is clamped to its record's end, so the next read stays
@@ -228,7 +243,7 @@ def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordInde
     if not plain.all():
         for i in np.flatnonzero(~plain).tolist():
             _check_record(data, starts_list[i], i, where)
-    return RecordIndex(data, starts, ends, ts, od, key_starts, kl, vl)
+    return RecordIndex(data, starts, ends, ts, od, key_starts, kl, vl, arr)
 
 
 def _record_end(data: bytes, start: int) -> int:
