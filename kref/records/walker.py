@@ -41,7 +41,7 @@ Buffer = bytes | bytearray | memoryview
 # Zero padding after the section, so that vectorized varint reads at the end
 # of the last record never index past the array (a read into the padding is
 # always caught by the record-bound checks that follow).
-_PAD = 16
+PAD = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class RecordIndex:
     key_starts: np.ndarray
     key_lengths: np.ndarray  # -1: null key
     value_lengths: np.ndarray  # -1: null value (a tombstone)
-    padded: np.ndarray | None = None  # the section as uint8, _PAD zero bytes after it
+    padded: np.ndarray | None = None  # the section as uint8, with PAD more bytes after it
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -197,25 +197,85 @@ def index_records(section: Buffer, where: int = 0) -> RecordIndex:
     return _vector_index(data, _chain(data, None, where), where)
 
 
-def index_spans(data: bytes, spans: list[tuple[int, int]], where: int = 0) -> tuple[RecordIndex, list[int]]:
+def index_spans(
+    data: Buffer, spans: list[tuple[int, int]], where: int = 0, padded: "np.ndarray | None" = None
+) -> tuple[RecordIndex, list[int]]:
     """Every record of several records sections that lie in one buffer, each at
     data[start:stop], indexed in one numpy pass (the log cleaner hands over all
     batches of one read buffer at once, so the few dozen numpy calls are paid per
     buffer, not per batch). Also returns the bounds of each span's records in
-    the index: span i holds records bounds[i] .. bounds[i + 1] - 1."""
-    starts: list[int] = []
-    bounds = [0]
-    for a, b in spans:
-        starts += _chain(data, None, where, a, b)
-        bounds.append(len(starts))
-    return _vector_index(data, starts, where), bounds
+    the index: span i holds records bounds[i] .. bounds[i + 1] - 1.
 
-
-def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordIndex:
+    `padded`: data as a uint8 array with at least PAD more bytes after it (of
+    any value: reads there are always caught by the record-bound checks), so
+    that a caller reading into a reused buffer saves the padding copy."""
     import numpy as np
 
-    arr = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
-    starts = np.array(starts_list, dtype=np.int64)
+    arr = padded if padded is not None else np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
+    tiled = _tiled_starts(data, arr, spans)
+    if tiled is not None:
+        starts, bounds = tiled
+    else:
+        chained: list[int] = []
+        bounds = [0]
+        for a, b in spans:
+            chained += _chain(data, None, where, a, b)
+            bounds.append(len(chained))
+        starts = np.array(chained, dtype=np.int64)
+    return _vector_index(data, starts, where, arr), bounds
+
+
+def _tiled_starts(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, list[int]] | None:
+    """The record starts when every span is tiled by records of one length (each
+    span its own: what producers write), found for all spans at once; None
+    otherwise (then `_chain` walks them).
+
+    A span whose first record's length varint (one or two bytes) is found,
+    byte for byte, every stride bytes to the span's end holds exactly the
+    records the chain walk would find there: equal varint bytes are an equal
+    length, so each record ends where the next such varint starts."""
+    import numpy as np
+
+    firsts, strides, counts, lows, highs = [], [], [], [], []
+    for a, b in spans:
+        if a == b:
+            firsts.append(a), strides.append(1), counts.append(0), lows.append(0), highs.append(-1)
+            continue
+        x = data[a]
+        if x < 0x80:
+            z, size, y = x, 1, -1
+        elif a + 1 < b and data[a + 1] < 0x80:
+            y = data[a + 1]
+            z, size = (x & 0x7F) | (y << 7), 2
+        else:
+            return None
+        length = (z >> 1) ^ -(z & 1)
+        if length < 3:
+            return None
+        n, rest = divmod(b - a, size + length)
+        if rest:
+            return None
+        firsts.append(a), strides.append(size + length), counts.append(n), lows.append(x), highs.append(y)
+    count = np.array(counts, dtype=np.int64)
+    bounds = np.zeros(len(spans) + 1, dtype=np.int64)
+    np.cumsum(count, out=bounds[1:])
+    local = np.arange(int(bounds[-1]), dtype=np.int64) - np.repeat(bounds[:-1], count)
+    starts = np.repeat(np.array(firsts, dtype=np.int64), count) + np.repeat(np.array(strides, dtype=np.int64), count) * local
+    if not (arr[starts] == np.repeat(np.array(lows, dtype=np.int64), count)).all():
+        return None
+    high = np.repeat(np.array(highs, dtype=np.int64), count)
+    two = high >= 0
+    if two.any() and not (arr[starts[two] + 1] == high[two]).all():
+        return None
+    return starts, bounds.tolist()
+
+
+def _vector_index(data: Buffer, starts_in: list[int] | np.ndarray, where: int, arr: np.ndarray | None = None) -> RecordIndex:
+    import numpy as np
+
+    if arr is None:
+        arr = np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
+    starts = np.asarray(starts_in, dtype=np.int64)
     if len(starts) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return RecordIndex(data, empty, empty, empty, empty, empty, empty, empty, arr)
@@ -233,16 +293,16 @@ def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordInde
     vl, pos, ok_vl = _varints(arr, np.minimum(vpos, ends), 5)
     hpos = pos + np.maximum(vl, 0)
     if not (ok_ts and ok_od and ok_kl and ok_vl) or (vpos > ends).any() or (hpos >= ends).any():
-        _raise_first(data, starts_list, where)
+        _raise_first(data, starts.tolist(), where)
     hc, after, ok_hc = _varints(arr, hpos, 5)
     if not ok_hc or (hc < 0).any():
-        _raise_first(data, starts_list, where)
+        _raise_first(data, starts.tolist(), where)
     plain = hc == 0
     if not (after[plain] == ends[plain]).all():
-        _raise_first(data, starts_list, where)
+        _raise_first(data, starts.tolist(), where)
     if not plain.all():
         for i in np.flatnonzero(~plain).tolist():
-            _check_record(data, starts_list[i], i, where)
+            _check_record(data, int(starts[i]), i, where)
     return RecordIndex(data, starts, ends, ts, od, key_starts, kl, vl, arr)
 
 

@@ -53,7 +53,7 @@ from kref.records.compression import CompressionType, compress
 from kref.records.errors import CorruptRecordError
 from kref.records.header import BatchHeader, read_header
 from kref.records.varint import read_varint
-from kref.records.walker import index_spans
+from kref.records.walker import PAD, index_spans
 from kref.storage.cleaner_offset_map import key_hashes
 from kref.storage.checkpoint import fsync_dir, read_offset_checkpoint_or_empty, write_offset_checkpoint
 from kref.storage.cleaner_planner import (
@@ -241,18 +241,26 @@ class _Reader:
     def close(self) -> None:
         os.close(self.fd)
 
-    def chunks(self) -> Iterator[tuple[bytes, list[BatchHeader], int]]:
-        """(buffer, headers of the whole batches in it, the buffer's file position);
-        header positions are relative to the buffer. A batch larger than the
-        buffer comes alone, read exactly."""
+    def chunks(self) -> Iterator[tuple[memoryview, "np.ndarray", list[BatchHeader], int]]:
+        """(buffer, the same as a padded uint8 array, headers of the whole batches in
+        it, the buffer's file position); header positions are relative to the
+        buffer. One buffer is read into again and again (no allocation, no page
+        faults per read): the caller is done with a buffer when it asks for the
+        next. A batch larger than the buffer comes alone, read exactly."""
+        import numpy as np
+
         position = 0
         unpack_length = _LENGTH.unpack_from
+        store = bytearray(self.buffer_size + PAD)
+        padded = np.frombuffer(store, dtype=np.uint8)
+        view = memoryview(store)
         while position < self.size:
             want = min(self.buffer_size, self.size - position)
-            data = os.pread(self.fd, want, position)
-            self.account(len(data))
+            n = os.preadv(self.fd, [view[:want]], position)
+            self.account(n)
+            data = view[:n]
             headers = []
-            p, n = 0, len(data)
+            p = 0
             while p + h.HEADER_SIZE <= n:
                 total = h.LOG_OVERHEAD + unpack_length(data, p + 8)[0]
                 if p + total > n:
@@ -266,12 +274,16 @@ class _Reader:
                 total = h.LOG_OVERHEAD + length
                 if total > self.size - position or length < h.HEADER_SIZE - h.LOG_OVERHEAD:
                     raise CorruptRecordError(f"batch at position {position} runs past the segment", position)
-                data = os.pread(self.fd, total, position)
-                self.account(len(data))
-                yield data, [read_header(data, 0, max_batch_size=MAX_CLEANER_BATCH_BYTES)], position
+                big = bytearray(total + PAD)
+                got = os.preadv(self.fd, [memoryview(big)[:total]], position)
+                self.account(got)
+                if got != total:
+                    raise CleaningAbortedError(f"{self.size - position} bytes announced at {position}, {got} read")
+                data = memoryview(big)[:total]
+                yield data, np.frombuffer(big, dtype=np.uint8), [read_header(data, 0, max_batch_size=MAX_CLEANER_BATCH_BYTES)], position
                 p = total
             else:
-                yield data, headers, position
+                yield data, padded, headers, position
             position += p
 
 
@@ -282,20 +294,21 @@ class _Records:
     `starts`/`ends` are positions in `buf` (the read buffer itself, or the
     batches' decompressed sections joined when any batch is compressed)."""
 
-    def __init__(self, data: bytes, headers: list[BatchHeader], where: int) -> None:
+    def __init__(self, data: memoryview, padded: "np.ndarray", headers: list[BatchHeader], where: int) -> None:
         import numpy as np
 
         if all(hd.compression_type == CompressionType.NONE for hd in headers):
             buf = data
             spans = [(hd.position + h.HEADER_SIZE, hd.next_position) for hd in headers]
         else:
+            padded = None
             sections = [records_section(data, hd, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES) for hd in headers]
             buf = b"".join(sections)
             spans, at = [], 0
             for section in sections:
                 spans.append((at, at + len(section)))
                 at += len(section)
-        index, bounds = index_spans(buf, spans, where)
+        index, bounds = index_spans(buf, spans, where, padded)
         self.buf = index.section
         self.index = index
         self.bounds = bounds
@@ -306,6 +319,61 @@ class _Records:
         """The offset map's keys (`key_hashes`) of the records at indexes `which` (all keyed)."""
         idx = self.index
         return key_hashes(idx.padded, idx.key_starts[which], idx.key_lengths[which])
+
+
+class _Kept:
+    """What stays of each batch of a `_Records`, worked out for all of them at once:
+    per batch the count of kept records and tombstones, the largest kept
+    timestamp delta, and the kept bytes as runs (consecutive kept records are
+    one slice, never across batches), so that rewriting a batch is one join."""
+
+    def __init__(self, records: _Records, keep: "np.ndarray", tombstone: "np.ndarray") -> None:
+        import numpy as np
+
+        idx = records.index
+        bounds = np.array(records.bounds, dtype=np.int64)
+        at = np.flatnonzero(keep)
+        so_far = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=so_far[1:])
+        tombstones_so_far = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep & tombstone, out=tombstones_so_far[1:])
+        kept_bounds = so_far[bounds]  # batch i's kept records: at[kept_bounds[i] : kept_bounds[i + 1]]
+        self.records = records
+        self.at = at
+        self.kept_bounds = kept_bounds.tolist()
+        self.tombstone_counts = np.diff(tombstones_so_far[bounds]).tolist()
+        starts, ends = idx.starts[at], idx.ends[at]
+        batch_of = np.repeat(np.arange(len(bounds) - 1), np.diff(kept_bounds))
+        new_run = np.ones(len(at), dtype=bool)  # (no kept record: no run)
+        new_run[1:] = (starts[1:] != ends[:-1]) | (batch_of[1:] != batch_of[:-1])
+        first = np.flatnonzero(new_run)
+        last = np.append(first[1:], len(at)).astype(np.int64) - 1
+        self.run_starts = starts[first].tolist()
+        self.run_ends = ends[last].tolist() if len(at) else []
+        self.run_bounds = np.searchsorted(first, kept_bounds).tolist()
+        nonempty = np.flatnonzero(np.diff(kept_bounds) > 0)
+        self.max_deltas = [0] * (len(bounds) - 1)
+        if len(nonempty):
+            maxes = np.maximum.reduceat(idx.timestamp_deltas[at], kept_bounds[nonempty]).tolist()
+            for b, m in zip(nonempty.tolist(), maxes):
+                self.max_deltas[b] = m
+
+    def count(self, i: int) -> int:
+        return self.kept_bounds[i + 1] - self.kept_bounds[i]
+
+    def tombstones(self, i: int) -> int:
+        return self.tombstone_counts[i]
+
+    def max_timestamp_delta(self, i: int) -> int:
+        return self.max_deltas[i]
+
+    def offsets(self, i: int) -> set[int]:
+        return set(self.records.offsets[self.at[self.kept_bounds[i] : self.kept_bounds[i + 1]]].tolist())
+
+    def body(self, i: int) -> bytes:
+        buf = self.records.buf
+        lo, hi = self.run_bounds[i], self.run_bounds[i + 1]
+        return b"".join([buf[a:b] for a, b in zip(self.run_starts[lo:hi], self.run_ends[lo:hi])])
 
 
 def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | None, bool, int, int, int]]:
@@ -561,13 +629,13 @@ class Cleaner:
                 break
             reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
             try:
-                for data, headers, where in reader.chunks():
+                for data, padded, headers, where in reader.chunks():
                     mapped = [hd for hd in headers if hd.last_offset >= first_dirty_offset and hd.base_offset < first_uncleanable_offset]
                     data_batches = [hd for hd in mapped if not hd.is_control_batch]
                     if data_batches:
                         # Every record of the buffer's data batches parsed, hashed and
                         # mapped at once: no Python object per record.
-                        records = _Records(data, data_batches, where)
+                        records = _Records(data, padded, data_batches, where)
                         keyed = np.flatnonzero(records.index.key_lengths >= 0)
                         counts = np.diff(records.bounds).tolist()
                         fitted = om.put_batches(
@@ -609,7 +677,7 @@ class Cleaner:
         for path, size in files:
             reader = _Reader(path, size, self.io_buffer_size, self._account_read)
             try:
-                for _, headers, _ in reader.chunks():
+                for _, _, headers, _ in reader.chunks():
                     for header in headers:
                         if header.producer_id >= 0:
                             last[header.producer_id] = header.last_offset
@@ -637,8 +705,8 @@ class Cleaner:
             for seg in group:
                 reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
                 try:
-                    for data, headers, where in reader.chunks():
-                        horizon = self._clean_buffer(writer, data, headers, where, now_ms, picture.delete_retention_ms, producer_last)
+                    for data, padded, headers, where in reader.chunks():
+                        horizon = self._clean_buffer(writer, data, padded, headers, where, now_ms, picture.delete_retention_ms, producer_last)
                         if horizon >= 0 and (earliest_horizon < 0 or horizon < earliest_horizon):
                             earliest_horizon = horizon
                 finally:
@@ -651,7 +719,7 @@ class Cleaner:
         return CleanedGroup(group[0].base_offset, tuple(group), writer.size), earliest_horizon
 
     def _clean_buffer(
-        self, writer: "_CleanedWriter", data: bytes, headers: list[BatchHeader], where: int, now_ms: int,
+        self, writer: "_CleanedWriter", data: memoryview, padded: "np.ndarray", headers: list[BatchHeader], where: int, now_ms: int,
         delete_retention_ms: int, producer_last: frozenset[int],
     ) -> int:  # fmt: skip
         """Write what survives of one read buffer's batches; returns the earliest delete
@@ -659,8 +727,8 @@ class Cleaner:
 
         First every batch the header decides alone (control batches, batches
         holding no key's last offset); then the records of all the others at
-        once (`_Records`, `retain_mask`); then each batch in order: copied,
-        rewritten with its kept records' bytes, emptied or dropped."""
+        once (`_Records`, `retain_mask`, `_Kept`); then each batch in order:
+        copied, rewritten with its kept records' bytes, emptied or dropped."""
         import numpy as np
 
         om = self.offset_map
@@ -672,37 +740,35 @@ class Cleaner:
         early = [plan_unread_batch(hd, None if n < 0 else n, last) for hd, n, last in zip(headers, survivors, lasts_of_producer)]
         to_read = [hd for hd, plan in zip(headers, early) if plan is None]
         if to_read:
-            records = _Records(data, to_read, where)
+            records = _Records(data, padded, to_read, where)
             idx = records.index
             counts = np.diff(np.array(records.bounds, dtype=np.int64))
             deletes_retained = np.repeat(np.array([retain_deletes(hd, now_ms) for hd in to_read], dtype=bool), counts)
             tombstone = idx.value_lengths < 0
             keep = retain_mask(records.offsets, idx.key_lengths >= 0, tombstone, deletes_retained, om, records.hashes_at)
-            kept_so_far = np.concatenate(([0], np.cumsum(keep))).tolist()
-            tombstones_so_far = np.concatenate(([0], np.cumsum(keep & tombstone))).tolist()
+            kept = _Kept(records, keep, tombstone)
         earliest_horizon = -1
         i = 0
         for hd, plan, last_of_producer in zip(headers, early, lasts_of_producer):
             stats.batches_read += 1
             if plan is None:
-                lo, hi = records.bounds[i], records.bounds[i + 1]
-                i += 1
-                kept = kept_so_far[hi] - kept_so_far[lo]
-                tombstones = tombstones_so_far[hi] - tombstones_so_far[lo]
-                stats.records_read += hi - lo
-                stats.records_kept += kept
-                plan = plan_batch(hd, kept, tombstones, last_of_producer, now_ms, delete_retention_ms)
+                n_kept, tombstones = kept.count(i), kept.tombstones(i)
+                stats.records_read += records.bounds[i + 1] - records.bounds[i]
+                stats.records_kept += n_kept
+                plan = plan_batch(hd, n_kept, tombstones, last_of_producer, now_ms, delete_retention_ms)
                 if plan.delete_horizon_ms is not None and tombstones:
                     if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
                         earliest_horizon = plan.delete_horizon_ms
                 if plan.action is BatchAction.REWRITE:
-                    out, max_ts = self._rewrite(hd, data, records, lo + np.flatnonzero(keep[lo:hi]), plan.delete_horizon_ms)
+                    out, max_ts = self._rewrite(hd, data, kept, i, plan.delete_horizon_ms)
                     writer.append(out, hd.last_offset, max_ts)
+                i += 1
+                if plan.action is BatchAction.REWRITE:
                     continue
             else:
                 stats.records_read += hd.records_count
             if plan.action is BatchAction.COPY:
-                writer.append(memoryview(data)[hd.position : hd.next_position], hd.last_offset, hd.max_timestamp)
+                writer.append(data[hd.position : hd.next_position], hd.last_offset, hd.max_timestamp)
             elif plan.action is BatchAction.EMPTY:
                 self._write_empty(writer, hd)
         return earliest_horizon
@@ -715,14 +781,12 @@ class Cleaner:
         writer.append(out, header.last_offset, header.max_timestamp)
 
     @staticmethod
-    def _rewrite(header: BatchHeader, data: bytes, records: "_Records", kept: "np.ndarray", horizon: int | None) -> tuple[bytes, int]:
-        """The batch with only the records at indexes `kept`, header fields preserved."""
-        import numpy as np
-
+    def _rewrite(header: BatchHeader, data: memoryview, kept: "_Kept", i: int, horizon: int | None) -> tuple[bytes, int]:
+        """Batch i of `kept` with only its kept records, header fields preserved."""
         log_append_time = header.is_log_append_time
         if horizon is not None and not header.has_delete_horizon_ms:
             # A new delete horizon moves baseTimestamp, so every timestamp delta changes.
-            wanted = set(records.offsets[kept].tolist())
+            wanted = kept.offsets(i)
             decoded = [r for r in decode_records(data, header, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES) if r.offset in wanted]
             out = build_batch(
                 decoded,
@@ -740,21 +804,12 @@ class Cleaner:
             )
             max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in decoded)
             return out, max_ts
-        # Same baseTimestamp: the kept records' bytes are valid as they are, copied in
-        # runs (consecutive kept records are one slice).
-        idx = records.index
-        starts, ends = idx.starts[kept], idx.ends[kept]
-        run_starts = np.flatnonzero(np.concatenate(([True], starts[1:] != ends[:-1])))
-        run_ends = np.concatenate((run_starts[1:], [len(kept)])) - 1
-        buf = records.buf
-        body = b"".join([buf[a:b] for a, b in zip(starts[run_starts].tolist(), ends[run_ends].tolist())])
+        # Same baseTimestamp: the kept records' bytes are valid as they are.
+        body = kept.body(i)
         if header.compression_type != CompressionType.NONE:
             body = compress(header.compression_type, body)
-        if log_append_time:
-            max_ts = header.max_timestamp
-        else:
-            max_ts = header.base_timestamp + int(idx.timestamp_deltas[kept].max())
-        return _pack_batch(header, body, len(kept), header.base_timestamp, max_ts, header.attributes), max_ts
+        max_ts = header.max_timestamp if log_append_time else header.base_timestamp + kept.max_timestamp_delta(i)
+        return _pack_batch(header, body, kept.count(i), header.base_timestamp, max_ts, header.attributes), max_ts
 
 
 # ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 _RAW_KEY_LIMIT = 16  # keys shorter than a digest are their own (collision-free) map key
 _MIN_SLOTS = 1024
+_SCALAR_TAIL = 24  # pending keys below which probing goes on one key at a time
 _MIX1 = 0x9E3779B97F4A7C15
 _MIX2 = 0xC2B2AE3D27D4EB4F
 
@@ -196,14 +197,15 @@ class OffsetMap:
         """Linear probing for distinct keys, all at once: each round, every pending key
         looks at its slot: its own key there -> new offset; an empty slot -> the
         first pending key aiming at it claims it (the others retry it next round,
-        find it taken and move on); another key -> the next slot."""
+        find it taken and move on); another key -> the next slot. The few keys
+        left after the first rounds (long probe runs) finish one by one."""
         import numpy as np
 
         table_keys, table_offsets = self._keys, self._offsets
         m = len(table_offsets)
         pos = self._slots_of(hashes, m)
         pending = np.arange(len(offsets))
-        while len(pending):
+        while len(pending) > _SCALAR_TAIL:
             s = pos[pending]
             current = table_offsets[s]
             empty = current < 0
@@ -224,6 +226,18 @@ class OffsetMap:
             if moving.any():
                 pos[pending[moving]] = (s[moving] + 1) % m
             pending = pending[~done]
+        if len(pending):
+            for slot, (hi, lo), offset in zip(pos[pending].tolist(), hashes[pending].tolist(), offsets[pending].tolist()):
+                while True:
+                    if table_offsets[slot] < 0:
+                        table_keys[slot] = (hi, lo)
+                        table_offsets[slot] = offset
+                        self._count += 1
+                        break
+                    if table_keys[slot, 0] == hi and table_keys[slot, 1] == lo:
+                        table_offsets[slot] = offset
+                        break
+                    slot = (slot + 1) % m
 
     # -- lookups ----------------------------------------------------------------
 
