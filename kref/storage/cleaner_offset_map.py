@@ -78,21 +78,6 @@ def key_hash(key: bytes) -> "np.ndarray":
     return key_hashes(padded, np.zeros(1, dtype=np.int64), np.array([len(key)], dtype=np.int64))
 
 
-def _unique_last(hashes: "np.ndarray", offsets: "np.ndarray") -> tuple["np.ndarray", "np.ndarray"]:
-    """Each distinct key once, with its last (largest) offset."""
-    import numpy as np
-
-    n = len(offsets)
-    if n < 2:
-        return hashes, offsets
-    order = np.lexsort((np.arange(n), hashes[:, 1], hashes[:, 0]))
-    ordered = hashes[order]
-    last = np.ones(n, dtype=bool)
-    last[:-1] = (ordered[1:, 0] != ordered[:-1, 0]) | (ordered[1:, 1] != ordered[:-1, 1])
-    keep = order[last]
-    return hashes[keep], offsets[keep]
-
-
 class OffsetMap:
     """Record key -> last offset seen, at most `capacity` keys.
 
@@ -171,7 +156,6 @@ class OffsetMap:
         if not len(offsets):
             return
         self._survivors = None
-        hashes, offsets = _unique_last(hashes, offsets)
         self._grow_for(self._count + len(offsets))
         self._insert(hashes, offsets)
 
@@ -194,11 +178,13 @@ class OffsetMap:
         self._insert(keys, offsets)
 
     def _insert(self, hashes: "np.ndarray", offsets: "np.ndarray") -> None:
-        """Linear probing for distinct keys, all at once: each round, every pending key
-        looks at its slot: its own key there -> new offset; an empty slot -> the
-        first pending key aiming at it claims it (the others retry it next round,
-        find it taken and move on); another key -> the next slot. The few keys
-        left after the first rounds (long probe runs) finish one by one."""
+        """Linear probing for all keys at once: each round, every pending key looks
+        at its slot: its own key there -> its offset, if larger; an empty slot ->
+        one pending key aiming at it claims it (the others retry it next round:
+        the same key then updates it, another moves on); another key -> the next
+        slot. Offsets only grow (they are fed in order), so "largest" is "last
+        put", also for a key repeated in one call. The few keys left after the
+        first rounds (long probe runs) finish one by one."""
         import numpy as np
 
         table_keys, table_offsets = self._keys, self._offsets
@@ -213,7 +199,7 @@ class OffsetMap:
             same = ~empty & (table_keys[s, 0] == mine[:, 0]) & (table_keys[s, 1] == mine[:, 1])
             done = same.copy()
             if same.any():
-                table_offsets[s[same]] = offsets[pending[same]]
+                np.maximum.at(table_offsets, s[same], offsets[pending[same]])
             if empty.any():
                 empty_at = np.flatnonzero(empty)
                 slots, first = np.unique(s[empty_at], return_index=True)
@@ -235,7 +221,7 @@ class OffsetMap:
                         self._count += 1
                         break
                     if table_keys[slot, 0] == hi and table_keys[slot, 1] == lo:
-                        table_offsets[slot] = offset
+                        table_offsets[slot] = max(offset, int(table_offsets[slot]))
                         break
                     slot = (slot + 1) % m
 
