@@ -258,6 +258,8 @@ class _Reader:
             want = min(self.buffer_size, self.size - position)
             n = os.preadv(self.fd, [view[:want]], position)
             self.account(n)
+            # The next buffer's bytes start coming from disk while this one is parsed.
+            _will_need(self.fd, position + n, self.buffer_size)
             data = view[:n]
             headers = []
             p = 0
@@ -285,6 +287,13 @@ class _Reader:
             else:
                 yield data, padded, headers, position
             position += p
+
+
+def _will_need(fd: int, offset: int, length: int) -> None:
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    except (AttributeError, OSError):  # not on every platform; only a hint
+        pass
 
 
 class _Records:
@@ -483,6 +492,7 @@ class CleaningStats:
     map_entries: int = 0
     groups: int = 0
     seconds: float = 0.0
+    map_seconds: float = 0.0  # of which the map pass (build_offset_map)
 
 
 class _CleanedWriter:
@@ -617,6 +627,13 @@ class Cleaner:
     def build_offset_map(self, picture: LogPicture, first_dirty_offset: int, first_uncleanable_offset: int) -> int:
         """Map keys of [first_dirty, first_uncleanable) to their last offsets; returns the
         end offset actually mapped (less when the map filled up)."""
+        start = time.monotonic()
+        try:
+            return self._build_offset_map(picture, first_dirty_offset, first_uncleanable_offset)
+        finally:
+            self.stats.map_seconds += time.monotonic() - start
+
+    def _build_offset_map(self, picture: LogPicture, first_dirty_offset: int, first_uncleanable_offset: int) -> int:
         import numpy as np
 
         om = self.offset_map

@@ -38,36 +38,48 @@ if TYPE_CHECKING:
 
 _RAW_KEY_LIMIT = 16  # keys shorter than a digest are their own (collision-free) map key
 _MIN_SLOTS = 1024
-_SCALAR_TAIL = 24  # pending keys below which probing goes on one key at a time
+_SCALAR_TAIL = 48  # pending keys below which probing goes on one key at a time
 _MIX1 = 0x9E3779B97F4A7C15
 _MIX2 = 0xC2B2AE3D27D4EB4F
 
 
 def key_hashes(padded: "np.ndarray", starts: "np.ndarray", lengths: "np.ndarray") -> "np.ndarray":
-    """The 16-byte map keys (as an (n, 2) uint64 array) of the n keys at
-    padded[starts[i] : starts[i] + lengths[i]]; `padded` is a uint8 array with
-    at least 15 readable bytes after every key."""
+    """The 16-byte map keys (as an (n, 2) little-endian uint64 array: bytes 0-7,
+    bytes 8-15) of the n keys at padded[starts[i] : starts[i] + lengths[i]];
+    `padded` is a uint8 array with at least 16 readable bytes after every key
+    start. Short keys take a few array operations for all n at once: the 16
+    bytes at each key's start are read as two words, bytes past the key are
+    masked off and the length goes in the last byte."""
     import numpy as np
 
     n = len(starts)
-    out = np.zeros((n, 16), dtype=np.uint8)
-    short = np.flatnonzero(lengths < _RAW_KEY_LIMIT)
-    if len(short):
-        cols = np.arange(_RAW_KEY_LIMIT - 1)
-        ln = lengths[short]
-        raw = padded[starts[short, None] + cols]
-        raw[cols >= ln[:, None]] = 0
-        out[short, :15] = raw
-        out[short, 15] = 0x80 | ln
-    if len(short) < n:
-        long_ = np.flatnonzero(lengths >= _RAW_KEY_LIMIT)
+    out = np.empty((n, 2), dtype="<u8")
+    # Every byte position read as the first of a little-endian 8-byte word.
+    words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    lengths = lengths.astype(np.int64)
+    with np.errstate(over="ignore"):
+        low_bits = np.minimum(lengths, 8) * 8  # key bits in word 0
+        high_bits = np.clip(lengths - 8, 0, 8) * 8  # in word 1
+        out[:, 0] = words[starts] & _masks(low_bits)
+        out[:, 1] = words[starts + 8] & _masks(high_bits) | (np.uint64(0x80) | lengths.astype(np.uint64)) << np.uint64(56)
+    long_ = np.flatnonzero(lengths >= _RAW_KEY_LIMIT)
+    if len(long_):
         md5 = hashlib.md5
         digests = b"".join(
             md5(padded[a : a + b].tobytes()).digest() for a, b in zip(starts[long_].tolist(), lengths[long_].tolist())
         )
-        out[long_] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 16)
-        out[long_, 15] &= 0x7F
-    return out.view(np.uint64)
+        digest_words = np.frombuffer(digests, dtype="<u8").reshape(-1, 2).copy()
+        digest_words[:, 1] &= np.uint64((1 << 63) - 1)  # top bit of byte 15 clear: never a short key's form
+        out[long_] = digest_words
+    return out
+
+
+def _masks(bits: "np.ndarray") -> "np.ndarray":
+    """(1 << bits) - 1 for bits in 0..64, as uint64."""
+    import numpy as np
+
+    safe = np.minimum(bits, 63).astype(np.uint64)
+    return np.where(bits >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << safe) - np.uint64(1))
 
 
 def key_hash(key: bytes) -> "np.ndarray":
@@ -100,7 +112,7 @@ class OffsetMap:
         import numpy as np
 
         m = min(self.max_slots, _MIN_SLOTS)
-        self._keys = np.zeros((m, 2), dtype=np.uint64)
+        self._keys = np.zeros((m, 2), dtype="<u8")
         self._offsets = np.full(m, -1, dtype=np.int64)
         self._count = 0
         self._survivors: np.ndarray | None = None
@@ -172,7 +184,7 @@ class OffsetMap:
 
         held = np.flatnonzero(self._offsets >= 0)
         keys, offsets = self._keys[held], self._offsets[held]
-        self._keys = np.zeros((target, 2), dtype=np.uint64)
+        self._keys = np.zeros((target, 2), dtype="<u8")
         self._offsets = np.full(target, -1, dtype=np.int64)
         self._count = 0
         self._insert(keys, offsets)
@@ -201,13 +213,18 @@ class OffsetMap:
             if same.any():
                 np.maximum.at(table_offsets, s[same], offsets[pending[same]])
             if empty.any():
+                # Claims: each key aiming at an empty slot writes its mark (-2 - its
+                # index) there; whichever mark stays wins that slot.
                 empty_at = np.flatnonzero(empty)
-                slots, first = np.unique(s[empty_at], return_index=True)
-                winners = pending[empty_at[first]]
+                slots = s[empty_at]
+                marks = -2 - empty_at
+                table_offsets[slots] = marks
+                won = table_offsets[slots] == marks
+                slots, winners = slots[won], pending[empty_at[won]]
                 table_keys[slots] = hashes[winners]
                 table_offsets[slots] = offsets[winners]
                 self._count += len(slots)
-                done[empty_at[first]] = True
+                done[empty_at[won]] = True
             moving = ~empty & ~same
             if moving.any():
                 pos[pending[moving]] = (s[moving] + 1) % m
