@@ -18,7 +18,9 @@ last record).
 
 Users: produce validation (kref/records/framing_validation.py) and the log
 cleaner (kref/storage/cleaner.py: offsets, keys, tombstones, record bounds,
-timestamp deltas). Errors are InvalidRecordError naming the first bad
+timestamp deltas), which indexes all batches of a read buffer in one call
+(`index_spans`): there the starts of records of one length are found for
+every batch at once (`_tiled_starts`), so not even the chain step loops. Errors are InvalidRecordError naming the first bad
 record, which the broker answers as INVALID_RECORD / CORRUPT_MESSAGE.
 """
 
