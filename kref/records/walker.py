@@ -136,14 +136,21 @@ def _same_prefix_run(section: bytes, pos: int, stride: int, size: int, most: int
     return lo
 
 
+_ONE_BYTE: np.ndarray | None = None  # zigzag value of each one-byte varint
+
+
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """Zigzag varints at every position of `pos`: (values, next positions, all
     terminated within max_bytes)."""
     import numpy as np
 
-    b0 = arr[pos].astype(np.int64)
-    if b0.max() < 0x80:  # one byte each: deltas, small lengths
-        return (b0 >> 1) ^ -(b0 & 1), pos + 1, True
+    global _ONE_BYTE
+    if _ONE_BYTE is None:
+        _ONE_BYTE = np.array([(b >> 1) ^ -(b & 1) for b in range(128)], dtype=np.int64)
+    raw = arr[pos]
+    if raw.max() < 0x80:  # one byte each: deltas, small lengths (decoded by table)
+        return _ONE_BYTE[raw], pos + 1, True
+    b0 = raw.astype(np.int64)
     b1 = arr[pos + 1].astype(np.int64)
     two = b0 >= 0x80
     if b1[two].max() < 0x80:  # at most two bytes: lengths of 64 B .. 8 KiB
@@ -216,7 +223,8 @@ def index_spans(
     arr = padded if padded is not None else np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
     tiled = _tiled_starts(data, arr, spans)
     if tiled is not None:
-        starts, bounds = tiled
+        starts, bounds, body, ends = tiled
+        return _vector_index(data, starts, where, arr, body, ends), bounds
     else:
         chained: list[int] = []
         bounds = [0]
@@ -227,10 +235,13 @@ def index_spans(
     return _vector_index(data, starts, where, arr), bounds
 
 
-def _tiled_starts(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]) -> tuple[np.ndarray, list[int]] | None:
-    """The record starts when every span is tiled by records of one length (each
-    span its own: what producers write), found for all spans at once; None
-    otherwise (then `_chain` walks them).
+def _tiled_starts(
+    data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]
+) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None:
+    """The record starts (with the spans' bounds and each record's body start and
+    end) when every span is tiled by records of one length (each span its own:
+    what producers write), found for all spans at once; None otherwise (then
+    `_chain` walks them).
 
     A span whose first record's length varint (one or two bytes) is found,
     byte for byte, every stride bytes to the span's end holds exactly the
@@ -238,10 +249,10 @@ def _tiled_starts(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]) -
     length, so each record ends where the next such varint starts."""
     import numpy as np
 
-    firsts, strides, counts, lows, highs = [], [], [], [], []
+    firsts, strides, counts, lows, highs, sizes = [], [], [], [], [], []
     for a, b in spans:
         if a == b:
-            firsts.append(a), strides.append(1), counts.append(0), lows.append(0), highs.append(-1)
+            firsts.append(a), strides.append(1), counts.append(0), lows.append(0), highs.append(-1), sizes.append(1)
             continue
         x = data[a]
         if x < 0x80:
@@ -257,7 +268,7 @@ def _tiled_starts(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]) -
         n, rest = divmod(b - a, size + length)
         if rest:
             return None
-        firsts.append(a), strides.append(size + length), counts.append(n), lows.append(x), highs.append(y)
+        firsts.append(a), strides.append(size + length), counts.append(n), lows.append(x), highs.append(y), sizes.append(size)
     count = np.array(counts, dtype=np.int64)
     bounds = np.zeros(len(spans) + 1, dtype=np.int64)
     np.cumsum(count, out=bounds[1:])
@@ -269,10 +280,23 @@ def _tiled_starts(data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]) -
     two = high >= 0
     if two.any() and not (arr[starts[two] + 1] == high[two]).all():
         return None
-    return starts, bounds.tolist()
+    # Each record's length varint is its span's first one: its body starts `size` bytes in.
+    body = starts + np.repeat(np.array(sizes, dtype=np.int64), count)
+    ends = starts + np.repeat(np.array(strides, dtype=np.int64), count)
+    return starts, bounds.tolist(), body, ends
 
 
-def _vector_index(data: Buffer, starts_in: list[int] | np.ndarray, where: int, arr: np.ndarray | None = None) -> RecordIndex:
+def _vector_index(
+    data: Buffer,
+    starts_in: list[int] | np.ndarray,
+    where: int,
+    arr: np.ndarray | None = None,
+    known_body: np.ndarray | None = None,
+    known_ends: np.ndarray | None = None,
+) -> RecordIndex:
+    """Every field of the records at `starts_in`; `known_body`/`known_ends`: where
+    each record's body starts and ends, when the caller already read the
+    length varints (`_tiled_starts`)."""
     import numpy as np
 
     if arr is None:
@@ -281,8 +305,11 @@ def _vector_index(data: Buffer, starts_in: list[int] | np.ndarray, where: int, a
     if len(starts) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return RecordIndex(data, empty, empty, empty, empty, empty, empty, empty, arr)
-    lengths, body, _ = _varints(arr, starts, 5)
-    ends = body + lengths
+    if known_body is not None:
+        body, ends = known_body, known_ends
+    else:
+        lengths, body, _ = _varints(arr, starts, 5)
+        ends = body + lengths
     # Each field's end is clamped to its record's end, so the next read stays
     # inside the padded array; a field that ran past its record leaves the
     # header count at or past the record end, which the check below catches.
