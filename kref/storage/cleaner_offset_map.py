@@ -19,7 +19,7 @@ The 16 bytes a key is mapped by:
   accepts at 128.
 
 Memory: the table starts small and doubles (rehashing what it holds) as
-it fills past a quarter, up to `slots` (default: capacity / 0.9, Kafka's load
+it fills past an eighth, up to `slots` (default: capacity / 0.9, Kafka's load
 factor), so a small log never costs the whole budget; `capacity` (the
 number of distinct keys, from `offset_map_capacity`) is what the cleaner's
 decisions see, exactly as before. At full size a slot costs 24 bytes, as
@@ -172,11 +172,11 @@ class OffsetMap:
         self._insert(hashes, offsets)
 
     def _grow_for(self, entries: int) -> None:
-        """Double the table (up to max_slots) until `entries` fill at most a quarter of it
+        """Double the table (up to max_slots) until `entries` fill at most an eighth of it
         (short probe runs: each run is one vectorized round in `_insert`)."""
         m = len(self._offsets)
         target = m
-        while entries * 4 > target and target < self.max_slots:
+        while entries * 8 > target and target < self.max_slots:
             target = min(target * 2, self.max_slots)
         if target == m:
             return
