@@ -249,10 +249,11 @@ def _tiled_starts(
     length, so each record ends where the next such varint starts."""
     import numpy as np
 
-    firsts, strides, counts, lows, highs, sizes = [], [], [], [], [], []
+    rows = []  # per span: first start, stride, record count, varint byte 0, byte 1 (-1: none), varint size
+    append = rows.append
     for a, b in spans:
         if a == b:
-            firsts.append(a), strides.append(1), counts.append(0), lows.append(0), highs.append(-1), sizes.append(1)
+            append((a, 1, 0, 0, -1, 1))
             continue
         x = data[a]
         if x < 0x80:
@@ -268,21 +269,23 @@ def _tiled_starts(
         n, rest = divmod(b - a, size + length)
         if rest:
             return None
-        firsts.append(a), strides.append(size + length), counts.append(n), lows.append(x), highs.append(y), sizes.append(size)
-    count = np.array(counts, dtype=np.int64)
+        append((a, size + length, n, x, y, size))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 6)
+    count = table[:, 2]
     bounds = np.zeros(len(spans) + 1, dtype=np.int64)
     np.cumsum(count, out=bounds[1:])
-    local = np.arange(int(bounds[-1]), dtype=np.int64) - np.repeat(bounds[:-1], count)
-    starts = np.repeat(np.array(firsts, dtype=np.int64), count) + np.repeat(np.array(strides, dtype=np.int64), count) * local
-    if not (arr[starts] == np.repeat(np.array(lows, dtype=np.int64), count)).all():
+    per_record = np.repeat(table, count, axis=0)  # each record's span row
+    stride = per_record[:, 1]
+    starts = per_record[:, 0] + stride * (np.arange(int(bounds[-1]), dtype=np.int64) - np.repeat(bounds[:-1], count))
+    if not (arr[starts] == per_record[:, 3]).all():
         return None
-    high = np.repeat(np.array(highs, dtype=np.int64), count)
+    high = per_record[:, 4]
     two = high >= 0
     if two.any() and not (arr[starts[two] + 1] == high[two]).all():
         return None
     # Each record's length varint is its span's first one: its body starts `size` bytes in.
-    body = starts + np.repeat(np.array(sizes, dtype=np.int64), count)
-    ends = starts + np.repeat(np.array(strides, dtype=np.int64), count)
+    body = starts + per_record[:, 5]
+    ends = starts + stride
     return starts, bounds.tolist(), body, ends
 
 
