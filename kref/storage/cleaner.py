@@ -258,8 +258,9 @@ class _Reader:
             want = min(self.buffer_size, self.size - position)
             n = os.preadv(self.fd, [view[:want]], position)
             self.account(n)
-            # The next buffer's bytes start coming from disk while this one is parsed.
-            _will_need(self.fd, position + n, self.buffer_size)
+            # The next buffers' bytes start coming from disk while this one is parsed
+            # (a few ahead: the disk's pace varies; the kernel skips what it holds).
+            _will_need(self.fd, position + n, _PREFETCH_BUFFERS * self.buffer_size)
             data = view[:n]
             headers = []
             p = 0
@@ -287,6 +288,9 @@ class _Reader:
             else:
                 yield data, padded, headers, position
             position += p
+
+
+_PREFETCH_BUFFERS = 4
 
 
 def _will_need(fd: int, offset: int, length: int) -> None:
