@@ -33,6 +33,7 @@ import argparse
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -42,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kref.coordinator.offsets_format import OffsetCommitValue, encode_offset_commit_key, encode_offset_commit_value  # noqa: E402
 from kref.records.batch import Record, build_batch  # noqa: E402
 from bench.storage import drop_cache  # noqa: E402
-from kref.storage.cleaner import DOUBLE_MAX, Cleaner, Throttler, capture, clean_log_now, summarize  # noqa: E402
+from kref.storage.cleaner import DOUBLE_MAX, Cleaner, Throttler, clean_log_now, summarize  # noqa: E402
 from kref.storage.cleaner_planner import OffsetMap, cleanable_offsets, offset_map_capacity  # noqa: E402
 from kref.storage.config import LogConfig  # noqa: E402
 from kref.storage.log import Log  # noqa: E402
@@ -72,11 +73,9 @@ def raw_read(paths: list[str]) -> tuple[int, float]:
     return total, time.perf_counter() - start
 
 
-def throughput(root: str, args: argparse.Namespace) -> None:
-    directory = os.path.join(root, "compact-0")
-    config = LogConfig.from_properties(
-        {"cleanup.policy": "compact", "segment.bytes": str(64 * MIB), "retention.ms": "-1", "min.cleanable.dirty.ratio": "0.01"}
-    )
+def _write_dirty_log(directory: str, args: argparse.Namespace) -> tuple[int, int, int, float]:
+    """The dirty log every run cleans a copy of: (bytes, records, distinct keys, seconds)."""
+    config = _throughput_config()
     log = Log.open(directory, config, 0, producer_state=ProducerStateManager(directory))
     target = args.mib * MIB
     n_keys = max(1, int(args.records_estimate(target) * args.distinct_percent / 100))
@@ -90,41 +89,83 @@ def throughput(root: str, args: argparse.Namespace) -> None:
         i += args.batch_records
     log.roll(10_000)
     log.flush()
-    build_s = time.perf_counter() - t0
     size = log.size_in_bytes
-    paths = [s.log_path for s in log.segments if s.size]
-    print(f"seed {args.seed}; log: {size / MIB:.0f} MiB, {i:,} records of {args.value_bytes} B in batches of {args.batch_records}, "
-          f"{n_keys:,} distinct keys ({args.distinct_percent}%), written in {build_s:.1f}s")  # fmt: skip
-    to_clean = cleanable_offsets(summarize(log), None, 20_000)
-    # Cached: the software's own cost. The map pass (read every dirty byte,
-    # parse every record, map its key) leaves the log unchanged, so it can
-    # be timed beside a cached raw read; the whole cleaning happens once, below.
-    raw_read(paths)
-    cached_bytes, cached_s = raw_read(paths)
-    cached_raw = cached_bytes / MIB / cached_s
-    cleaner = new_cleaner()
-    start = time.perf_counter()
-    cleaner.build_offset_map(capture(log), to_clean.first_dirty_offset, to_clean.first_uncleanable_offset)
-    cached_map = size / MIB / (time.perf_counter() - start)
-    # Cold: each side starts with the files dropped from the page cache.
-    cold = all(drop_cache(p) for p in paths)
-    read_bytes, read_s = raw_read(paths)
-    cold_raw = read_bytes / MIB / read_s
-    cold = all(drop_cache(p) for p in paths) and cold
-    cleaner = new_cleaner()
-    start = time.perf_counter()
-    end, _ = clean_log_now(log, cleaner, to_clean, 20_000)
-    clean_s = time.perf_counter() - start
-    clean_mbs = size / MIB / clean_s
-    s = cleaner.stats
-    print(f"page cache dropped for the cold rows (posix_fadvise DONTNEED): {'yes' if cold else 'no'}")
-    print(f"raw sequential read, cached:  {cached_raw:8.1f} MiB/s")
-    print(f"cleaner's map pass, cached:   {cached_map:8.1f} MiB/s   ratio {cached_map / cached_raw:.3f}x")
-    print(f"raw sequential read, cold:    {cold_raw:8.1f} MiB/s")
-    print(f"whole cleaning, cold:         {clean_mbs:8.1f} MiB/s   ratio {clean_mbs / cold_raw:.3f}x  (goal >= 0.3x)")
-    print(f"  {size / MIB:.0f} MiB cleaned in {clean_s:.2f}s: map pass + rewrite read {s.bytes_read / MIB:.0f} MiB, "
-          f"wrote {s.bytes_written / MIB:.1f} MiB, kept {s.records_kept:,} of {s.records_read:,} records, cleaned to offset {end:,}")  # fmt: skip
     log.close()
+    return size, i, n_keys, time.perf_counter() - t0
+
+
+def _throughput_config() -> LogConfig:
+    return LogConfig.from_properties(
+        {"cleanup.policy": "compact", "segment.bytes": str(64 * MIB), "retention.ms": "-1", "min.cleanable.dirty.ratio": "0.01"}
+    )
+
+
+def _clean_copy(pristine: str, work: str, cold: bool) -> tuple[float, float, float, Cleaner, int]:
+    """Copy the dirty log, then time a raw sequential read of the copy and its whole
+    cleaning, each starting from the page cache dropped (cold) or warm (cached).
+    Returns (raw MiB/s, cleaning MiB/s, map pass seconds, the cleaner, end offset).
+    The cleaner's CPU seconds go in its stats: on a loaded machine wall time
+    also counts waiting for a core."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(pristine, work)
+    log = Log.open(work, _throughput_config(), 0, producer_state=ProducerStateManager(work))
+    try:
+        paths = [seg.log_path for seg in log.segments if seg.size]
+        size = sum(os.path.getsize(p) for p in paths)
+        to_clean = cleanable_offsets(summarize(log), None, 20_000)
+        for p in paths:  # the copy's writeback must not run during the timed part
+            fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        if cold:
+            for p in paths:
+                drop_cache(p)
+        else:
+            raw_read(paths)
+        read_bytes, read_s = raw_read(paths)
+        if cold:
+            for p in paths:
+                drop_cache(p)
+        cleaner = new_cleaner()
+        start, cpu = time.perf_counter(), time.process_time()
+        end, _ = clean_log_now(log, cleaner, to_clean, 20_000)
+        clean_s = time.perf_counter() - start
+        cleaner.stats.cpu_seconds = time.process_time() - cpu
+        return read_bytes / MIB / read_s, size / MIB / clean_s, cleaner.stats.map_seconds, cleaner, end
+    finally:
+        log.close()
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.3f}x (min {min(values):.3f}x, max {max(values):.3f}x, {len(values)} runs)"
+
+
+def throughput(root: str, args: argparse.Namespace) -> None:
+    pristine = os.path.join(root, "dirty")
+    size, n_records, n_keys, build_s = _write_dirty_log(os.path.join(pristine, "compact-0"), args)
+    print(f"seed {args.seed}; log: {size / MIB:.0f} MiB, {n_records:,} records of {args.value_bytes} B in batches of {args.batch_records}, "
+          f"{n_keys:,} distinct keys ({args.distinct_percent}%), written in {build_s:.1f}s")  # fmt: skip
+    cold_ok = all(drop_cache(os.path.join(pristine, "compact-0", n)) for n in os.listdir(os.path.join(pristine, "compact-0")))
+    print(f"page cache dropped for the cold rows (posix_fadvise DONTNEED): {'yes' if cold_ok else 'no'}; "
+          f"{args.runs} paired runs, each on a fresh copy of the dirty log; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    ratios: dict[str, list[float]] = {"cold": [], "cached": [], "map": []}
+    for run in range(args.runs):
+        for mode in ("cold", "cached"):
+            raw, cleaning, map_s, cleaner, end = _clean_copy(os.path.join(pristine, "compact-0"), os.path.join(root, "work-0"), mode == "cold")
+            ratios[mode].append(cleaning / raw)
+            line = (f"run {run + 1} {mode:6s}: raw sequential read {raw:8.1f} MiB/s, whole cleaning {cleaning:7.1f} MiB/s "
+                    f"({size / MIB / cleaning:.2f}s, {cleaner.stats.cpu_seconds:.2f} CPU-s), ratio {cleaning / raw:.3f}x")  # fmt: skip
+            if mode == "cached":
+                map_mbs = size / MIB / map_s
+                ratios["map"].append(map_mbs / raw)
+                line += f"; map pass alone {map_mbs:7.1f} MiB/s ({map_mbs / raw:.3f}x)"
+            print(line)
+    s = cleaner.stats
+    print(f"  each cleaning: map pass + rewrite read {s.bytes_read / MIB:.0f} MiB, wrote {s.bytes_written / MIB:.1f} MiB, "
+          f"kept {s.records_kept:,} of {s.records_read:,} records, cleaned to offset {end:,}")  # fmt: skip
+    print(f"whole cleaning / raw read, cold:   {_spread(ratios['cold'])}   (goal >= 0.3x)")
+    print(f"whole cleaning / raw read, cached: {_spread(ratios['cached'])}")
+    print(f"map pass / raw read, cached:       {_spread(ratios['map'])}")
 
 
 def consumer_offsets(root: str, args: argparse.Namespace) -> None:
@@ -188,6 +229,7 @@ def main() -> None:
     parser.add_argument("--offsets-segment-mib", type=int, default=4)
     parser.add_argument("--clean-every-mib", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3, help="paired runs (cold and cached) of the throughput figure")
     parser.add_argument("--skip", choices=["throughput", "offsets"], default=None)
     parser.add_argument("--dir", default=None, help="where to write (default: the system temp dir)")
     args = parser.parse_args()

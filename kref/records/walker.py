@@ -18,7 +18,9 @@ last record).
 
 Users: produce validation (kref/records/framing_validation.py) and the log
 cleaner (kref/storage/cleaner.py: offsets, keys, tombstones, record bounds,
-timestamp deltas). Errors are InvalidRecordError naming the first bad
+timestamp deltas), which indexes all batches of a read buffer in one call
+(`index_spans`): there the starts of records of one length are found for
+every batch at once (`_tiled_starts`), so not even the chain step loops. Errors are InvalidRecordError naming the first bad
 record, which the broker answers as INVALID_RECORD / CORRUPT_MESSAGE.
 """
 
@@ -41,7 +43,7 @@ Buffer = bytes | bytearray | memoryview
 # Zero padding after the section, so that vectorized varint reads at the end
 # of the last record never index past the array (a read into the padding is
 # always caught by the record-bound checks that follow).
-_PAD = 16
+PAD = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ class RecordIndex:
     key_starts: np.ndarray
     key_lengths: np.ndarray  # -1: null key
     value_lengths: np.ndarray  # -1: null value (a tombstone)
+    padded: np.ndarray | None = None  # the section as uint8, with PAD more bytes after it
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -65,20 +68,21 @@ class RecordIndex:
         return [s[a : a + n] if n >= 0 else None for a, n in zip(self.key_starts.tolist(), self.key_lengths.tolist())]
 
 
-def _chain(section: bytes, count: int | None, where: int) -> list[int]:
+def _chain(section: bytes, count: int | None, where: int, start: int = 0, stop: int | None = None) -> list[int]:
     """Start positions of the records, following the length varints.
 
-    `count` None: walk to the end of the section; else stop after `count`
+    The section is section[start:stop] (positions stay absolute, nothing is
+    copied). `count` None: walk to the end of the section; else stop after `count`
     records (the caller checks what is left). Producers' batches hold long
     runs of records of one length, so after each record the walk checks at
     once, with strided slices of the bytes (C speed), whether the next
     records start with the same length varint at the predicted places, and
     jumps over the whole run: a record whose length varint is read there is
     exactly the record the one-by-one walk would find there."""
-    end = len(section)
+    end = len(section) if stop is None else stop
     starts: list[int] = []
     append = starts.append
-    pos = 0
+    pos = start
     limit = (1 << 62) if count is None else count
     n = 0
     while n < limit:
@@ -132,14 +136,21 @@ def _same_prefix_run(section: bytes, pos: int, stride: int, size: int, most: int
     return lo
 
 
+_ONE_BYTE: np.ndarray | None = None  # zigzag value of each one-byte varint
+
+
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """Zigzag varints at every position of `pos`: (values, next positions, all
     terminated within max_bytes)."""
     import numpy as np
 
-    b0 = arr[pos].astype(np.int64)
-    if b0.max() < 0x80:  # one byte each: deltas, small lengths
-        return (b0 >> 1) ^ -(b0 & 1), pos + 1, True
+    global _ONE_BYTE
+    if _ONE_BYTE is None:
+        _ONE_BYTE = np.array([(b >> 1) ^ -(b & 1) for b in range(128)], dtype=np.int64)
+    raw = arr[pos]
+    if raw.max() < 0x80:  # one byte each: deltas, small lengths (decoded by table)
+        return _ONE_BYTE[raw], pos + 1, True
+    b0 = raw.astype(np.int64)
     b1 = arr[pos + 1].astype(np.int64)
     two = b0 >= 0x80
     if b1[two].max() < 0x80:  # at most two bytes: lengths of 64 B .. 8 KiB
@@ -195,17 +206,113 @@ def index_records(section: Buffer, where: int = 0) -> RecordIndex:
     return _vector_index(data, _chain(data, None, where), where)
 
 
-def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordIndex:
+def index_spans(
+    data: Buffer, spans: list[tuple[int, int]], where: int = 0, padded: "np.ndarray | None" = None
+) -> tuple[RecordIndex, list[int]]:
+    """Every record of several records sections that lie in one buffer, each at
+    data[start:stop], indexed in one numpy pass (the log cleaner hands over all
+    batches of one read buffer at once, so the few dozen numpy calls are paid per
+    buffer, not per batch). Also returns the bounds of each span's records in
+    the index: span i holds records bounds[i] .. bounds[i + 1] - 1.
+
+    `padded`: data as a uint8 array with at least PAD more bytes after it (of
+    any value: reads there are always caught by the record-bound checks), so
+    that a caller reading into a reused buffer saves the padding copy."""
     import numpy as np
 
-    end = len(data)
-    arr = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
-    starts = np.array(starts_list, dtype=np.int64)
+    arr = padded if padded is not None else np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
+    tiled = _tiled_starts(data, arr, spans)
+    if tiled is not None:
+        starts, bounds, body, ends = tiled
+        return _vector_index(data, starts, where, arr, body, ends), bounds
+    else:
+        chained: list[int] = []
+        bounds = [0]
+        for a, b in spans:
+            chained += _chain(data, None, where, a, b)
+            bounds.append(len(chained))
+        starts = np.array(chained, dtype=np.int64)
+    return _vector_index(data, starts, where, arr), bounds
+
+
+def _tiled_starts(
+    data: Buffer, arr: np.ndarray, spans: list[tuple[int, int]]
+) -> tuple[np.ndarray, list[int], np.ndarray, np.ndarray] | None:
+    """The record starts (with the spans' bounds and each record's body start and
+    end) when every span is tiled by records of one length (each span its own:
+    what producers write), found for all spans at once; None otherwise (then
+    `_chain` walks them).
+
+    A span whose first record's length varint (one or two bytes) is found,
+    byte for byte, every stride bytes to the span's end holds exactly the
+    records the chain walk would find there: equal varint bytes are an equal
+    length, so each record ends where the next such varint starts."""
+    import numpy as np
+
+    rows = []  # per span: first start, stride, record count, varint byte 0, byte 1 (-1: none), varint size
+    append = rows.append
+    for a, b in spans:
+        if a == b:
+            append((a, 1, 0, 0, -1, 1))
+            continue
+        x = data[a]
+        if x < 0x80:
+            z, size, y = x, 1, -1
+        elif a + 1 < b and data[a + 1] < 0x80:
+            y = data[a + 1]
+            z, size = (x & 0x7F) | (y << 7), 2
+        else:
+            return None
+        length = (z >> 1) ^ -(z & 1)
+        if length < 3:
+            return None
+        n, rest = divmod(b - a, size + length)
+        if rest:
+            return None
+        append((a, size + length, n, x, y, size))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 6)
+    count = table[:, 2]
+    bounds = np.zeros(len(spans) + 1, dtype=np.int64)
+    np.cumsum(count, out=bounds[1:])
+    per_record = np.repeat(table, count, axis=0)  # each record's span row
+    stride = per_record[:, 1]
+    starts = per_record[:, 0] + stride * (np.arange(int(bounds[-1]), dtype=np.int64) - np.repeat(bounds[:-1], count))
+    if not (arr[starts] == per_record[:, 3]).all():
+        return None
+    high = per_record[:, 4]
+    two = high >= 0
+    if two.any() and not (arr[starts[two] + 1] == high[two]).all():
+        return None
+    # Each record's length varint is its span's first one: its body starts `size` bytes in.
+    body = starts + per_record[:, 5]
+    ends = starts + stride
+    return starts, bounds.tolist(), body, ends
+
+
+def _vector_index(
+    data: Buffer,
+    starts_in: list[int] | np.ndarray,
+    where: int,
+    arr: np.ndarray | None = None,
+    known_body: np.ndarray | None = None,
+    known_ends: np.ndarray | None = None,
+) -> RecordIndex:
+    """Every field of the records at `starts_in`; `known_body`/`known_ends`: where
+    each record's body starts and ends, when the caller already read the
+    length varints (`_tiled_starts`)."""
+    import numpy as np
+
+    if arr is None:
+        arr = np.frombuffer(bytes(data) + bytes(PAD), dtype=np.uint8)
+    starts = np.asarray(starts_in, dtype=np.int64)
     if len(starts) == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return RecordIndex(data, empty, empty, empty, empty, empty, empty, empty)
-    lengths, body, _ = _varints(arr, starts, 5)
-    ends = body + lengths
+        return RecordIndex(data, empty, empty, empty, empty, empty, empty, empty, arr)
+    if known_body is not None:
+        body, ends = known_body, known_ends
+    else:
+        lengths, body, _ = _varints(arr, starts, 5)
+        ends = body + lengths
     # Each field's end is clamped to its record's end, so the next read stays
     # inside the padded array; a field that ran past its record leaves the
     # header count at or past the record end, which the check below catches.
@@ -218,17 +325,17 @@ def _vector_index(data: bytes, starts_list: list[int], where: int) -> RecordInde
     vl, pos, ok_vl = _varints(arr, np.minimum(vpos, ends), 5)
     hpos = pos + np.maximum(vl, 0)
     if not (ok_ts and ok_od and ok_kl and ok_vl) or (vpos > ends).any() or (hpos >= ends).any():
-        _raise_first(data, starts_list, where)
+        _raise_first(data, starts.tolist(), where)
     hc, after, ok_hc = _varints(arr, hpos, 5)
     if not ok_hc or (hc < 0).any():
-        _raise_first(data, starts_list, where)
+        _raise_first(data, starts.tolist(), where)
     plain = hc == 0
     if not (after[plain] == ends[plain]).all():
-        _raise_first(data, starts_list, where)
+        _raise_first(data, starts.tolist(), where)
     if not plain.all():
         for i in np.flatnonzero(~plain).tolist():
-            _check_record(data, starts_list[i], i, where)
-    return RecordIndex(data, starts, ends, ts, od, key_starts, kl, vl)
+            _check_record(data, int(starts[i]), i, where)
+    return RecordIndex(data, starts, ends, ts, od, key_starts, kl, vl, arr)
 
 
 def _record_end(data: bytes, start: int) -> int:

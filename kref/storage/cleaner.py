@@ -43,7 +43,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import crc32c
 
@@ -53,6 +53,8 @@ from kref.records.compression import CompressionType, compress
 from kref.records.errors import CorruptRecordError
 from kref.records.header import BatchHeader, read_header
 from kref.records.varint import read_varint
+from kref.records.walker import PAD, index_spans
+from kref.storage.cleaner_offset_map import key_hashes
 from kref.storage.checkpoint import fsync_dir, read_offset_checkpoint_or_empty, write_offset_checkpoint
 from kref.storage.cleaner_planner import (
     BatchAction,
@@ -64,9 +66,12 @@ from kref.storage.cleaner_planner import (
     plan_batch,
     plan_unread_batch,
     retain_deletes,
-    retain_records,
+    retain_mask,
 )
 from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +83,7 @@ MAX_CLEANER_BATCH_BYTES = 1 << 31  # a segment bounds a batch; this only guards 
 MAX_UNCOMPRESSED_BATCH_BYTES = 256 * 1024 * 1024  # bound on decompressing one batch while cleaning
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+_LENGTH = struct.Struct(">i")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -221,7 +227,7 @@ def capture(log) -> LogPicture:
 
 
 class _Reader:
-    """Sequential batch reader over one segment file with its own descriptor."""
+    """Sequential reader over one segment file with its own descriptor, one read buffer at a time."""
 
     def __init__(self, path: str, size: int, buffer_size: int, account: Callable[[int], None]) -> None:
         try:
@@ -235,36 +241,152 @@ class _Reader:
     def close(self) -> None:
         os.close(self.fd)
 
-    def batches(self) -> Iterator[tuple[BatchHeader, memoryview]]:
-        """(header, bytes of the whole batch) of every batch, headers' positions absolute."""
+    def chunks(self) -> Iterator[tuple[memoryview, "np.ndarray", list[BatchHeader], int]]:
+        """(buffer, the same as a padded uint8 array, headers of the whole batches in
+        it, the buffer's file position); header positions are relative to the
+        buffer. One buffer is read into again and again (no allocation, no page
+        faults per read): the caller is done with a buffer when it asks for the
+        next. A batch larger than the buffer comes alone, read exactly."""
+        import numpy as np
+
         position = 0
+        unpack_length = _LENGTH.unpack_from
+        store = bytearray(self.buffer_size + PAD)
+        padded = np.frombuffer(store, dtype=np.uint8)
+        view = memoryview(store)
         while position < self.size:
             want = min(self.buffer_size, self.size - position)
-            data = os.pread(self.fd, want, position)
-            self.account(len(data))
-            view = memoryview(data)
+            n = os.preadv(self.fd, [view[:want]], position)
+            self.account(n)
+            # The next buffers' bytes start coming from disk while this one is parsed
+            # (a few ahead: the disk's pace varies; the kernel skips what it holds).
+            _will_need(self.fd, position + n, _PREFETCH_BUFFERS * self.buffer_size)
+            data = view[:n]
+            headers = []
             p = 0
-            while p + h.HEADER_SIZE <= len(view):
-                length = struct.unpack_from(">i", view, p + 8)[0]
-                total = h.LOG_OVERHEAD + length
-                if p + total > len(view):
+            while p + h.HEADER_SIZE <= n:
+                total = h.LOG_OVERHEAD + unpack_length(data, p + 8)[0]
+                if p + total > n:
                     break
-                header = read_header(view, p, max_batch_size=MAX_CLEANER_BATCH_BYTES)
-                yield header, view[p : p + total]
+                headers.append(read_header(data, p, max_batch_size=MAX_CLEANER_BATCH_BYTES))
                 p += total
             if p == 0:
-                # A batch larger than the buffer: read exactly that batch.
                 if self.size - position < h.HEADER_SIZE:
                     raise CorruptRecordError(f"torn batch header at position {position}", position)
-                length = struct.unpack_from(">i", os.pread(self.fd, 12, position), 8)[0]
+                length = unpack_length(os.pread(self.fd, 12, position), 8)[0]
                 total = h.LOG_OVERHEAD + length
                 if total > self.size - position or length < h.HEADER_SIZE - h.LOG_OVERHEAD:
                     raise CorruptRecordError(f"batch at position {position} runs past the segment", position)
-                data = os.pread(self.fd, total, position)
-                self.account(len(data))
-                yield read_header(data, 0, max_batch_size=MAX_CLEANER_BATCH_BYTES), memoryview(data)
+                big = bytearray(total + PAD)
+                got = os.preadv(self.fd, [memoryview(big)[:total]], position)
+                self.account(got)
+                if got != total:
+                    raise CleaningAbortedError(f"{self.size - position} bytes announced at {position}, {got} read")
+                data = memoryview(big)[:total]
+                yield data, np.frombuffer(big, dtype=np.uint8), [read_header(data, 0, max_batch_size=MAX_CLEANER_BATCH_BYTES)], position
                 p = total
+            else:
+                yield data, padded, headers, position
             position += p
+
+
+_PREFETCH_BUFFERS = 4
+
+
+def _will_need(fd: int, offset: int, length: int) -> None:
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    except (AttributeError, OSError):  # not on every platform; only a hint
+        pass
+
+
+class _Records:
+    """The records of some batches of one read buffer, indexed together in one
+    numpy pass (kref/records/walker.py): no Python object per record unless
+    asked for (`keys_at`). Batch i's records are bounds[i] .. bounds[i + 1] - 1;
+    `starts`/`ends` are positions in `buf` (the read buffer itself, or the
+    batches' decompressed sections joined when any batch is compressed)."""
+
+    def __init__(self, data: memoryview, padded: "np.ndarray", headers: list[BatchHeader], where: int) -> None:
+        import numpy as np
+
+        if all(hd.compression_type == CompressionType.NONE for hd in headers):
+            buf = data
+            spans = [(hd.position + h.HEADER_SIZE, hd.next_position) for hd in headers]
+        else:
+            padded = None
+            sections = [records_section(data, hd, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES) for hd in headers]
+            buf = b"".join(sections)
+            spans, at = [], 0
+            for section in sections:
+                spans.append((at, at + len(section)))
+                at += len(section)
+        index, bounds = index_spans(buf, spans, where, padded)
+        self.buf = index.section
+        self.index = index
+        self.bounds = bounds
+        counts = np.diff(np.array(bounds, dtype=np.int64))
+        self.offsets = np.repeat(np.array([hd.base_offset for hd in headers], dtype=np.int64), counts) + index.offset_deltas
+
+    def hashes_at(self, which: "np.ndarray") -> "np.ndarray":
+        """The offset map's keys (`key_hashes`) of the records at indexes `which` (all keyed)."""
+        idx = self.index
+        return key_hashes(idx.padded, idx.key_starts[which], idx.key_lengths[which])
+
+
+class _Kept:
+    """What stays of each batch of a `_Records`, worked out for all of them at once:
+    per batch the count of kept records and tombstones, the largest kept
+    timestamp delta, and the kept bytes as runs (consecutive kept records are
+    one slice, never across batches), so that rewriting a batch is one join."""
+
+    def __init__(self, records: _Records, keep: "np.ndarray", tombstone: "np.ndarray") -> None:
+        import numpy as np
+
+        idx = records.index
+        bounds = np.array(records.bounds, dtype=np.int64)
+        at = np.flatnonzero(keep)
+        so_far = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=so_far[1:])
+        tombstones_so_far = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep & tombstone, out=tombstones_so_far[1:])
+        kept_bounds = so_far[bounds]  # batch i's kept records: at[kept_bounds[i] : kept_bounds[i + 1]]
+        self.records = records
+        self.at = at
+        self.kept_bounds = kept_bounds.tolist()
+        self.tombstone_counts = np.diff(tombstones_so_far[bounds]).tolist()
+        starts, ends = idx.starts[at], idx.ends[at]
+        batch_of = np.repeat(np.arange(len(bounds) - 1), np.diff(kept_bounds))
+        new_run = np.ones(len(at), dtype=bool)  # (no kept record: no run)
+        new_run[1:] = (starts[1:] != ends[:-1]) | (batch_of[1:] != batch_of[:-1])
+        first = np.flatnonzero(new_run)
+        last = np.append(first[1:], len(at)).astype(np.int64) - 1
+        self.run_starts = starts[first].tolist()
+        self.run_ends = ends[last].tolist() if len(at) else []
+        self.run_bounds = np.searchsorted(first, kept_bounds).tolist()
+        nonempty = np.flatnonzero(np.diff(kept_bounds) > 0)
+        self.max_deltas = [0] * (len(bounds) - 1)
+        if len(nonempty):
+            maxes = np.maximum.reduceat(idx.timestamp_deltas[at], kept_bounds[nonempty]).tolist()
+            for b, m in zip(nonempty.tolist(), maxes):
+                self.max_deltas[b] = m
+
+    def count(self, i: int) -> int:
+        return self.kept_bounds[i + 1] - self.kept_bounds[i]
+
+    def tombstones(self, i: int) -> int:
+        return self.tombstone_counts[i]
+
+    def max_timestamp_delta(self, i: int) -> int:
+        return self.max_deltas[i]
+
+    def offsets(self, i: int) -> set[int]:
+        return set(self.records.offsets[self.at[self.kept_bounds[i] : self.kept_bounds[i + 1]]].tolist())
+
+    def body(self, i: int) -> bytes:
+        buf = self.records.buf
+        lo, hi = self.run_bounds[i], self.run_bounds[i + 1]
+        return b"".join([buf[a:b] for a, b in zip(self.run_starts[lo:hi], self.run_ends[lo:hi])])
 
 
 def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | None, bool, int, int, int]]:
@@ -374,6 +496,7 @@ class CleaningStats:
     map_entries: int = 0
     groups: int = 0
     seconds: float = 0.0
+    map_seconds: float = 0.0  # of which the map pass (build_offset_map)
 
 
 class _CleanedWriter:
@@ -508,6 +631,15 @@ class Cleaner:
     def build_offset_map(self, picture: LogPicture, first_dirty_offset: int, first_uncleanable_offset: int) -> int:
         """Map keys of [first_dirty, first_uncleanable) to their last offsets; returns the
         end offset actually mapped (less when the map filled up)."""
+        start = time.monotonic()
+        try:
+            return self._build_offset_map(picture, first_dirty_offset, first_uncleanable_offset)
+        finally:
+            self.stats.map_seconds += time.monotonic() - start
+
+    def _build_offset_map(self, picture: LogPicture, first_dirty_offset: int, first_uncleanable_offset: int) -> int:
+        import numpy as np
+
         om = self.offset_map
         om.clear(first_dirty_offset)
         end_offset = first_dirty_offset
@@ -518,23 +650,35 @@ class Cleaner:
                 break
             reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
             try:
-                for header, batch in reader.batches():
-                    if header.last_offset < first_dirty_offset:
-                        continue
-                    if header.base_offset >= first_uncleanable_offset:
+                for data, padded, headers, where in reader.chunks():
+                    mapped = [hd for hd in headers if hd.last_offset >= first_dirty_offset and hd.base_offset < first_uncleanable_offset]
+                    data_batches = [hd for hd in mapped if not hd.is_control_batch]
+                    if data_batches:
+                        # Every record of the buffer's data batches parsed, hashed and
+                        # mapped at once: no Python object per record.
+                        records = _Records(data, padded, data_batches, where)
+                        keyed = np.flatnonzero(records.index.key_lengths >= 0)
+                        counts = np.diff(records.bounds).tolist()
+                        fitted = om.put_batches(
+                            records.hashes_at(keyed), records.offsets[keyed], np.searchsorted(keyed, records.bounds).tolist(), counts
+                        )
+                    i = 0
+                    for hd in mapped:
+                        if not hd.is_control_batch:
+                            count = counts[i]
+                            i += 1
+                            if i > fitted:
+                                if end_offset == first_dirty_offset:
+                                    raise CleaningAbortedError(
+                                        f"log.cleaner.dedupe.buffer.size holds {om.capacity} keys, "
+                                        f"too few for one batch of {count} at offset {hd.base_offset}"
+                                    )
+                                self.stats.map_entries = len(om)
+                                return end_offset
+                        om.advance(hd.last_offset)
+                        end_offset = hd.next_offset
+                    if headers and headers[-1].base_offset >= first_uncleanable_offset:
                         break
-                    if not header.is_control_batch:
-                        records = _scan_records(_records_of(batch, header), header.base_offset)
-                        if not om.put_records(records):
-                            if end_offset == first_dirty_offset:
-                                raise CleaningAbortedError(
-                                    f"log.cleaner.dedupe.buffer.size holds {om.capacity} keys, "
-                                    f"too few for one batch of {len(records)} at offset {header.base_offset}"
-                                )
-                            self.stats.map_entries = len(om)
-                            return end_offset
-                    om.advance(header.last_offset)
-                    end_offset = header.next_offset
             finally:
                 reader.close()
         # Everything below first_uncleanable was mapped: the whole dirty part is clean after this run.
@@ -554,9 +698,10 @@ class Cleaner:
         for path, size in files:
             reader = _Reader(path, size, self.io_buffer_size, self._account_read)
             try:
-                for header, _ in reader.batches():
-                    if header.producer_id >= 0:
-                        last[header.producer_id] = header.last_offset
+                for _, _, headers, _ in reader.chunks():
+                    for header in headers:
+                        if header.producer_id >= 0:
+                            last[header.producer_id] = header.last_offset
             finally:
                 reader.close()
         return frozenset(last.values())
@@ -575,53 +720,79 @@ class Cleaner:
 
         Returns the group and the earliest delete horizon it carries (-1: none).
         """
-        om = self.offset_map
         writer = _CleanedWriter(picture.dir, group[0].base_offset, picture.index_interval_bytes, picture.max_index_size, self._account_write)
         earliest_horizon = -1
-        stats = self.stats
         try:
             for seg in group:
                 reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
                 try:
-                    for header, batch in reader.batches():
-                        stats.batches_read += 1
-                        last_of_producer = header.producer_id >= 0 and header.last_offset in producer_last
-                        early = plan_unread_batch(header, om.survivors_between(header.base_offset, header.last_offset), last_of_producer)
-                        if early is not None:
-                            stats.records_read += header.records_count
-                            if early.action is BatchAction.COPY:
-                                writer.append(batch, header.last_offset, header.max_timestamp)
-                            elif early.action is BatchAction.EMPTY:
-                                self._write_empty(writer, header)
-                            continue
-                        section = _records_of(batch, header)
-                        records = _scan_records(section, header.base_offset)
-                        stats.records_read += len(records)
-                        kept = retain_records(records, om, retain_deletes(header, now_ms))
-                        stats.records_kept += len(kept)
-                        tombstones = sum(1 for r in kept if not r[2])
-                        plan = plan_batch(header, len(kept), tombstones, last_of_producer, now_ms, picture.delete_retention_ms)
-                        if plan.delete_horizon_ms is not None and tombstones:
-                            if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
-                                earliest_horizon = plan.delete_horizon_ms
-                        if plan.action is BatchAction.DROP:
-                            continue
-                        if plan.action is BatchAction.COPY:
-                            writer.append(batch, header.last_offset, header.max_timestamp)
-                            continue
-                        if plan.action is BatchAction.EMPTY:
-                            self._write_empty(writer, header)
-                            continue
-                        out, max_ts = self._rewrite(header, batch, section, kept, plan.delete_horizon_ms)
-                        writer.append(out, header.last_offset, max_ts)
+                    for data, padded, headers, where in reader.chunks():
+                        horizon = self._clean_buffer(writer, data, padded, headers, where, now_ms, picture.delete_retention_ms, producer_last)
+                        if horizon >= 0 and (earliest_horizon < 0 or horizon < earliest_horizon):
+                            earliest_horizon = horizon
                 finally:
                     reader.close()
             writer.finish()
         except BaseException:
             writer.abandon()
             raise
-        stats.groups += 1
+        self.stats.groups += 1
         return CleanedGroup(group[0].base_offset, tuple(group), writer.size), earliest_horizon
+
+    def _clean_buffer(
+        self, writer: "_CleanedWriter", data: memoryview, padded: "np.ndarray", headers: list[BatchHeader], where: int, now_ms: int,
+        delete_retention_ms: int, producer_last: frozenset[int],
+    ) -> int:  # fmt: skip
+        """Write what survives of one read buffer's batches; returns the earliest delete
+        horizon written (-1: none).
+
+        First every batch the header decides alone (control batches, batches
+        holding no key's last offset); then the records of all the others at
+        once (`_Records`, `retain_mask`, `_Kept`); then each batch in order:
+        copied, rewritten with its kept records' bytes, emptied or dropped."""
+        import numpy as np
+
+        om = self.offset_map
+        stats = self.stats
+        survivors = om.survivors_in(
+            np.array([hd.base_offset for hd in headers], dtype=np.int64), np.array([hd.last_offset for hd in headers], dtype=np.int64)
+        ).tolist()
+        lasts_of_producer = [hd.producer_id >= 0 and hd.last_offset in producer_last for hd in headers]
+        early = [plan_unread_batch(hd, None if n < 0 else n, last) for hd, n, last in zip(headers, survivors, lasts_of_producer)]
+        to_read = [hd for hd, plan in zip(headers, early) if plan is None]
+        if to_read:
+            records = _Records(data, padded, to_read, where)
+            idx = records.index
+            counts = np.diff(np.array(records.bounds, dtype=np.int64))
+            deletes_retained = np.repeat(np.array([retain_deletes(hd, now_ms) for hd in to_read], dtype=bool), counts)
+            tombstone = idx.value_lengths < 0
+            keep = retain_mask(records.offsets, idx.key_lengths >= 0, tombstone, deletes_retained, om, records.hashes_at)
+            kept = _Kept(records, keep, tombstone)
+        earliest_horizon = -1
+        i = 0
+        for hd, plan, last_of_producer in zip(headers, early, lasts_of_producer):
+            stats.batches_read += 1
+            if plan is None:
+                n_kept, tombstones = kept.count(i), kept.tombstones(i)
+                stats.records_read += records.bounds[i + 1] - records.bounds[i]
+                stats.records_kept += n_kept
+                plan = plan_batch(hd, n_kept, tombstones, last_of_producer, now_ms, delete_retention_ms)
+                if plan.delete_horizon_ms is not None and tombstones:
+                    if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
+                        earliest_horizon = plan.delete_horizon_ms
+                if plan.action is BatchAction.REWRITE:
+                    out, max_ts = self._rewrite(hd, data, kept, i, plan.delete_horizon_ms)
+                    writer.append(out, hd.last_offset, max_ts)
+                i += 1
+                if plan.action is BatchAction.REWRITE:
+                    continue
+            else:
+                stats.records_read += hd.records_count
+            if plan.action is BatchAction.COPY:
+                writer.append(data[hd.position : hd.next_position], hd.last_offset, hd.max_timestamp)
+            elif plan.action is BatchAction.EMPTY:
+                self._write_empty(writer, hd)
+        return earliest_horizon
 
     def _write_empty(self, writer: "_CleanedWriter", header: BatchHeader) -> None:
         """A producer's last batch with no record left: its header alone (Kafka's writeEmptyHeader)."""
@@ -631,16 +802,15 @@ class Cleaner:
         writer.append(out, header.last_offset, header.max_timestamp)
 
     @staticmethod
-    def _rewrite(header: BatchHeader, batch: memoryview, section: bytes, kept: list, horizon: int | None) -> tuple[bytes, int]:
-        """The batch with only the `kept` records, header fields preserved."""
+    def _rewrite(header: BatchHeader, data: memoryview, kept: "_Kept", i: int, horizon: int | None) -> tuple[bytes, int]:
+        """Batch i of `kept` with only its kept records, header fields preserved."""
         log_append_time = header.is_log_append_time
-        has_horizon = header.has_delete_horizon_ms
-        if horizon is not None and not has_horizon:
+        if horizon is not None and not header.has_delete_horizon_ms:
             # A new delete horizon moves baseTimestamp, so every timestamp delta changes.
-            wanted = {r[0] for r in kept}
-            records = [r for r in decode_records(batch, _at_zero(header), max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES) if r.offset in wanted]
+            wanted = kept.offsets(i)
+            decoded = [r for r in decode_records(data, header, max_uncompressed_bytes=MAX_UNCOMPRESSED_BATCH_BYTES) if r.offset in wanted]
             out = build_batch(
-                records,
+                decoded,
                 base_offset=header.base_offset,
                 compression=header.compression_type,
                 producer_id=header.producer_id,
@@ -653,17 +823,14 @@ class Cleaner:
                 delete_horizon_ms=horizon,
                 last_offset_delta=header.last_offset_delta,
             )
-            max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in records)
+            max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in decoded)
             return out, max_ts
         # Same baseTimestamp: the kept records' bytes are valid as they are.
-        body = b"".join(section[r[3] : r[4]] for r in kept)
+        body = kept.body(i)
         if header.compression_type != CompressionType.NONE:
             body = compress(header.compression_type, body)
-        if log_append_time:
-            max_ts = header.max_timestamp
-        else:
-            max_ts = header.base_timestamp + max(r[5] for r in kept)
-        return _pack_batch(header, body, len(kept), header.base_timestamp, max_ts, header.attributes), max_ts
+        max_ts = header.max_timestamp if log_append_time else header.base_timestamp + kept.max_timestamp_delta(i)
+        return _pack_batch(header, body, kept.count(i), header.base_timestamp, max_ts, header.attributes), max_ts
 
 
 # ---------------------------------------------------------------------------

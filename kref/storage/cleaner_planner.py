@@ -35,19 +35,22 @@ writes the result and swaps it in.
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-from array import array
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where used: the broker imports this module at start-up,
+# and numpy costs about a second there on a loaded machine.
 
 from kref.records.header import BatchHeader
+from kref.storage.cleaner_offset_map import OffsetMap  # the map (numpy, Kafka's layout); callers import it from here
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
 OFFSET_MAP_BYTES_PER_ENTRY = 16 + 8  # an MD5 digest and an offset, as Kafka's SkimpyOffsetMap
-_RAW_KEY_LIMIT = 16  # keys shorter than a digest are their own (collision-free) map key
 
 
 # ---------------------------------------------------------------------------
@@ -214,80 +217,6 @@ def offset_map_capacity(dedupe_buffer_size: int, threads: int, load_factor: floa
     return int(slots * load_factor)
 
 
-def map_key(key: bytes) -> bytes:
-    """The map's key for a record key: the key itself when shorter than a digest (exact),
-    else its MD5 digest (Kafka's hash). Both kinds never collide: digests are 16 bytes."""
-    if len(key) < _RAW_KEY_LIMIT:
-        return key
-    return hashlib.md5(key).digest()
-
-
-class OffsetMap:
-    """Record key -> last offset seen, with a fixed number of slots.
-
-    Offsets are fed in increasing order, so the last put for a key wins;
-    `latest_offset` is the highest offset mapped (records past it were
-    not seen and are always retained).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("the offset map needs room for at least one entry")
-        self.capacity = capacity
-        self._map: dict[bytes, int] = {}
-        self.first_offset = 0  # the first offset the map covers (the first dirty offset)
-        self.latest_offset = -1
-        self._survivors: array | None = None  # the mapped offsets, sorted; built on first use
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def room(self) -> int:
-        return self.capacity - len(self._map)
-
-    def put_records(self, records: list) -> bool:
-        """Map a batch's keyed records ((offset, key, ...) tuples); False, mapping
-        nothing, when they might not fit in the room left (the map is full)."""
-        if len(records) > self.capacity - len(self._map):
-            return False
-        m = self._map
-        md5 = hashlib.md5
-        self._survivors = None
-        for r in records:
-            key = r[1]
-            if key is not None:
-                m[key if len(key) < _RAW_KEY_LIMIT else md5(key).digest()] = r[0]
-        return True
-
-    def advance(self, offset: int) -> None:
-        if offset > self.latest_offset:
-            self.latest_offset = offset
-
-    def get(self, key: bytes) -> int:
-        return self._map.get(key, -1)
-
-    def clear(self, first_offset: int = 0) -> None:
-        self._map.clear()
-        self.first_offset = first_offset
-        self.latest_offset = -1
-        self._survivors = None
-
-    def survivors_between(self, first: int, last: int) -> int | None:
-        """How many keys have their last record in [first, last]; None unless the
-        range lies wholly in the mapped one.
-
-        Inside the mapped range a record survives only if it is its key's
-        last one, i.e. its offset is a value of the map: a batch with none
-        loses every record, and the cleaner need not even parse it.
-        """
-        if first < self.first_offset or last > self.latest_offset:
-            return None
-        if self._survivors is None:
-            self._survivors = array("q", sorted(self._map.values()))
-        s = self._survivors
-        return bisect.bisect_right(s, last) - bisect.bisect_left(s, first)
-
-
 # ---------------------------------------------------------------------------
 # which records and batches survive
 # ---------------------------------------------------------------------------
@@ -298,29 +227,46 @@ def retain_deletes(header: BatchHeader, now_ms: int) -> bool:
     return not header.has_delete_horizon_ms or now_ms < header.base_timestamp
 
 
-def retain_records(records: list, offset_map: "OffsetMap", deletes_retained: bool) -> list:
-    """Kafka's shouldRetainRecord over one data batch's records.
+def retain_mask(
+    offsets: "np.ndarray",
+    keyed: "np.ndarray",
+    tombstone: "np.ndarray",
+    deletes_retained: "np.ndarray",
+    offset_map: OffsetMap,
+    hashes_at: Callable[["np.ndarray"], "np.ndarray"],
+) -> "np.ndarray":
+    """Kafka's shouldRetainRecord over many records at once: which of them stay.
 
-    `records` are (offset, key, has_value, ...) tuples in offset order.
+    Arrays, one element a record, in offset order: offset, has a key, is a
+    tombstone, and whether its batch still retains deletes (`retain_deletes`).
     Records past the mapped range (offset_map.latest_offset) were not
-    considered and stay; a record without a key cannot be compacted and
-    goes (producers may not write one to a compacted topic); otherwise only
-    the key's last record stays, and a tombstone only while its batch still
-    retains deletes. (One loop per batch, the map lookup inlined: this runs
-    for every record the cleaner reads.)
+    considered and stay; a record without a key cannot be compacted and goes
+    (producers may not write one to a compacted topic); otherwise only the
+    key's last record stays, and a tombstone only while its batch still
+    retains deletes.
+
+    "Its key's last record": inside the mapped range every keyed record was
+    put in the map, so a record is its key's last exactly when its offset is
+    one of the map's values, which is decided for all records at once with a
+    sorted search, with no key read at all. Only records below the mapped
+    range (the clean head, already compacted) look their key up:
+    `hashes_at(indexes)` returns their map keys (`key_hashes`).
     """
-    latest = offset_map.latest_offset
-    mapped = offset_map._map.get
-    md5 = hashlib.md5
-    kept = []
-    for r in records:
-        offset, key = r[0], r[1]
-        if offset > latest:
-            kept.append(r)
-        elif key is not None and (r[2] or deletes_retained):
-            if offset >= mapped(key if len(key) < _RAW_KEY_LIMIT else md5(key).digest(), -1):
-                kept.append(r)
-    return kept
+    import numpy as np
+
+    past = offsets > offset_map.latest_offset
+    candidate = keyed & ~past & (~tombstone | deletes_retained)
+    last = np.zeros(len(offsets), dtype=bool)
+    inside = np.flatnonzero(candidate & (offsets >= offset_map.first_offset))
+    if len(inside):
+        survivors = offset_map.survivor_offsets()
+        wanted = offsets[inside]
+        at = np.minimum(np.searchsorted(survivors, wanted), max(len(survivors) - 1, 0))
+        last[inside] = survivors[at] == wanted if len(survivors) else False
+    below = np.flatnonzero(candidate & (offsets < offset_map.first_offset))
+    if len(below):
+        last[below] = offsets[below] >= offset_map.get_many(hashes_at(below))
+    return past | (candidate & last)
 
 
 class BatchAction(Enum):

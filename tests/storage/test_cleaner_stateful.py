@@ -3,7 +3,9 @@
 
 Model: every record ever appended (offset, key, value or None for a
 tombstone, timestamp), in order. Rules: keyed appends (some batches from an
-idempotent producer, some gzip-compressed), time passing, cleaning runs
+idempotent producer, some gzip-compressed; batches of several values, some
+with record headers, that cleaning rewrites from the bytes of the records
+they keep), time passing, cleaning runs
 chosen by the pure CleanerManagerCore with an offset map of random (often
 too small) capacity, clean and unclean restarts, and crashes at every step
 of the `.cleaned`/`.swap` protocol followed by recovery.
@@ -34,7 +36,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from kafka.record.default_records import DefaultRecordBatch
 
-from kref.records.batch import Record, build_batch
+from kref.records.batch import Header, Record, build_batch
 from kref.records.compression import CompressionType
 from kref.storage.cleaner import (
     Cleaner,
@@ -148,6 +150,20 @@ class CleanerMachine(RuleBasedStateMachine):
             self.appended_at[info.first_offset + i] = self.now
         if idempotent:
             self.producer_last = (info.first_offset, info.last_offset)
+
+    @rule(keys=st.lists(st.sampled_from(KEYS), min_size=2, max_size=8), headers=st.booleans())
+    def append_values(self, keys, headers):
+        """One batch of several values (no tombstone): cleaning keeps some of its
+        records and rewrites it from their bytes."""
+        records = []
+        for key in keys:
+            self.counter += 1
+            value = b"v%d" % self.counter
+            records.append(Record(timestamp=self.now, key=key, value=value, headers=(Header("h", value),) if headers else ()))
+        info = self.log.append_as_leader(build_batch(records), 0, self.now)
+        for i, r in enumerate(records):
+            self.model.append((info.first_offset + i, r.key, r.value, self.now))
+            self.appended_at[info.first_offset + i] = self.now
 
     @rule(ms=st.sampled_from([1, 150, 300, 600, 1000]))
     def advance_time(self, ms):
