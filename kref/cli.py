@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kref.sim.cli import add_arguments as add_sim_arguments
 
     add_sim_arguments(sub.add_parser("sim", help="deterministic cluster simulation: one seed or a campaign"))
+    from trace_check.cli import add_arguments as add_trace_arguments
+
+    add_trace_arguments(sub.add_parser("trace", help="validate trace files against the TLA+ specs with TLC"))
     return parser
 
 
@@ -52,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         from kref.controller.storage_tool import run as run_storage
 
         return run_storage(args)
+    if args.command == "trace":
+        from trace_check.cli import run as run_trace
+
+        return run_trace(args)
     if args.command == "sim":
         from kref.sim.cli import run as run_sim
 

@@ -1,3 +1,10 @@
 """kref.sim: the deterministic simulator (virtual clock, seeded scheduler,
-faulty network and disk) that will drive the same cores as the broker.
-Not built yet; see docs/architecture.md."""
+faulty network and disk) driving the same cores as the broker; see
+docs/simulator.md.
+
+Only names the command line needs at parse time live here: `kref broker`
+builds the same parser, and importing the simulator there would pull in
+every core (and kio's optional hypothesis strategies) for nothing.
+"""
+
+SCENARIOS = ("replication", "quorum")

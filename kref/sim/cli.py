@@ -14,7 +14,7 @@ import json
 import sys
 
 from kref import mutations
-from kref.sim.runner import SCENARIOS
+from kref.sim import SCENARIOS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

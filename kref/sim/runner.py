@@ -27,7 +27,7 @@ from kref.sim.quorum import QuorumSim
 from kref.sim.replication import ClusterSim
 from kref.sim.world import Violation
 
-SCENARIOS = ("replication", "quorum")
+from kref.sim import SCENARIOS  # noqa: F401  (re-exported)
 ROW_FIELDS = ("seed", "scenario", "mutation", "events", "faults", "verdict", "invariant", "violation", "seconds", "repro")
 
 

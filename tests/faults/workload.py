@@ -136,12 +136,12 @@ class ProducerThread(threading.Thread):
         next_at = time.monotonic()
         while not self.stop.is_set():
             if fatal.is_set():
-                producer.flush(10)
+                self._quietly(producer.flush, 10)
                 # Whatever is still queued will never be acknowledged by this
                 # producer: purge it now (its reports say so) rather than
                 # leave it to the garbage collector's timing.
-                producer.purge()
-                producer.poll(0)
+                self._quietly(producer.purge)
+                self._quietly(producer.poll, 0)
                 self.fatal += 1
                 self.generation += 1
                 producer, fatal = self._new_producer()
@@ -158,7 +158,12 @@ class ProducerThread(threading.Thread):
             except Exception as exc:  # a fatal state surfaces here too; the error_cb flag handles it
                 self.reports.put(("error", type(exc).__name__, None))
                 time.sleep(0.05)
-            producer.poll(0)
+            if not self._quietly(producer.poll, 0):
+                # librdkafka raises a fatal idempotence error from poll() too
+                # (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER after an unclean election
+                # lost what it had acknowledged); replace the producer, as the
+                # error_cb path does, instead of letting the thread die.
+                fatal.set()
             next_at += interval
             delay = next_at - time.monotonic()
             if delay > 0:
@@ -166,7 +171,16 @@ class ProducerThread(threading.Thread):
             else:
                 next_at = time.monotonic()
         # Bounded: message.timeout.ms resolves every outstanding write well within this.
-        producer.flush(PRODUCER_CONFIG["message.timeout.ms"] / 1000 + 5)
+        self._quietly(producer.flush, PRODUCER_CONFIG["message.timeout.ms"] / 1000 + 5)
+
+    def _quietly(self, call, *args) -> bool:
+        """Run a producer call; an exception it raises is counted, not fatal to the thread."""
+        try:
+            call(*args)
+            return True
+        except Exception as exc:
+            self.reports.put(("error", type(exc).__name__, None))
+            return False
 
 
 class ConsumerThread(threading.Thread):

@@ -1,0 +1,181 @@
+"""Trace validation with the real TLC: kref's traces are behaviours of spec/Replication.tla,
+and doctored ones are not.
+
+The traces come from the deterministic simulator running the same cores as
+the broker (3 brokers, replication factor 3, no faults, a fixed seed), cut
+to their first few hundred events so that one TLC run takes seconds, and
+from a real `kref broker` process written to by confluent-kafka. Each
+doctored trace changes one event the way a real bug would show, and must
+be rejected at exactly that event.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import sys
+from pathlib import Path
+
+import pytest
+
+from kref.sim.replication import ClusterSim, Settings
+from trace_check.replication import TraceError, load_events, normalise
+from trace_check.tlc import check_and_explain
+
+SEED = 1
+EVENTS = 300  # events of the simulated run kept: ~240 steps, a few seconds of TLC
+
+
+def simulated_trace(path: Path, seed: int = SEED, events: int = EVENTS) -> list[dict]:
+    sim = ClusterSim(seed, Settings(faults=False, duration_ms=1500), trace=True)
+    sim.world.net.drop = 0.0
+    sim.world.net.duplicate = 0.0
+    sim.run()
+    lines = [json.loads(line) for line in sim.world.lines[:events]]
+    write(path, lines)
+    return lines
+
+
+def write(path: Path, events: list[dict]) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def verdict_for(path: Path):
+    steps = normalise(load_events([path]))
+    return steps, check_and_explain(steps, timeout_s=300)
+
+
+def first_index(events, kind, after=0, **match):
+    for i, e in enumerate(events):
+        if i >= after and e["type"] == kind and all(e.get(k) == v for k, v in match.items()):
+            return i
+    raise AssertionError(f"no {kind} {match} in the trace")
+
+
+def test_simulated_trace_is_a_behaviour_of_the_spec(tmp_path):
+    path = tmp_path / "sim.ndjson"
+    simulated_trace(path)
+    steps, verdict = verdict_for(path)
+    assert len(steps.steps) > 150
+    kinds = {s["type"] for s in steps.steps}
+    assert {"LeaderAppend", "FollowerFetch", "LeaderHandleFetch", "FollowerAppend", "AdvanceHighWatermark",
+            "BecomeLeader", "BecomeFollower"} <= kinds
+    assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
+
+
+def test_high_watermark_past_the_isr_is_rejected(tmp_path):
+    events = simulated_trace(tmp_path / "sim.ndjson")
+    i = first_index(events, "AdvanceHighWatermark", after=100)
+    events[i] = {**events[i], "high_watermark": events[i]["high_watermark"] + 1}
+    write(tmp_path / "doctored.ndjson", events)
+    steps, verdict = verdict_for(tmp_path / "doctored.ndjson")
+    assert not verdict.accepted
+    assert steps.steps[verdict.reached - 1]["type"] == "AdvanceHighWatermark"
+    assert steps.steps[verdict.reached - 1]["high_watermark"] == events[i]["high_watermark"]
+    assert "high_watermark" in verdict.state  # the state before the step is shown
+
+
+def test_two_leaders_in_one_epoch_are_rejected(tmp_path):
+    events = simulated_trace(tmp_path / "sim.ndjson")
+    leader = first_index(events, "BecomeLeader")
+    follower = first_index(events, "BecomeFollower")
+    # A follower that also takes leadership of the leader's epoch.
+    usurper = {**events[leader], "replica": events[follower]["replica"],
+               "log_end_offset": events[follower]["log_end_offset"]}
+    events.insert(leader + 1, usurper)
+    write(tmp_path / "doctored.ndjson", events)
+    steps, verdict = verdict_for(tmp_path / "doctored.ndjson")
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "BecomeLeader" and bad["replica"] == events[follower]["replica"]
+
+
+def test_follower_appending_what_the_leader_never_had_is_rejected(tmp_path):
+    events = simulated_trace(tmp_path / "sim.ndjson")
+    i = first_index(events, "FollowerAppend", after=100)
+    grown = events[i]["log_end_offset"] + 5
+    events[i] = {**events[i], "log_end_offset": grown, "last_offset": grown - 1}
+    write(tmp_path / "doctored.ndjson", events)
+    steps, verdict = verdict_for(tmp_path / "doctored.ndjson")
+    assert not verdict.accepted
+    assert steps.steps[verdict.reached - 1]["type"] == "FollowerAppend"
+
+
+def test_traces_with_unmodelled_faults_are_refused(tmp_path):
+    events = simulated_trace(tmp_path / "sim.ndjson", events=80)
+    events.insert(10, {"type": "MessageDropped", "time_ms": events[10]["time_ms"], "source": 1, "destination": 2})
+    write(tmp_path / "faulty.ndjson", events)
+    with pytest.raises(TraceError, match="MessageDropped"):
+        normalise(load_events([tmp_path / "faulty.ndjson"]))
+
+
+def test_cli_exit_codes(tmp_path):
+    good = tmp_path / "sim.ndjson"
+    events = simulated_trace(good, events=120)
+    run = [sys.executable, "-m", "kref.cli", "trace", "check"]
+    ok = subprocess.run(run + [str(good)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith("OK:")
+    i = first_index(events, "LeaderAppend", after=20)
+    events[i] = {**events[i], "leader_epoch": events[i]["leader_epoch"] + 1}
+    bad = tmp_path / "bad.ndjson"
+    write(bad, events)
+    rejected = subprocess.run(run + [str(bad)], capture_output=True, text=True, timeout=300)
+    assert rejected.returncode == 1, rejected.stdout + rejected.stderr
+    assert "REJECTED" in rejected.stdout and "LeaderAppend" in rejected.stdout
+    missing = subprocess.run(run + [str(tmp_path / "nope.ndjson")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_real_single_broker_trace_is_a_behaviour_of_the_spec(tmp_path):
+    """A `kref broker` process with --trace-file, written to by confluent-kafka."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    trace = tmp_path / "broker.ndjson"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kref.cli", "broker", "--trace-file", str(trace),
+         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+         "--override", f"log.dirs={tmp_path / 'data'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        bootstrap = f"127.0.0.1:{port}"
+        for _ in range(300):  # bounded: 30 s for the broker to listen
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("traced", 1, 1)])["traced"].result(30)
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        for n in range(20):
+            producer.produce("traced", f"v{n}".encode(), partition=0)
+            if n % 5 == 4:
+                producer.flush(10)
+        assert producer.flush(10) == 0
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    steps = normalise(load_events([trace]), topic="traced", partition=0)
+    assert sum(1 for s in steps.steps if s["type"] == "LeaderAppend") >= 4
+    verdict = check_and_explain(steps, timeout_s=300)
+    assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
+
+
+
+def test_origins_name_the_file_line_after_run_headers(tmp_path):
+    """A broker restarted on the same --trace-file appends a run: origins count every earlier line."""
+
+    ev = {"type": "BecomeLeader", "replica": 1, "topic": "t", "partition": 0, "leader_epoch": 0,
+          "partition_epoch": 0, "isr": [1], "replicas": [1], "log_end_offset": 0, "high_watermark": 0}
+    header = {"type": "TraceRun", "run": "r", "node": 1, "start_time_ms": 0, "kref_version": "0"}
+    lines = [header, dict(ev, seq=1, time_ms=1), header, dict(ev, seq=1, time_ms=2), dict(ev, seq=2, time_ms=3)]
+    path = tmp_path / "two-runs.ndjson"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert [origin for _, origin in load_events([path])] == [f"{path}:4", f"{path}:5"]
