@@ -102,15 +102,7 @@ CATALOGUE: list[Mutation] = [
                          "one (INVALID_UPDATE_VERSION instead of FENCED_LEADER_EPOCH)"),
     Mutation("AlterPartition ignores the partition epoch", R,
              "    ELSE IF controller.partition_epoch # req.partition_epoch",
-             "    ELSE IF FALSE",
-             uncatchable="needs 3 replicas and a crash: a shrink of g sent before "
-                         "the controller fenced the crashed follower f commits "
-                         "afterwards and puts f back (g out); with 2 replicas a "
-                         "stale shrink only leaves the leader alone and a stale "
-                         "expansion adds f itself, which the fenced and broker-epoch "
-                         "checks refuse. MCReplication3Fence (tlc-full) catches it "
-                         "(NoCommittedRecordLost; 190,519 states, 256 s with one "
-                         "worker: too slow for the default set)"),
+             "    ELSE IF FALSE"),
     Mutation("AlterPartition adds a replica of an older incarnation (KIP-903)", R,
              "               \\/ req.broker_epochs[r] # controller.broker_epoch[r]",
              "               \\/ FALSE"),
@@ -127,17 +119,7 @@ CATALOGUE: list[Mutation] = [
              "             ELSE Len(log[f])"),
     Mutation("the leader keeps follower offsets across epochs", R,
              "          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]",
-             "          ELSE remote_log_end_offset",
-             uncatchable="a missing property: only a leader that goes from one "
-                         "epoch straight to a later one (a zombie re-elected) keeps "
-                         "them (BecomeFollower and Crash reset them too); a stale "
-                         "offset is at most the new epoch's start offset, so it can "
-                         "move the HW over records the leader already had but never "
-                         "acknowledge one (acks count only the leader's own epoch). "
-                         "What it breaks is records a consumer read, which no ghost "
-                         "variable tracks. Not caught by the default set "
-                         "(470,337 states) nor by MCReplicationKip101 (2 preferred "
-                         "elections, 345,014 states)"),
+             "          ELSE remote_log_end_offset"),
     Mutation("a crash keeps a stale follower offset at the leader", R,
              "                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]",
              "                              ELSE remote_log_end_offset[l]]"),
