@@ -174,20 +174,25 @@ CATALOGUE: list[Mutation] = [
     Mutation("KRaft: commit an older epoch's entry by counting replicas (Figure 8)", K,
              "           /\\ CommitOnlyOwnEpoch => log[l][n].epoch = leader_epoch[l]\n",
              "           /\\ TRUE\n",
-             uncatchable="needs 4 epochs: the default KRaft models stop at epoch 2; "
-                         "MCKRaftFigure8 (must fail, in the default set) shows this "
-                         "very bug violating LeaderCompleteness in 19 states"),
+             uncatchable="not equivalent, too big for the default set: a passing "
+                         "model needs 4 epochs (the default safety models stop at 2). "
+                         "MCKRaftEpoch4 (tlc-full) catches it; restricted to the two "
+                         "leaders of the Figure-8 scenario the mutant fails "
+                         "LeaderCompleteness at 69,326 states (44 CPU-s), but the "
+                         "passing run has 191,042 states (122 CPU-s). MCKRaftFigure8 "
+                         "(must fail, default) shows the bug itself"),
     Mutation("KRaft: truncation ignores the node's own epoch end", K,
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]",
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]",
-             uncatchable="equivalent for safety: the suffix it fails to cut is of an "
-                         "epoch the leader lacks, so LogMatching holds and the next "
-                         "fetch diverges again; only liveness sees the truncation "
-                         "that never ends, and MCKRaftLiveness's timing assumption "
-                         "(only a voter with the most up-to-date log times out) never "
-                         "leaves a follower with an epoch its leader lacks: "
-                         "VotersConverge passes on the mutant too (23,810 states "
-                         "both). Needs a liveness model with spurious elections"),
+             uncatchable="invisible to safety (the truncation that cuts nothing is a "
+                         "stuttering step: no invariant or action property sees it), "
+                         "caught by liveness outside the default set: "
+                         "MCKRaftTruncationLiveness (tlc-full: two leader crashes, "
+                         "TruncationEnds) fails at 89,182 states (69 CPU-s), a "
+                         "follower holding [epoch 2] diverging for ever from "
+                         "[epoch 1, epoch 3]; the default MCKRaftLiveness allows one "
+                         "crash, which under its timing assumption never leaves a "
+                         "follower with an epoch its leader lacks"),
     Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
              "Max(@, Min(high_watermark[l], upto))]",
              "Max(@, high_watermark[l])]"),
