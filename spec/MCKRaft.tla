@@ -96,6 +96,46 @@ VotersConverge ==
     <>[](\E l \in Voters : /\ l \in up /\ state[l] = Leader
                            /\ \A v \in Voters : v \in up /\ log[v] = log[l])
 
+\* For MCKRaftTruncationLiveness: LiveSpec with only the leader crashing.
+\* A follower's or candidate's crash only delays an election, which
+\* MCKRaftLiveness covers; what this model needs are two leaders that each
+\* crash before their LeaderChange record left them (a tenth of the states
+\* of crashing anyone).
+LeaderCrashLiveNext ==
+    \/ \E v \in Voters : ElectionTimeout(v)
+    \/ crash_count < MaxCrashes /\ \E v \in Voters : state[v] = Leader /\ Crash(v)
+    \/ ProtocolNext
+    \/ RecoveryNext
+
+LeaderCrashLiveSpec ==
+    /\ Init
+    /\ [][LeaderCrashLiveNext]_vars
+    /\ Fairness
+    /\ \A v \in Voters : WF_vars(ElectionTimeout(v))
+
+\* Follower f diverges from the live leader l of its epoch that it follows.
+FollowsDiverging(f, l) ==
+    /\ Live(f) /\ Live(l)
+    /\ state[f] = Follower /\ leader_id[f] = l
+    /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ Diverging(f, l)
+
+\* KIP-595's iterated truncation ends: a follower that diverges from its
+\* leader eventually no longer does (it truncated to the common prefix, or
+\* it stopped following that leader).  Unlike VotersConverge it does not
+\* need a leader to be elected in the end, so a model with more crashes
+\* than its epoch bound can recover from may check it: the state it is
+\* about needs a follower holding an epoch its new leader lacks, which
+\* takes two crashes under ElectionTimeout's timing assumption.  A
+\* truncation that cuts nothing is a stuttering step, invisible to every
+\* invariant and action property: only this kind of property sees it.
+\* (Stated as "infinitely often no follower diverges", which TLC checks
+\* without a tableau: a leads-to per pair of voters was ten times slower.
+\* Disruptions are finite, so in a fair behaviour a divergence that is
+\* never resolved is one that lasts for ever, which this forbids.)
+TruncationEnds ==
+    []<>(\A f, l \in Voters : ~FollowsDiverging(f, l))
+
 -----------------------------------------------------------------------------
 (* Non-vacuity witness (a configuration that MUST FAIL): a zombie        *)
 (* controller does write a FenceBroker record after a new leader was      *)

@@ -112,6 +112,11 @@ NoRecordOnlyInElr ==
     \A e \in acked : (\E r \in controller.isr : InLog(r, e))
                      \/ ~\E r \in controller.elr : InLog(r, e)
 
+\* A smaller state space for models about what happens up to and just after
+\* a crash (a state constraint, safety only): the crashed broker never
+\* registers again, so restart, unfencing and rejoining are not explored.
+CrashedStayDown == \A r \in Replicas : controller.broker_epoch[r] = 0
+
 \* For turning on Replication.tla's switches from a .cfg
 \* (`LastReplicaStandingFaults <- On`, `EligibleLeaderReplicasEnable <- On`).
 On == TRUE

@@ -99,6 +99,8 @@ VARIABLES
     produced,              \* values producers have sent
     acks_all,              \* values sent with acks=all
     acked,                 \* entries acknowledged to an acks=all producer
+    consumed,              \* entries a leader exposed below its high
+                           \* watermark (what consumers may have read)
     faults                 \* [crash, shrink, preferred]: disruptive steps
                            \* taken so far, and unclean: the brokers whose last
                            \* crash lost part of their log (what a missing
@@ -107,11 +109,11 @@ VARIABLES
 
 vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
           remote_log_end_offset, fetch, alter_partition, controller, produced,
-          acks_all, acked, faults>>
+          acks_all, acked, consumed, faults>>
 
 replica_vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
                   remote_log_end_offset, fetch, alter_partition>>
-ghost_vars == <<produced, acks_all, acked>>
+ghost_vars == <<produced, acks_all, acked, consumed>>
 
 -----------------------------------------------------------------------------
 (* Helpers                                                                 *)
@@ -191,11 +193,12 @@ SendAlterPartition(l, new_isr) ==
 
 Unknown == [f \in Replicas |-> -1]
 
-\* Replica s still holds every acknowledged entry and what r has below its
-\* high watermark, i.e. every committed record r knows of (read by Crash's
-\* fault assumption only).
+\* Replica s still holds every entry a leader ever exposed below its high
+\* watermark (acknowledged ones included: acked \subseteq consumed) and what
+\* r has below its high watermark, i.e. every committed record (read by
+\* Crash's fault assumption only).
 HoldsCommitted(s, r) ==
-    /\ \A e \in acked : e.offset < Len(log[s]) /\ log[s][e.offset + 1] = e
+    /\ \A e \in consumed : e.offset < Len(log[s]) /\ log[s][e.offset + 1] = e
     /\ high_watermark[r] <= Len(log[s])
     /\ Prefix(log[s], high_watermark[r]) = Prefix(log[r], high_watermark[r])
 
@@ -236,6 +239,7 @@ Init ==
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
+    /\ consumed = {}
     /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {}]
 
 -----------------------------------------------------------------------------
@@ -256,7 +260,7 @@ LeaderAppend(l, batch, acks) ==
     /\ acks_all' = IF acks = "all" THEN acks_all \cup Range(batch) ELSE acks_all
     /\ UNCHANGED <<role, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, fetch, alter_partition, controller,
-                   acked, faults>>
+                   acked, consumed, faults>>
 
 \* Leader l answers the fetch request of follower f sent in l's epoch.
 \* KIP-320: the follower's (fetch_offset, last_fetched_epoch) must be on the
@@ -316,6 +320,10 @@ AdvanceHighWatermark(l) ==
                          {j \in high_watermark[l] + 1 .. new_hw :
                              /\ log[l][j].leader_epoch = leader_epoch[l]
                              /\ log[l][j].value \in acks_all}}
+          \* Every record below the new HW is readable by consumers now,
+          \* whatever its epoch or acks.
+          /\ consumed' = consumed \cup
+                         {log[l][i] : i \in high_watermark[l] + 1 .. new_hw}
     /\ UNCHANGED <<role, log, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, fetch, alter_partition, controller,
                    produced, acks_all, faults>>
@@ -740,6 +748,7 @@ TypeOK ==
     /\ produced \subseteq Values
     /\ acks_all \subseteq produced
     /\ acked \subseteq Entry
+    /\ consumed \subseteq Entry
     /\ faults \in [crash : Nat, shrink : Nat, preferred : Nat,
                    unclean : SUBSET Replicas]
 
@@ -789,4 +798,38 @@ LeaderCompleteness ==
 \* of the committed ISR still holds it.  Unclean election breaks this.
 NoCommittedRecordLost ==
     \A e \in acked : \E r \in controller.isr : InLog(r, e)
+
+\* A record a consumer may have read (it was below a leader's high
+\* watermark) is never lost and never changes, whatever its producer's
+\* acks: the elected live leader holds it, and every replica whose high
+\* watermark covers its offset holds that very record there.  Stronger than
+\* LeaderCompleteness, which covers only acknowledged records of the
+\* leader's own epoch; the records between differ (older epochs, acks=1).
+NoConsumedRecordLost ==
+    \A e \in consumed :
+        /\ controller.leader # NoLeader /\ role[controller.leader] # "Offline"
+               => InLog(controller.leader, e)
+        /\ \A r \in Replicas : e.offset < high_watermark[r] => InLog(r, e)
+
+\* The leader of the current epoch never believes a follower of that epoch
+\* has more than its log holds: its remote log end offsets are lower
+\* bounds, which is what makes the high watermark (their minimum) safe.
+\* A leader that kept offsets from an earlier epoch of its own (re-elected
+\* without applying the epochs between) may count entries that the
+\* follower truncated while following another leader.
+FollowerOffsetsBelowLogEnd ==
+    \A l \in Replicas :
+        /\ role[l] = "Leader"
+        /\ controller.leader = l
+        /\ leader_epoch[l] = controller.leader_epoch
+        => \A f \in Replicas \ {l} :
+              role[f] = "Follower" /\ leader_epoch[f] = leader_epoch[l]
+                  => remote_log_end_offset[l][f] <= Len(log[f])
+
+\* KIP-841: a fenced broker is not in the committed ISR, except as its last
+\* member (without KIP-966 the ISR never becomes empty).  Fencing removes
+\* it with a new partition epoch, so an AlterPartition the leader sent
+\* before cannot put it back: the partition-epoch check refuses it.
+FencedReplicasLeaveIsr ==
+    \A r \in controller.fenced : r \in controller.isr => controller.isr = {r}
 =============================================================================

@@ -23,6 +23,17 @@ or fails for another reason than the one it exists to show.
   itself failed (parse error, bad config). judge() turns that plus the
   expectation into a verdict. Each run's full output is kept in
   spec/states/<config>.log for reading counterexamples.
+- Models run in parallel (`--jobs`, default: one per usable core, each
+  TLC with `--workers` threads, default cores // jobs, at least one), so
+  the default set costs about its CPU time divided by the cores instead of
+  the sum of its runs. One TLC with several workers scales poorly on these
+  small models (much of a run is JVM start, parsing and the final
+  liveness check, all single-threaded); several single-worker JVMs keep
+  every core busy. Jobs start longest first (the manifest's `cost`, the
+  seconds one run took with one worker), so a long model does not start
+  last and leave a core idle. Each finished model prints one line with
+  its time; the table keeps manifest order, and the last line gives the
+  wall-clock time and the CPU seconds the TLC processes used.
 - `--simulate` runs the same models with `-simulate -depth D -seed S` for a
   bounded wall-clock time (TLC 2.15 simulates until it finds a violation);
   there only a wrong violation counts as failure, since a random walk
@@ -35,16 +46,19 @@ Exit status: 0 when every selected model met its expectation, 1 otherwise,
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import importlib.util
 import os
 import pathlib
 import re
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 
@@ -72,6 +86,7 @@ class Model:
     violation: str | None = None
     timeout: float = 600.0
     deadlock: bool = False
+    cost: float = 60.0  # seconds one run took with one worker: schedules longest first
     note: str = ""
 
     @property
@@ -129,6 +144,8 @@ def load_manifest(path: pathlib.Path) -> list[Model]:
             raise ManifestError(f"{where}: a passing model has no 'violation'")
         if not (0 < float(model.timeout) <= 24 * 3600):
             raise ManifestError(f"{where}: timeout out of range")
+        if not (0 < float(model.cost) <= 24 * 3600):
+            raise ManifestError(f"{where}: cost out of range")
         for field in ("spec", "config"):
             if not (path.parent / getattr(model, field)).is_file():
                 raise ManifestError(f"{where}: {getattr(model, field)} not found")
@@ -313,6 +330,23 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# The TLC JVMs this process has started and not yet reaped, so that an
+# interrupt of the parallel runner ends every one of them (each in its own
+# process group) and nothing else.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_live_runs() -> None:
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def tlc_command(
     model: Model, *, java: str, jar: pathlib.Path, workdir: pathlib.Path,
     workers: int, heap_mb: int, simulate: tuple[int, int] | None = None,
@@ -359,6 +393,8 @@ def run_model(
             # Own process group, so a timeout ends TLC's JVM and nothing else.
             proc = subprocess.Popen(cmd, cwd=spec_dir, stdout=sink, stderr=subprocess.STDOUT,
                                     start_new_session=True)
+            with _LIVE_LOCK:
+                _LIVE.add(proc)
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -373,6 +409,9 @@ def run_model(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 raise
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc)
         seconds = time.monotonic() - started
         with open(outfile, "rb") as f:
             text = f.read(MAX_OUTPUT_BYTES).decode("utf-8", "replace")
@@ -436,6 +475,48 @@ def format_table(rows: list[tuple[Model, TlcOutcome, Verdict]]) -> str:
     return "\n".join(out)
 
 
+def run_parallel(
+    models: list[Model], *, jobs: int, **run_args,
+) -> list[tuple[TlcOutcome, Verdict]]:
+    """Run every model, `jobs` TLC processes at a time, longest (by `cost`)
+    first; print one line per finished model. Results in the models' order.
+    An interrupt ends every TLC process still running."""
+    results: list[tuple[TlcOutcome, Verdict] | None] = [None] * len(models)
+    order = sorted(range(len(models)), key=lambda i: -float(models[i].cost))
+    simulate = run_args.get("simulate") is not None
+    lock = threading.Lock()
+    done = 0
+
+    def one(i: int) -> None:
+        nonlocal done
+        model = models[i]
+        outcome = run_model(model, **run_args)
+        verdict = judge(model, outcome, simulate=simulate)
+        results[i] = (outcome, verdict)
+        with lock:
+            done += 1
+            states = outcome.distinct_states if outcome.distinct_states is not None \
+                else outcome.states_generated
+            print(f"  [{done}/{len(models)}] {model.name}: {verdict.result} "
+                  f"({_fmt(states)} states) in {outcome.seconds:.1f}s"
+                  f"{'' if verdict.ok else '  WRONG: ' + verdict.reason}", flush=True)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    futures: list[concurrent.futures.Future] = []
+    try:
+        futures = [pool.submit(one, i) for i in order]
+        for future in futures:
+            future.result()
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        kill_live_runs()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--manifest", type=pathlib.Path, default=DEFAULT_MANIFEST)
@@ -449,8 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="simulation seed")
     parser.add_argument("--seconds", type=float, default=30.0,
                         help="wall-clock budget per model in --simulate")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="TLC runs at once (default: usable cores, at most the models)")
     parser.add_argument("--workers", type=int, default=None,
-                        help="TLC worker threads (default: usable cores)")
+                        help="TLC worker threads per run (default: usable cores // jobs)")
     parser.add_argument("--heap-mb", type=int, default=2048)
     parser.add_argument("--log-dir", type=pathlib.Path, default=LOG_DIR,
                         help="where each run's TLC output is kept")
@@ -480,17 +563,18 @@ def main(argv: list[str] | None = None) -> int:
     simulate = (args.depth, args.seed) if args.simulate else None
     mode = (f"simulation (depth {args.depth}, seed {args.seed}, {args.seconds:g}s each)"
             if simulate else "model checking")
-    print(f"TLC: {jar} ({mode}, {args.workers or usable_cores()} workers)", flush=True)
-    rows = []
+    cores = usable_cores()
+    jobs = max(1, min(args.jobs or cores, len(selected)))
+    workers = args.workers or max(1, cores // jobs)
+    print(f"TLC: {jar} ({mode}; {len(selected)} models, {jobs} at a time, "
+          f"{workers} worker(s) each)", flush=True)
     started = time.monotonic()
-    for model in selected:
-        print(f"  {model.spec} {model.config} ...", flush=True)
-        outcome = run_model(model, spec_dir=args.manifest.parent, java=java, jar=jar,
-                            workers=args.workers, heap_mb=args.heap_mb,
-                            simulate=simulate, sim_seconds=args.seconds,
-                            log_dir=args.log_dir)
-        verdict = judge(model, outcome, simulate=bool(simulate))
-        rows.append((model, outcome, verdict))
+    results = run_parallel(selected, jobs=jobs, spec_dir=args.manifest.parent, java=java,
+                           jar=jar, workers=workers, heap_mb=args.heap_mb,
+                           simulate=simulate, sim_seconds=args.seconds,
+                           log_dir=args.log_dir)
+    wall = time.monotonic() - started
+    rows = [(model, *results[i]) for i, model in enumerate(selected)]
     for model, outcome, verdict in rows:
         if outcome.trace and (args.show_traces or not verdict.ok):
             print(f"\nCounterexample of {model.name} ({outcome.violation}):")
@@ -498,8 +582,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_table(rows))
     bad = [r for r in rows if not r[2].ok]
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"\n{len(rows) - len(bad)}/{len(rows)} models as expected "
-          f"in {time.monotonic() - started:.0f}s; TLC logs in {args.log_dir}")
+          f"in {wall:.0f}s wall clock ({jobs} at a time; TLC used "
+          f"{usage.ru_utime + usage.ru_stime:.0f} CPU-s); TLC logs in {args.log_dir}")
     return 1 if bad else 0
 
 

@@ -102,15 +102,7 @@ CATALOGUE: list[Mutation] = [
                          "one (INVALID_UPDATE_VERSION instead of FENCED_LEADER_EPOCH)"),
     Mutation("AlterPartition ignores the partition epoch", R,
              "    ELSE IF controller.partition_epoch # req.partition_epoch",
-             "    ELSE IF FALSE",
-             uncatchable="needs 3 replicas and a crash: a shrink of g sent before "
-                         "the controller fenced the crashed follower f commits "
-                         "afterwards and puts f back (g out); with 2 replicas a "
-                         "stale shrink only leaves the leader alone and a stale "
-                         "expansion adds f itself, which the fenced and broker-epoch "
-                         "checks refuse. MCReplication3Fence (tlc-full) catches it "
-                         "(NoCommittedRecordLost; 190,519 states, 256 s with one "
-                         "worker: too slow for the default set)"),
+             "    ELSE IF FALSE"),
     Mutation("AlterPartition adds a replica of an older incarnation (KIP-903)", R,
              "               \\/ req.broker_epochs[r] # controller.broker_epoch[r]",
              "               \\/ FALSE"),
@@ -127,17 +119,7 @@ CATALOGUE: list[Mutation] = [
              "             ELSE Len(log[f])"),
     Mutation("the leader keeps follower offsets across epochs", R,
              "          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]",
-             "          ELSE remote_log_end_offset",
-             uncatchable="a missing property: only a leader that goes from one "
-                         "epoch straight to a later one (a zombie re-elected) keeps "
-                         "them (BecomeFollower and Crash reset them too); a stale "
-                         "offset is at most the new epoch's start offset, so it can "
-                         "move the HW over records the leader already had but never "
-                         "acknowledge one (acks count only the leader's own epoch). "
-                         "What it breaks is records a consumer read, which no ghost "
-                         "variable tracks. Not caught by the default set "
-                         "(470,337 states) nor by MCReplicationKip101 (2 preferred "
-                         "elections, 345,014 states)"),
+             "          ELSE remote_log_end_offset"),
     Mutation("a crash keeps a stale follower offset at the leader", R,
              "                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]",
              "                              ELSE remote_log_end_offset[l]]"),
@@ -192,20 +174,26 @@ CATALOGUE: list[Mutation] = [
     Mutation("KRaft: commit an older epoch's entry by counting replicas (Figure 8)", K,
              "           /\\ CommitOnlyOwnEpoch => log[l][n].epoch = leader_epoch[l]\n",
              "           /\\ TRUE\n",
-             uncatchable="needs 4 epochs: the default KRaft models stop at epoch 2; "
-                         "MCKRaftFigure8 (must fail, in the default set) shows this "
-                         "very bug violating LeaderCompleteness in 19 states"),
+             uncatchable="not equivalent, too big for the default set: a passing "
+                         "model needs 4 epochs (the default safety models stop at 2). "
+                         "MCKRaftEpoch4 (tlc-full) catches it; restricted to the two "
+                         "leaders of the Figure-8 scenario the mutant fails "
+                         "LeaderCompleteness at 69,326 states (44 CPU-s), but the "
+                         "passing run has 191,042 states (122 CPU-s). MCKRaftFigure8 "
+                         "(must fail, default) shows the bug itself"),
     Mutation("KRaft: truncation ignores the node's own epoch end", K,
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]",
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]",
-             uncatchable="equivalent for safety: the suffix it fails to cut is of an "
-                         "epoch the leader lacks, so LogMatching holds and the next "
-                         "fetch diverges again; only liveness sees the truncation "
-                         "that never ends, and MCKRaftLiveness's timing assumption "
-                         "(only a voter with the most up-to-date log times out) never "
-                         "leaves a follower with an epoch its leader lacks: "
-                         "VotersConverge passes on the mutant too (23,810 states "
-                         "both). Needs a liveness model with spurious elections"),
+             uncatchable="invisible to safety (the truncation that cuts nothing is a "
+                         "stuttering step: no invariant or action property sees it), "
+                         "caught by liveness outside the default set: "
+                         "MCKRaftTruncationLiveness (tlc-full: two leader crashes, "
+                         "TruncationEnds) fails at 89,182 states (69 CPU-s), a "
+                         "follower holding [epoch 2] diverging for ever from "
+                         "[epoch 1, epoch 3] (its passing run: 273,874 states, 253 CPU-s); "
+                         "the default MCKRaftLiveness allows one "
+                         "crash, which under its timing assumption never leaves a "
+                         "follower with an epoch its leader lacks"),
     Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
              "Max(@, Min(high_watermark[l], upto))]",
              "Max(@, high_watermark[l])]"),

@@ -135,20 +135,21 @@ def test_tlc_error_is_not_a_pass(counter_dir, tmp_path):
     assert not verdict.ok and verdict.result == "error"
 
 
+def _write_manifest(path, rows):
+    """A manifest of Counter models: (config, violation or None[, cost])."""
+    tables = []
+    for config, violation, *cost in rows:
+        lines = ["[[model]]", 'spec = "Counter.tla"', f'config = "{config}"',
+                 f'expect = "{"fail" if violation else "pass"}"']
+        lines += [f'violation = "{violation}"'] if violation else []
+        lines += [f"cost = {c}" for c in cost]
+        tables.append("\n".join(lines) + "\n")
+    path.write_text("\n".join(tables))
+
+
 def test_main_exit_status_and_table(counter_dir, tmp_path, capsys):
     manifest = counter_dir / "models.toml"
-    manifest.write_text(textwrap.dedent("""\
-        [[model]]
-        spec = "Counter.tla"
-        config = "Holds.cfg"
-        expect = "pass"
-
-        [[model]]
-        spec = "Counter.tla"
-        config = "Breaks.cfg"
-        expect = "fail"
-        violation = "BelowThree"
-        """))
+    _write_manifest(manifest, [("Holds.cfg", None), ("Breaks.cfg", "BelowThree")])
     args = ["--manifest", str(manifest), "--workers", "1", "--heap-mb", "512",
             "--log-dir", str(tmp_path / "logs")]
     assert run_tlc.main(args) == 0
@@ -159,6 +160,31 @@ def test_main_exit_status_and_table(counter_dir, tmp_path, capsys):
                                                      'violation = "BelowFour"'))
     assert run_tlc.main(args) == 1
     assert "WRONG" in capsys.readouterr().out
+
+
+def test_parallel_runs_keep_manifest_order_and_time_each_model(counter_dir, tmp_path, capsys):
+    """--jobs 2 runs two TLC processes at once, longest (by `cost`) first; the
+    table stays in manifest order and each finished model prints its time."""
+    manifest = counter_dir / "parallel.toml"
+    _write_manifest(manifest, [("Holds.cfg", None, 1), ("Breaks.cfg", "BelowThree", 5),
+                               ("Shrinks.cfg", "Grows", 3)])
+    args = ["--manifest", str(manifest), "--jobs", "2", "--workers", "1", "--heap-mb", "512",
+            "--log-dir", str(tmp_path / "logs")]
+    assert run_tlc.main(args) == 0
+    out = capsys.readouterr().out
+    assert "3 models, 2 at a time, 1 worker(s) each" in out
+    finished = [line.split()[1].rstrip(":") for line in out.splitlines()
+                if line.lstrip().startswith("[")]
+    assert sorted(finished) == ["Breaks", "Holds", "Shrinks"]
+    assert all(f"[{i}/3]" in out for i in (1, 2, 3))
+    table = out[out.index("verdict"):]
+    assert table.index("Holds") < table.index("Breaks") < table.index("Shrinks")
+    assert "3/3 models as expected" in out and "CPU-s" in out
+    # A wrong expectation in one parallel job still fails the whole run.
+    manifest.write_text(manifest.read_text().replace('violation = "Grows"',
+                                                     'violation = "BelowFour"'))
+    assert run_tlc.main(args) == 1
+    assert "WRONG: must fail on BelowFour" in capsys.readouterr().out
 
 
 def test_simulation_mode_runs_bounded(counter_dir, tmp_path):
@@ -175,6 +201,8 @@ def test_simulation_mode_runs_bounded(counter_dir, tmp_path):
     ('[[model]]\nspec = "Counter.tla"\nconfig = "Nope.cfg"\nexpect = "pass"\n', "not found"),
     ('[[model]]\nspec = "Counter.tla"\nconfig = "Holds.cfg"\nexpect = "pass"\nsize = 1\n',
      "unknown"),
+    ('[[model]]\nspec = "Counter.tla"\nconfig = "Holds.cfg"\nexpect = "pass"\ncost = 0\n',
+     "cost"),
 ])
 def test_manifest_errors(counter_dir, tmp_path, bad, message):
     manifest = counter_dir / f"bad-{abs(hash(bad))}.toml"
