@@ -21,9 +21,11 @@ metadata says the topic is gone:
   exists any more, librdkafka stops joining and heartbeating, so the member
   leaves the group by session timeout, as it would with Kafka.
 
-aiokafka runs without auto-commit: its commit before rejoining retries
-UNKNOWN_TOPIC_OR_PARTITION (retriable in its error table) without end for
-the deleted partition's offset, and Kafka answers that commit the same way
+kafka-python and aiokafka run without auto-commit: before rejoining they
+commit the consumed offsets, and they retry the deleted partition's
+UNKNOWN_TOPIC_OR_PARTITION (retriable in their error tables; kafka-python up
+to request.timeout.ms, 30 s, aiokafka without end) while their session runs
+out. Kafka answers that commit the same way
 (KafkaApis.handleOffsetCommitRequest: a topic not in the metadata cache).
 
 auto.create.topics.enable is off where kafka-python runs: its Metadata
@@ -77,24 +79,27 @@ def wait_for_stable_on_remaining(admin, group, poll):
 
 
 def test_kafka_python_group_leaves_a_deleted_topic_at_once(kref_broker_factory):
+    # One kafka-python member: with two KafkaConsumers in one process
+    # (kafka-python 3.0.12) one of them sometimes never finishes handling the
+    # SyncGroup answer of the rebalance after the deletion (no "newly assigned
+    # partitions", its heartbeat stays disabled and its session expires),
+    # although the broker's answer carries the right assignment.
     broker = kref_broker_factory(NO_AUTO_CREATE)
     admin, _ = setup(broker.bootstrap)
-    members = [KafkaConsumer("kept", "doomed", bootstrap_servers=broker.bootstrap, group_id="g-kp-del",
-                             auto_offset_reset="earliest", session_timeout_ms=10_000, heartbeat_interval_ms=500)
-               for _ in range(2)]
+    member = KafkaConsumer("kept", "doomed", bootstrap_servers=broker.bootstrap, group_id="g-kp-del",
+                           auto_offset_reset="earliest", session_timeout_ms=10_000, heartbeat_interval_ms=500,
+                           enable_auto_commit=False)
 
     def poll():
-        for c in members:
-            c.poll(100)
-        return [{(tp.topic, tp.partition) for tp in c.assignment()} for c in members]
+        member.poll(100)
+        return [{(tp.topic, tp.partition) for tp in member.assignment()}]
 
     deadline = time.monotonic() + DEADLINE_S
     while sum(map(len, poll())) != 4:
         assert time.monotonic() < deadline, "the group never formed"
     admin.delete_topics(["doomed"])["doomed"].result(15)
     wait_for_stable_on_remaining(admin, "g-kp-del", poll)
-    for c in members:
-        c.close()
+    member.close()
 
 
 def test_aiokafka_group_leaves_a_deleted_topic_at_once(kref_broker_factory):
