@@ -1,38 +1,23 @@
-"""Group life cycle with real clients: delete right after close, and a
-cooperative-sticky group whose subscribed topic is deleted.
+"""Group life cycle with real clients: delete right after close.
 
 - Every member of a group closes (confluent-kafka and kafka-python, the
   members' close sends LeaveGroup); DeleteGroups right after succeeds: the
   group is Empty at once, no member lingers.
-- Two cooperative-sticky confluent-kafka members subscribed to two topics;
-  one topic is deleted while they are joined. Once the clients' metadata
-  says the topic is gone (refreshed every second here), the group settles
-  promptly on the remaining topic (Stable, every remaining partition
-  assigned once, the deleted one nowhere) and stays usable: a new record is
-  consumed.
+- Static members (group.instance.id) send no LeaveGroup on close: the group
+  stays non-empty until their sessions expire, as with Kafka.
 """
 
 from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from kafka import KafkaConsumer
 
+from tests.clients.test_group_topic_deletion import setup
+
 DEADLINE_S = 30
-
-
-def setup(bootstrap, topics, partitions=2, records=10):
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    for t in topics:
-        admin.create_topics([NewTopic(t, partitions, 1)])[t].result(15)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for t in topics:
-        for i in range(records):
-            producer.produce(t, b"r%d" % i, partition=i % partitions)
-    assert producer.flush(15) == 0
-    return admin, producer
 
 
 def delete_group(admin, group):
@@ -65,50 +50,33 @@ def test_delete_groups_right_after_every_member_closed(kref_broker):
     assert {g.group_id for g in admin.list_consumer_groups().result(15).valid} & {"g-closing", "g-kp"} == set()
 
 
-def assigned(c):
-    return {(tp.topic, tp.partition) for tp in c.assignment()}
-
-
-def test_cooperative_group_settles_after_a_subscribed_topic_is_deleted(kref_broker):
-    admin, producer = setup(kref_broker.bootstrap, ["kept", "doomed"])
-    conf = {"bootstrap.servers": kref_broker.bootstrap, "group.id": "g-coop", "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 500,
-            # librdkafka re-checks a group's subscription against metadata only
-            # on its periodic refresh (default every 5 minutes), whatever the
-            # broker answers meanwhile; see docs/groups.md.
-            "topic.metadata.refresh.interval.ms": 1000}
-    members = [Consumer(conf) for _ in range(2)]
-    for c in members:
-        c.subscribe(["kept", "doomed"])
+def test_static_members_stay_until_their_session_expires(kref_broker):
+    # KIP-345: a static member's close sends no LeaveGroup (librdkafka and
+    # kafka-python alike), so the group is not Empty right after close -- as
+    # with Kafka -- and DeleteGroups answers NON_EMPTY_GROUP until the
+    # members' sessions expire (tests/coordinator/test_group_not_empty.py).
+    admin, _ = setup(kref_broker.bootstrap, ["static"])
+    rk = Consumer({"bootstrap.servers": kref_broker.bootstrap, "group.id": "g-static", "group.instance.id": "rk-1",
+                   "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    rk.subscribe(["static"])
+    kp = KafkaConsumer("static", bootstrap_servers=kref_broker.bootstrap, group_id="g-static",
+                       group_instance_id="kp-1", auto_offset_reset="earliest", session_timeout_ms=6000,
+                       heartbeat_interval_ms=500)
     deadline = time.monotonic() + DEADLINE_S
-    while not (all(assigned(c) for c in members) and len(set().union(*map(assigned, members))) == 4):
+    while len(rk.assignment()) + len(kp.assignment()) < 2:
         assert time.monotonic() < deadline, "the group never formed"
-        for c in members:
-            c.poll(0.1)
-
-    admin.delete_topics(["doomed"])["doomed"].result(15)
-    remaining = {("kept", 0), ("kept", 1)}
+        rk.poll(0.1)
+        kp.poll(100)
+    rk.close()
+    kp.close()
+    with pytest.raises(KafkaException) as refused:
+        delete_group(admin, "g-static")
+    assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
     deadline = time.monotonic() + DEADLINE_S
     while True:
-        for c in members:
-            c.poll(0.1)
-        owned = [assigned(c) for c in members]
-        if sum(map(len, owned)) == 2 and set().union(*owned) == remaining:
-            described = admin.describe_consumer_groups(["g-coop"])["g-coop"].result(15)
-            stored = [(tp.topic, tp.partition) for m in described.members for tp in m.assignment.topic_partitions]
-            if described.state.name == "STABLE" and sorted(stored) == sorted(remaining):
-                break  # the coordinator's generation agrees with the clients
-        assert time.monotonic() < deadline, f"not settled: {owned}"
-
-    producer.produce("kept", b"after-delete", partition=0)
-    assert producer.flush(15) == 0
-    deadline = time.monotonic() + DEADLINE_S
-    seen = False
-    while not seen:
-        assert time.monotonic() < deadline, "the group stopped consuming"
-        for c in members:
-            msg = c.poll(0.1)
-            seen = seen or (msg is not None and not msg.error() and msg.value() == b"after-delete")
-    for c in members:
-        c.close()
+        d = admin.describe_consumer_groups(["g-static"])["g-static"].result(15)
+        if d.state.name == "EMPTY":
+            break
+        assert time.monotonic() < deadline, f"static members never expired: {d.state}"
+        time.sleep(0.5)
+    delete_group(admin, "g-static")
