@@ -170,7 +170,8 @@ def test_real_single_broker_trace_is_a_behaviour_of_the_spec(tmp_path):
 
 
 def test_origins_name_the_file_line_after_run_headers(tmp_path):
-    """A broker restarted on the same --trace-file appends a run: origins count every earlier line."""
+    """A broker restarted on the same --trace-file appends a run: origins count every line, and the
+    end of the first run (a kill -9 logs nothing) becomes an inferred Crash, its successor a Restart."""
 
     ev = {"type": "BecomeLeader", "replica": 1, "topic": "t", "partition": 0, "leader_epoch": 0,
           "partition_epoch": 0, "isr": [1], "replicas": [1], "log_end_offset": 0, "high_watermark": 0}
@@ -178,4 +179,9 @@ def test_origins_name_the_file_line_after_run_headers(tmp_path):
     lines = [header, dict(ev, seq=1, time_ms=1), header, dict(ev, seq=1, time_ms=2), dict(ev, seq=2, time_ms=3)]
     path = tmp_path / "two-runs.ndjson"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert [origin for _, origin in load_events([path])] == [f"{path}:4", f"{path}:5"]
+    events = load_events([path])
+    assert [origin for _, origin in events if not origin.startswith("inferred")] == [
+        f"{path}:2", f"{path}:4", f"{path}:5"]
+    assert [(e["type"], e.get("replica")) for e, _ in events] == [
+        ("BecomeLeader", 1), ("Crash", 1), ("Restart", 1), ("BecomeLeader", 1), ("BecomeLeader", 1)]
+    assert f"{path}:2" in events[1][1]  # the Crash names the run's last line
