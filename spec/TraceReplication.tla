@@ -134,7 +134,21 @@ TBecomeLeader ==
     /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
     /\ isr'[r] = Ev.isr
 
+\* A follower applying a registration with the same leader and leader epoch
+\* (an ISR change: a new partition epoch only). Kafka and kref log it; the
+\* spec's follower does not track the ISR (its fetching goes on unchanged),
+\* so it is no step of the spec: the registration must be one the
+\* controller committed, nothing else changes.
+TFollowerMetadata ==
+    LET r == Ev.replica IN
+    /\ role[r] = "Follower"
+    /\ leader_epoch[r] = Ev.leader_epoch
+    /\ Len(log[r]) = Ev.log_end_offset
+    /\ Ev.partition_epoch + pe_shift <= controller.partition_epoch
+    /\ UNCHANGED vars
+
 TBecomeFollower ==
+    IF "same_leader" \in DOMAIN Ev THEN TFollowerMetadata ELSE
     LET r == Ev.replica IN
     /\ Len(log[r]) = Ev.log_end_offset
     /\ controller.leader = Ev.leader
@@ -171,8 +185,8 @@ TUnfenceBroker == UnfenceBroker(Ev.broker)
 TCrash ==
     LET r == Ev.replica IN
     /\ Crash(r)
-    /\ "log_end_offset" \in DOMAIN Ev => Len(log'[r]) = Ev.log_end_offset
-    /\ "high_watermark" \in DOMAIN Ev => high_watermark'[r] = Ev.high_watermark
+    /\ "kept_log_end_offset" \in DOMAIN Ev => Len(log'[r]) = Ev.kept_log_end_offset
+    /\ "kept_high_watermark" \in DOMAIN Ev => high_watermark'[r] = Ev.kept_high_watermark
     /\ "keep_all" \in DOMAIN Ev => /\ log'[r] = log[r]
                                   /\ high_watermark'[r] = high_watermark[r]
 \* A Restart trace_check inferred from a new run of a killed broker's file

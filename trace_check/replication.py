@@ -272,6 +272,8 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             skipped[f"everything from the {e['type']} on"] = len(mine) - i
             mine = mine[:i]
             break
+    mine = _restart_when_it_counts(mine)
+    mine = _same_leader_updates(mine)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _delayed_fetch_completions(mine, skipped)
     mine = _lost_answers(mine, skipped)
@@ -301,9 +303,71 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     return out
 
 
+def _restart_when_it_counts(mine):
+    """Move each Restart to just before the replica's first step after it (or its UnfenceBroker).
+
+    A process starts before the controller has fenced its previous life when
+    it comes back within broker.session.timeout.ms; its registration is then
+    refused until that session expires and the controller fences it. The
+    spec's Restart is the registration of the new life (it needs the replica
+    fenced), so a Restart logged at the process start (the simulator's) is
+    taken where the restarted replica first matters: it is Online but silent
+    until then, which the spec allows.
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e, origin = out[i]
+        if e["type"] == "Restart":
+            r = e["replica"]
+            j = i + 1
+            while j < len(out):
+                later = out[j][0]
+                if ((later["type"] in REPLICA_ACTIONS or later["type"] == "Crash") and later.get("replica") == r) or (
+                        later["type"] == "UnfenceBroker" and later.get("broker") == r):
+                    break
+                j += 1
+            if j > i + 1:
+                out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the target left
+                continue  # out[i] is now the event after the old position
+        i += 1
+    return out
+
+
+def _same_leader_updates(mine):
+    """Mark a BecomeFollower that keeps the leader and leader epoch (`same_leader`: an isr change only).
+
+    It is no step of the spec (TraceReplication's TFollowerMetadata) and does
+    not touch the follower's fetch in flight, which the passes below respect.
+    """
+    out = []
+    following: dict[int, tuple[int, int]] = {}  # replica -> (leader, leader epoch) of its BecomeFollower
+    for e, origin in mine:
+        if e["type"] == "BecomeFollower":
+            if following.get(e["replica"]) == (e["leader"], e["leader_epoch"]):
+                e = {**e, "same_leader": True}
+            following[e["replica"]] = (e["leader"], e["leader_epoch"])
+        elif e["type"] in ("BecomeLeader", "Crash", "Restart"):
+            following.pop(e.get("replica"), None)
+        out.append((e, origin))
+    return out
+
+
+def _resets_fetch(e) -> bool:
+    """The replica's fetch in flight is gone after this event (spec: fetch' = NoFetch)."""
+    if e["type"] == "BecomeFollower":
+        return not e.get("same_leader")
+    return e["type"] in ("Crash", "BecomeLeader", "TruncateToEpochEndOffset")
+
+
 def _drop_failed_fetches(mine, skipped):
-    """Drop each FollowerFetch whose next fetch event for that follower is a FetchError, and the error."""
+    """Drop each FollowerFetch whose next fetch event for that follower is a FetchError, and the error;
+    and each FollowerFetch never answered before the follower's fetch was reset (BecomeFollower with a new
+    leader, BecomeLeader, Crash): kref's fetcher tries the old leader until it applies the new one, which
+    the spec's FollowerFetch (a live leader of the follower's epoch) does not allow, and neither changes
+    anything the spec tracks."""
     drop: set[int] = set()
+    abandoned = 0
     pending: dict[int, int] = {}  # follower -> index of its unanswered FollowerFetch
     for i, (e, _) in enumerate(mine):
         kind = e["type"]
@@ -315,10 +379,15 @@ def _drop_failed_fetches(mine, skipped):
             j = pending.pop(e["replica"], None)
             if j is not None:
                 drop.update((i, j))
-        elif kind in ("Crash", "BecomeLeader", "BecomeFollower"):
-            pending.pop(e["replica"], None)
+        elif _resets_fetch(e):
+            j = pending.pop(e["replica"], None)
+            if j is not None:  # never answered, then dropped by the reset: it changed nothing
+                abandoned += 1
+                drop.add(j)
     if drop:
-        skipped["FollowerFetch+FetchError (failed fetch)"] = len(drop) // 2
+        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned) // 2
+    if abandoned:
+        skipped["FollowerFetch never answered (dropped by a metadata change or crash)"] = abandoned
     return [x for i, x in enumerate(mine) if i not in drop]
 
 
@@ -351,7 +420,7 @@ def _delayed_fetch_completions(mine, skipped):
                 out.append((again, f"inferred: {origin} completes a parked fetch (the follower asks again)"))
                 inferred += 1
             pending[e["follower"]] = (request, True)
-        elif kind in ("FollowerAppend", "TruncateToEpochEndOffset", "Crash", "BecomeLeader", "BecomeFollower"):
+        elif kind == "FollowerAppend" or _resets_fetch(e):
             pending.pop(e["replica"], None)
         out.append((e, origin))
     if inferred:
@@ -381,6 +450,8 @@ def _lost_answers(mine, skipped):
             answered[e["replica"]] = False
             lost += 1
             continue
+        elif _resets_fetch(e):
+            answered.pop(e["replica"], None)
         out.append((e, origin))
     if lost:
         skipped["FetchError after the leader's answer (the answer was lost)"] = lost
@@ -410,7 +481,7 @@ def _answer_sizes(mine):
             waiting.pop(e["replica"])["records"] = e["last_offset"] - e["first_offset"] + 1
         elif kind == "FollowerFetch" and e["replica"] in waiting:
             waiting.pop(e["replica"])["records"] = 0
-        elif kind in ("TruncateToEpochEndOffset", "Crash", "BecomeLeader", "BecomeFollower", "FetchError"):
+        elif kind == "FetchError" or _resets_fetch(e):
             waiting.pop(e["replica"], None)
     return out
 
@@ -426,11 +497,12 @@ def _what_crashes_kept(mine):
     BecomeLeader/BecomeFollower after it (neither changes the log or the
     high watermark in the spec). A replica that never comes back keeps
     everything (keep_all): nothing later reads its log, so every choice is
-    equivalent and one is enough.
+    equivalent and one is enough. (The simulator's own Crash events carry
+    the log end offset before the crash; the kept one is `kept_log_end_offset`.)
     """
     out = [(dict(e), origin) for e, origin in mine]
     for i, (e, _) in enumerate(out):
-        if e["type"] != "Crash" or "log_end_offset" in e:
+        if e["type"] != "Crash":
             continue
         r = e["replica"]
         restarted = False
@@ -442,10 +514,10 @@ def _what_crashes_kept(mine):
             if later["type"] == "Restart":
                 restarted = True
                 if "log_end_offset" in later:
-                    e["log_end_offset"] = later["log_end_offset"]
+                    e["kept_log_end_offset"] = later["log_end_offset"]
             elif restarted and later["type"] in ("BecomeLeader", "BecomeFollower"):
-                e["log_end_offset"] = later["log_end_offset"]
-                e["high_watermark"] = later["high_watermark"]
+                e["kept_log_end_offset"] = later["log_end_offset"]
+                e["kept_high_watermark"] = later["high_watermark"]
                 break
         if not restarted:
             e["keep_all"] = True

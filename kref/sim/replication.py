@@ -46,6 +46,7 @@ or read by a consumer below the high watermark.
 from __future__ import annotations
 
 import struct
+from typing import Any
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ class Broker:
     epochs: list[tuple[int, int]] = field(default_factory=list)  # leader-epoch cache: (epoch, start_offset)
     waiting: list[tuple[int, int, int]] = field(default_factory=list)  # (request id, required offset, first offset)
     fetch_sent_ms: int | None = None
+    fetch_request: Any = None  # the SendFetch in flight (None: none, or an OffsetsForLeaderEpoch)
     dirty: bool = False
 
 
@@ -201,7 +203,7 @@ class ClusterSim:
                 b.epochs.append((epoch, offset))
         b.core = rc.PartitionReplica(TOPIC, PARTITION, b.node_id, min_insync_replicas=self.s.min_insync_replicas,
                                      replica_lag_time_max_ms=self.s.replica_lag_time_max_ms, tracing=self.world.trace)
-        b.waiting, b.fetch_sent_ms = [], None
+        b.waiting, b.fetch_sent_ms, b.fetch_request = [], None, None
         g = b.generation
         w = self.world
         for period, fn in ((self.s.heartbeat_interval_ms, self._heartbeat),
@@ -423,9 +425,16 @@ class ClusterSim:
             return
         if b.fetch_sent_ms is not None and self.world.now_ms - b.fetch_sent_ms < self.s.fetch_timeout_ms:
             return  # one Fetch in flight per partition
+        if b.fetch_request is not None:
+            # Timed out: the core learns its fetch failed (FetchError), as the broker's fetcher tells it;
+            # else its next FollowerFetch would follow one never answered (the spec: one in flight).
+            req, b.fetch_request = b.fetch_request, None
+            self._step(b, fc.FetchResponseReceived(req.current_leader_epoch, req.fetch_offset,
+                                                   ErrorCode.REQUEST_TIMED_OUT, -1, -1))
         for e in self._step(b, fc.FollowerFetchDue()):
             if isinstance(e, fc.SendFetch):
                 b.fetch_sent_ms = self.world.now_ms
+                b.fetch_request = e
                 self.world.send(b.node_id, e.leader, self._on_fetch, e.leader, b.node_id, e, b.generation)
             elif isinstance(e, fc.SendOffsetsForLeaderEpoch):
                 b.fetch_sent_ms = self.world.now_ms
@@ -456,9 +465,9 @@ class ClusterSim:
     def _on_fetch_response(self, node: int, req: fc.SendFetch, resp: rc.RespondFollowerFetch, records: tuple,
                            generation: int) -> None:
         b = self._usable(node)
-        if b is None or b.generation != generation:
-            return
-        b.fetch_sent_ms = None
+        if b is None or b.generation != generation or b.fetch_request is not req:
+            return  # a late answer to a fetch that timed out: the follower has dropped it
+        b.fetch_sent_ms, b.fetch_request = None, None
         local = self._end_offset_for(b, resp.diverging_epoch) if resp.diverging_epoch != rc.NO_EPOCH else None
         event = fc.FetchResponseReceived(req.current_leader_epoch, req.fetch_offset, resp.error_code,
                                          resp.high_watermark, resp.log_start_offset, bool(records),
@@ -482,9 +491,9 @@ class ClusterSim:
 
     def _on_epoch_end_offset(self, node: int, req, error: int, epoch: int, end: int, generation: int) -> None:
         b = self._usable(node)
-        if b is None or b.generation != generation:
-            return
-        b.fetch_sent_ms = None
+        if b is None or b.generation != generation or b.fetch_request is not req:
+            return  # a late answer to a fetch that timed out: the follower has dropped it
+        b.fetch_sent_ms, b.fetch_request = None, None
         local = self._end_offset_for(b, epoch) if epoch != rc.NO_EPOCH else None
         self._step(b, fc.EpochEndOffsetReceived(req.current_leader_epoch, req.leader_epoch, error, epoch, end, local))
 
