@@ -228,8 +228,20 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine: list[tuple[dict[str, Any], str]] = []
     skipped: dict[str, int] = {}
     started = False
+    fenced: dict[int, bool] = {}  # broker -> fenced, as the controller's events since the partition began say
     for e, origin in events:
         kind = e["type"]
+        if kind == "RegisterBroker" and started and fenced.get(e["broker"]) is False:
+            # A new incarnation registers while the old one was never fenced (its session ran out
+            # but no tick had fenced it yet): the registration fences the old one, in the same
+            # write that moves its partitions away. The spec's FenceBroker is that step.
+            e = {**e, "type": "FenceBroker"}
+            origin = f"{origin} (RegisterBroker of a new incarnation: fences the old one)"
+            kind = "FenceBroker"
+        if kind in BROKER_EVENTS:
+            fenced[e["broker"]] = kind == "FenceBroker"
+        elif kind in ("Crash", "Restart") and e.get("replica") not in fenced:
+            fenced[e["replica"]] = False  # registered and unfenced: the spec's Init
         if kind in STOPS:
             if started:
                 mine.append((e, origin))
@@ -275,6 +287,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _restart_when_it_counts(mine)
     mine = _same_leader_updates(mine)
     mine = _drop_failed_fetches(mine, skipped)
+    mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
     mine = _lost_answers(mine, skipped)
     mine = _answer_sizes(mine)
@@ -389,6 +402,36 @@ def _drop_failed_fetches(mine, skipped):
     if abandoned:
         skipped["FollowerFetch never answered (dropped by a metadata change or crash)"] = abandoned
     return [x for i, x in enumerate(mine) if i not in drop]
+
+
+def _fetch_when_taken(mine):
+    """Move each FollowerFetch to just before the LeaderHandleFetch that takes it.
+
+    A follower may send its fetch as soon as it applied a registration naming
+    the new leader, before that leader applied it; the request waits in the
+    network (or the leader's queue) until the leader takes it. The spec's
+    FollowerFetch needs a leader of the follower's epoch already, so the
+    step is taken where it first matters: right before the leader's answer.
+    Nothing else reads a follower's request in flight, so only the
+    follower's own events bound the move (none may lie in between).
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e = out[i][0]
+        if e["type"] == "FollowerFetch":
+            f = e["replica"]
+            j = i + 1
+            while j < len(out):
+                later = out[j][0]
+                if later.get("replica") == f or later.get("broker") == f or later.get("follower") == f:
+                    break
+                j += 1
+            if j < len(out) and out[j][0]["type"] == "LeaderHandleFetch" and j > i + 1:
+                out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the answer left
+                continue
+        i += 1
+    return out
 
 
 def _delayed_fetch_completions(mine, skipped):

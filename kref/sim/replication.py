@@ -88,6 +88,9 @@ class Settings:
     duration_ms: int = 8_000
     quiet_ms: int = 3_000  # faults healed, then this long to settle
     faults: bool = True
+    # Only crashes and restarts, a network that loses and duplicates nothing: the faults
+    # spec/Replication.tla models, so that a whole trace can be validated (trace_check).
+    crashes_only: bool = False
 
 
 @dataclass
@@ -118,6 +121,8 @@ class ClusterSim:
         w.net.drop = w.rng.choice((0.0, 0.01, 0.03))
         w.net.duplicate = w.rng.choice((0.0, 0.01, 0.02))
         w.net.max_delay_ms = w.rng.choice((3, 10, 25))
+        if self.s.crashes_only:
+            w.net.drop = w.net.duplicate = 0.0
         if self.s.replica_lag_time_max_ms == 0:  # drawn: below or above the broker session timeout
             self.s.replica_lag_time_max_ms = w.rng.choice((400, 1500))
         self.controller = cc.ControllerCore(CONTROLLER, broker_session_timeout_ms=self.s.broker_session_timeout_ms,
@@ -593,6 +598,8 @@ class ClusterSim:
         if w.now_ms >= self.s.duration_ms:
             return
         roll = rng.random()
+        if self.s.crashes_only:
+            roll = 0.0  # the crash below
         if self.down is None:
             leader = self._current_leader()
             victim = leader if leader is not None and rng.random() < 0.5 else self.brokers[rng.randint(1, self.s.brokers)]
