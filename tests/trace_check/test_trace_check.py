@@ -207,6 +207,16 @@ def verdict_min_isr_2(path: Path):
     return steps, check_and_explain(steps, min_insync_replicas=2, timeout_s=300)
 
 
+def assert_rejected_at(tmp_path: Path, events: list[dict], index: int, kind: str, **fields) -> None:
+    """The doctored trace is rejected at exactly events[index] (0-based), a `kind` step with `fields`."""
+    write(tmp_path / "doctored.ndjson", events)
+    steps, verdict = verdict_min_isr_2(tmp_path / "doctored.ndjson")
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == kind and all(bad[k] == v for k, v in fields.items()), bad
+    assert steps.origin[verdict.reached - 1].endswith(f"doctored.ndjson:{index + 1}")
+
+
 def test_crash_only_seed_prefix_is_a_behaviour_of_the_spec(tmp_path):
     crash_only_trace(tmp_path / "sim.ndjson", events=200)
     steps, verdict = verdict_min_isr_2(tmp_path / "sim.ndjson")
@@ -232,12 +242,7 @@ def test_isr_expanded_with_a_follower_behind_is_rejected(tmp_path):
     behind = max(i for i, e in enumerate(events[:expand]) if e["type"] == "LeaderHandleFetch"
                  and e["follower"] == follower and e["remote_log_end_offset"] < e["high_watermark"])
     events.insert(behind + 1, events.pop(expand))  # the leader expands the isr right then
-    write(tmp_path / "doctored.ndjson", events)
-    steps, verdict = verdict_min_isr_2(tmp_path / "doctored.ndjson")
-    assert not verdict.accepted
-    bad = steps.steps[verdict.reached - 1]
-    assert bad["type"] == "ExpandIsr" and bad["added"] == follower
-    assert steps.origin[verdict.reached - 1].endswith(f"doctored.ndjson:{behind + 2}")
+    assert_rejected_at(tmp_path, events, behind + 1, "ExpandIsr", added=follower)
 
 
 def test_truncation_below_the_high_watermark_is_rejected(tmp_path):
@@ -246,9 +251,4 @@ def test_truncation_below_the_high_watermark_is_rejected(tmp_path):
     below = events[i]["high_watermark"] - 1
     assert below >= 0
     events[i] = {**events[i], "log_end_offset": below, "high_watermark": below}
-    write(tmp_path / "doctored.ndjson", events)
-    steps, verdict = verdict_min_isr_2(tmp_path / "doctored.ndjson")
-    assert not verdict.accepted
-    bad = steps.steps[verdict.reached - 1]
-    assert bad["type"] == "TruncateToEpochEndOffset" and bad["log_end_offset"] == below
-    assert steps.origin[verdict.reached - 1].endswith(f"doctored.ndjson:{i + 1}")
+    assert_rejected_at(tmp_path, events, i, "TruncateToEpochEndOffset", log_end_offset=below)
