@@ -225,9 +225,11 @@ def test_crash_only_seed_prefix_is_a_behaviour_of_the_spec(tmp_path):
     assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
 
 
-@pytest.mark.xfail(strict=True, reason="a finding: kref's replica core advances the high watermark while the "
-                   "isr is below min.insync.replicas (KAFKA-15583; the spec's AdvanceHighWatermark does not); "
-                   "seed 129 is rejected at exactly that step (sim line 853). Owner: kref/replication (lead)")
+# Not strict: the lead's fix (branch replspeed 98a8dc7) makes it pass (checked: 630 steps accepted);
+# drop this mark once that fix is on main.
+@pytest.mark.xfail(strict=False, reason="a finding: kref's replica core advanced the high watermark while the "
+                   "isr was below min.insync.replicas (KAFKA-15583; the spec's AdvanceHighWatermark does not); "
+                   "seed 129 is rejected at exactly that step (sim line 853) until replspeed 98a8dc7 lands")
 def test_whole_crash_only_seed_is_a_behaviour_of_the_spec(tmp_path):
     crash_only_trace(tmp_path / "sim.ndjson")
     steps, verdict = verdict_min_isr_2(tmp_path / "sim.ndjson")
