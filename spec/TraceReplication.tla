@@ -37,8 +37,9 @@ EXTENDS Replication, TLC
 CONSTANT TraceLog   \* << [type |-> "LeaderAppend", replica |-> 1, ...], ... >>
 
 VARIABLE tl         \* the cursor: index of the next event to take
+VARIABLE pe_shift   \* spec partition epoch - kref's (see ElectionShift)
 
-trace_vars == <<vars, tl>>
+trace_vars == <<vars, tl, pe_shift>>
 
 Ev == TraceLog[tl]
 
@@ -48,6 +49,7 @@ FreshBatch(n) == [k \in 1..n |-> Cardinality(produced) + k]
 TraceInit ==
     /\ Init
     /\ tl = 1
+    /\ pe_shift = 0
     /\ TLCSet(1, 1)
 
 -----------------------------------------------------------------------------
@@ -78,7 +80,13 @@ TLeaderHandleFetch ==
     /\ fetch[f].last_fetched_epoch = Ev.last_fetched_epoch
     /\ LeaderHandleFetch(l, f)
     /\ IF Ev.diverging_epoch = -1 /\ Ev.diverging_end_offset = -1
-       THEN fetch'[f].type = "FetchResponse"
+       THEN /\ fetch'[f].type = "FetchResponse"
+            \* How many records the answer carried, when the trace shows it
+            \* (the follower's next append, or none when it fetched again).
+            \* Bounded by what the leader has: a follower appending more is
+            \* then rejected at its own FollowerAppend, where the fault is.
+            /\ "records" \in DOMAIN Ev =>
+                  Len(fetch'[f].records) = Min2(Ev.records, Len(log[l]) - Ev.fetch_offset)
        ELSE /\ fetch'[f].type = "DivergingEpoch"
             /\ fetch'[f].epoch = Ev.diverging_epoch
             /\ fetch'[f].end_offset = Ev.diverging_end_offset
@@ -116,31 +124,53 @@ THandleAlterPartitionResponse ==
     LET l == Ev.replica IN
     /\ HandleAlterPartitionResponse(l)
     /\ isr'[l] = Ev.isr
-    /\ partition_epoch'[l] = Ev.partition_epoch
+    /\ partition_epoch'[l] = Ev.partition_epoch + pe_shift
 
 TBecomeLeader ==
     LET r == Ev.replica IN
     /\ Len(log[r]) = Ev.log_end_offset
     /\ BecomeLeader(r)
     /\ leader_epoch'[r] = Ev.leader_epoch
-    /\ partition_epoch'[r] = Ev.partition_epoch
+    /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
     /\ isr'[r] = Ev.isr
 
+\* A follower applying a registration with the same leader and leader epoch
+\* (an ISR change: a new partition epoch only). Kafka and kref log it; the
+\* spec's follower does not track the ISR (its fetching goes on unchanged),
+\* so it is no step of the spec: the registration must be one the
+\* controller committed, nothing else changes.
+TFollowerMetadata ==
+    LET r == Ev.replica IN
+    /\ role[r] = "Follower"
+    /\ leader_epoch[r] = Ev.leader_epoch
+    /\ Len(log[r]) = Ev.log_end_offset
+    /\ Ev.partition_epoch + pe_shift <= controller.partition_epoch
+    /\ UNCHANGED vars
+
 TBecomeFollower ==
+    IF "same_leader" \in DOMAIN Ev THEN TFollowerMetadata ELSE
     LET r == Ev.replica IN
     /\ Len(log[r]) = Ev.log_end_offset
     /\ controller.leader = Ev.leader
     /\ BecomeFollower(r)
     /\ leader_epoch'[r] = Ev.leader_epoch
-    /\ partition_epoch'[r] = Ev.partition_epoch
+    /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
     /\ isr'[r] = Ev.isr
+
+\* kref, like Kafka, fences a leader and elects its successor in one
+\* PartitionChangeRecord: one new partition epoch. The spec takes two steps
+\* (FenceBroker, then ElectLeader), two partition epochs. trace_check marks
+\* such an election "after_fence"; from then on the spec's partition epochs
+\* are one ahead of kref's, which pe_shift counts: every partition epoch
+\* logged is compared as Ev.partition_epoch + pe_shift.
+ElectionShift == IF "after_fence" \in DOMAIN Ev THEN 1 ELSE 0
 
 \* The controller's elections: the registration it commits must be the one
 \* logged (leader, leader epoch, partition epoch, isr).
 ElectedAsLogged ==
     /\ controller'.leader = Ev.leader
     /\ controller'.leader_epoch = Ev.leader_epoch
-    /\ controller'.partition_epoch = Ev.partition_epoch
+    /\ controller'.partition_epoch = Ev.partition_epoch + pe_shift + ElectionShift
     /\ controller'.isr = Ev.isr
 
 TElectLeader == ElectLeader(Ev.leader) /\ ElectedAsLogged
@@ -149,10 +179,22 @@ TUncleanElectLeader == UncleanElectLeader(Ev.leader) /\ ElectedAsLogged
 
 TFenceBroker == FenceBroker(Ev.broker)
 TUnfenceBroker == UnfenceBroker(Ev.broker)
-TCrash == Crash(Ev.replica)
+\* What the crash kept, when trace_check could tell (docs/trace-validation.md):
+\* the log end offset and high watermark the replica had when it came back,
+\* or everything for a replica that never came back (keep_all).
+TCrash ==
+    LET r == Ev.replica IN
+    /\ Crash(r)
+    /\ "kept_log_end_offset" \in DOMAIN Ev => Len(log'[r]) = Ev.kept_log_end_offset
+    /\ "kept_high_watermark" \in DOMAIN Ev => high_watermark'[r] = Ev.kept_high_watermark
+    /\ "keep_all" \in DOMAIN Ev => /\ log'[r] = log[r]
+                                  /\ high_watermark'[r] = high_watermark[r]
+\* A Restart trace_check inferred from a new run of a killed broker's file
+\* carries no log end offset: what the crash kept shows in the broker's
+\* next event (BecomeFollower, BecomeLeader), which is compared.
 TRestart ==
     /\ Restart(Ev.replica)
-    /\ Len(log[Ev.replica]) = Ev.log_end_offset
+    /\ "log_end_offset" \in DOMAIN Ev => Len(log[Ev.replica]) = Ev.log_end_offset
 
 TraceStep ==
     /\ tl <= Len(TraceLog)
@@ -177,6 +219,7 @@ TraceStep ==
          [] Ev.type = "Restart"                      -> TRestart
          [] OTHER                                    -> FALSE
     /\ tl' = tl + 1
+    /\ pe_shift' = pe_shift + (IF Ev.type \in {"ElectLeader", "UncleanElectLeader"} THEN ElectionShift ELSE 0)
 
 \* Steps the replicas do not log (see the theory of operation).
 SilentStep ==
@@ -185,7 +228,7 @@ SilentStep ==
              /\ fetch[f].type = "FetchResponse"
              /\ fetch[f].records = << >>
              /\ FollowerAppend(f)
-    /\ UNCHANGED tl
+    /\ UNCHANGED <<tl, pe_shift>>
 
 TraceNext == TraceStep \/ SilentStep
 

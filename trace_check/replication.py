@@ -24,6 +24,13 @@ What is not one-to-one, and why (docs/trace-validation.md has the table):
 - Network faults of the simulator (messages dropped, duplicated, links cut,
   pauses) are not in the replication spec: a trace holding them is refused
   with that reason, not checked with holes in it.
+- A controlled shutdown (the controller's ControlledShutdown event) is in
+  neither spec: the check covers the trace up to the first one of a broker
+  hosting the partition, and says so (Steps.stopped).
+- A kill -9 writes no event: the runs of one node's file are its lives, and
+  a Crash (and, when a next run follows, a Restart) is inferred between
+  them (load_events, _infer_crashes). The steps of other partitions and of
+  the metadata quorum (spec/KRaft.tla) in the same files are left out.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from kref.trace.sink import read_ndjson_runs
+from kref.trace.sink import RUN_HEADER_TYPE
 
 # Event types the trace spec has a matcher for.
 SPEC_ACTIONS = frozenset({
@@ -46,12 +53,18 @@ SPEC_ACTIONS = frozenset({
 NOT_IN_SPEC = frozenset({"RegisterBroker", "BrokerHeartbeat", "ProduceAcknowledged", "TraceRun"})
 # Faults the spec does not model: a trace holding one is refused.
 UNMODELLED_FAULTS = frozenset({"MessageDropped", "MessageDuplicated", "Partition", "Heal", "Pause", "Resume"})
+# Steps neither spec models, of a broker hosting the partition: the check ends before the first
+# (a controlled shutdown moves leadership off a live broker, empties its isr membership and fences it).
+STOPS = frozenset({"ControlledShutdown"})
 BROKER_EVENTS = frozenset({"FenceBroker", "UnfenceBroker"})
 NODE_EVENTS = frozenset({"Crash", "Restart"})
 ELECTIONS = frozenset({"ElectLeader", "ElectPreferredLeader", "UncleanElectLeader"})
+# Steps a broker takes on a partition it hosts (not as the controller, not a fault).
+REPLICA_ACTIONS = SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS - ELECTIONS
 # Fields read as sets by the spec (everything else list-valued is a sequence).
 SET_FIELDS = frozenset({"isr", "removed"})
 
+METADATA_TOPIC = "__cluster_metadata"
 MAX_STEPS = 20_000  # beyond this a single TLC run takes too long: refuse, do not run for hours
 
 
@@ -69,33 +82,122 @@ class Steps:
     steps: list[dict[str, Any]] = field(default_factory=list)
     origin: list[str] = field(default_factory=list)  # per step: "file:line" of its event, or "synthetic"
     skipped: dict[str, int] = field(default_factory=dict)
+    stopped: str = ""  # the step the check stopped before (an unmodelled STOPS event), "" = the whole trace
+
+
+def _read_runs(path) -> list[tuple[dict[str, Any], list[tuple[int, dict[str, Any]]]]]:
+    """Every run of one file: (header, [(line number, event), ...]); a torn last line is left out.
+
+    A process killed in the middle of writing a line leaves it torn (no
+    newline): only the file's very last line may be, and it is not an event
+    (its step was cut short by the crash the checker infers anyway)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    lines = raw.decode("utf-8", errors="replace").split("\n")
+    torn = lines[-1]  # "" when the file ends with a newline
+    runs: list[tuple[dict[str, Any], list[tuple[int, dict[str, Any]]]]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and torn:
+                break
+            raise TraceError(f"{path}: not NDJSON (line {number}: {exc.msg})") from None
+        if not isinstance(obj, dict) or "type" not in obj:
+            raise TraceError(f"{path}:{number}: an event with no type")
+        if obj["type"] == RUN_HEADER_TYPE:
+            runs.append((obj, []))
+        else:
+            if not runs:
+                runs.append(({}, []))
+            runs[-1][1].append((number, obj))
+    return runs
 
 
 def load_events(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[dict[str, Any], str]]:
-    """Every event of every file (the last run of each), merged in one order, with its origin."""
+    """Every event of every run of every file, merged in one order, with its origin ("file:line").
+
+    A file of one node holds one run per start of the process. Where a run
+    ended and the node's process was killed (kill -9 writes no event), a
+    Crash is inferred, and where the next run starts, a Restart (see
+    _infer_crashes)."""
     merged: list[tuple[tuple, dict[str, Any], str]] = []
+    lives: list[tuple[int, int, list[tuple[tuple | None, tuple | None, str]]]] = []  # (node, file, its runs)
     for file_no, path in enumerate(paths):
-        try:
-            runs = read_ndjson_runs(path)
-        except OSError as exc:
-            raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path}: not NDJSON (line {exc.lineno}: {exc.msg})") from None
-        events = runs[-1].events if runs else []
-        # The last run ends the file: its events are the file's last lines, so
-        # origins name real line numbers (after run headers and earlier runs).
-        with open(path, "rb") as fh:
-            first_line = sum(1 for ln in fh if ln.strip()) - len(events)
-        for n, e in enumerate(events):
-            if not isinstance(e, dict) or "type" not in e:
-                raise TraceError(f"{path}: event {n + 1} has no type")
-            clock = e.get("mono_ns")
-            key = (0, clock, file_no, n) if clock is not None else (1, e.get("time_ms", 0), file_no, n)
-            merged.append((key, e, f"{os.fspath(path)}:{first_line + n + 1}"))
+        runs = _read_runs(path)
+        spans = []
+        for header, events in runs:
+            first = last = None
+            for number, e in events:
+                clock = e.get("mono_ns")
+                key = (0, clock, file_no, number) if clock is not None else (1, e.get("time_ms", 0), file_no, number)
+                merged.append((key, e, f"{os.fspath(path)}:{number}"))
+                first = first or key
+                last = key
+            spans.append((first, last, f"{os.fspath(path)}:{events[-1][0] if events else '?'}"))
+        node = runs[0][0].get("node") if runs else None
+        if node is not None:  # a broker's file (a run header names it): its runs are its lives
+            lives.append((node, file_no, spans))
     if any(k[0] == 0 for k, _, _ in merged) and any(k[0] == 1 for k, _, _ in merged):
         raise TraceError("some events carry mono_ns and some do not: cannot merge them into one order")
     merged.sort(key=lambda t: t[0])
+    merged = _infer_crashes(merged, lives)
     return [(e, origin) for _, e, origin in merged]
+
+
+def _infer_crashes(merged, lives):
+    """Put a Crash where a node's run ended without a successor taking over, and a Restart where it came back.
+
+    A kill -9 logs nothing; what the trace shows is that a node's run ends
+    and, if it was restarted, a new run of the same file begins. The spec
+    lets a crashed node be slow first, so each inferred step is put as late
+    as the trace allows, right before the first event that needs it:
+    - the Crash before the controller's first FenceBroker of that node after
+      the run's last event (fencing needs it Offline), else before the Restart;
+    - the Restart before the first event of the next run in which the
+      broker acts on a partition (REPLICA_ACTIONS; its controller role is
+      the spec's separate controller, not this replica), or the
+      controller's UnfenceBroker of that node, whichever comes first.
+    A run that is the file's last and is followed by no FenceBroker of its
+    node simply ends (the trace is a prefix of a behaviour). A node never
+    fenced before it acts again makes the trace rejected at the Restart:
+    the spec restarts only a fenced broker.
+    """
+    inserted: list[tuple[tuple, dict[str, Any], str]] = []
+    counter = 0
+
+    def before(key, kind, node, why):
+        nonlocal counter
+        counter += 1
+        inserted.append(((key[0], key[1], -1, counter), {"type": kind, "replica": node}, f"inferred: {why}"))
+
+    for node, file_no, spans in lives:
+        for i, (first, last, where) in enumerate(spans):
+            if last is None:
+                continue  # a run that traced nothing: nothing to end
+            restart_at = None
+            if i + 1 < len(spans):
+                nxt = spans[i + 1]
+                acting = [k for k, e, _ in merged if k[2] == file_no and nxt[0] is not None
+                          and nxt[0] <= k <= nxt[1] and e["type"] in REPLICA_ACTIONS]
+                unfenced = [k for k, e, _ in merged if k > last and e["type"] == "UnfenceBroker"
+                            and e.get("broker") == node]
+                bounds = [k for k in (acting[:1] + unfenced[:1])]
+                restart_at = min(bounds) if bounds else None
+            fenced = [k for k, e, _ in merged if k > last and e["type"] == "FenceBroker" and e.get("broker") == node
+                      and (restart_at is None or k < restart_at)]
+            crash_at = fenced[0] if fenced else restart_at
+            if crash_at is None:
+                continue
+            before(crash_at, "Crash", node, f"node {node}'s run ended at {where} (killed)")
+            if restart_at is not None:
+                before(restart_at, "Restart", node, f"node {node} started again (a new run in its file)")
+    return sorted(merged + inserted, key=lambda t: t[0])
 
 
 def _partitions(events) -> set[tuple[str, int]]:
@@ -126,10 +228,32 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine: list[tuple[dict[str, Any], str]] = []
     skipped: dict[str, int] = {}
     started = False
+    fenced: dict[int, bool] = {}  # broker -> fenced, as the controller's events since the partition began say
     for e, origin in events:
         kind = e["type"]
+        if kind == "RegisterBroker" and started and fenced.get(e["broker"]) is False:
+            # A new incarnation registers while the old one was never fenced (its session ran out
+            # but no tick had fenced it yet): the registration fences the old one, in the same
+            # write that moves its partitions away. The spec's FenceBroker is that step.
+            e = {**e, "type": "FenceBroker"}
+            origin = f"{origin} (RegisterBroker of a new incarnation: fences the old one)"
+            kind = "FenceBroker"
+        if kind in BROKER_EVENTS:
+            fenced[e["broker"]] = kind == "FenceBroker"
+        elif kind in ("Crash", "Restart") and e.get("replica") not in fenced:
+            fenced[e["replica"]] = False  # registered and unfenced: the spec's Init
+        if kind in STOPS:
+            if started:
+                mine.append((e, origin))
+            continue
         if kind in NOT_IN_SPEC:
             skipped[kind] = skipped.get(kind, 0) + 1
+            continue
+        if kind not in NODE_EVENTS | BROKER_EVENTS and "topic" in e and (e["topic"], e.get("partition")) != (
+                topic, partition):
+            # Another partition's step, or the metadata quorum's (spec/KRaft.tla): not this check's.
+            other = "quorum events" if e["topic"] == METADATA_TOPIC else "other partitions' events"
+            skipped[other] = skipped.get(other, 0) + 1
             continue
         if kind not in SPEC_ACTIONS:
             raise TraceError(f"{origin}: unknown event type {kind!r}")
@@ -149,13 +273,39 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
         replicas.update(e.get("replicas") or ())
     if not replicas:
         replicas = {e["replica"] for e, _ in mine if e["type"] not in ELECTIONS | BROKER_EVENTS}
+    # Brokers that do not host the partition are not in the spec's Replicas: their crashes and fencing do not
+    # touch it.
+    mine = [(e, o) for e, o in mine
+            if e["type"] not in NODE_EVENTS | BROKER_EVENTS | STOPS or e.get("broker", e.get("replica")) in replicas]
+    stopped = ""
+    for i, (e, origin) in enumerate(mine):
+        if e["type"] in STOPS:
+            stopped = f"{e['type']} of broker {e['broker']} at {origin}"
+            skipped[f"everything from the {e['type']} on"] = len(mine) - i
+            mine = mine[:i]
+            break
+    mine = _restart_when_it_counts(mine)
+    mine = _same_leader_updates(mine)
     mine = _drop_failed_fetches(mine, skipped)
+    mine = _fetch_when_taken(mine)
+    mine = _delayed_fetch_completions(mine, skipped)
+    mine = _lost_answers(mine, skipped)
+    mine = _answer_sizes(mine)
+    mine = _what_crashes_kept(mine)
     mine = _creation_as_election(mine, sorted(replicas))
 
     out = Steps(topic=topic, partition=partition, replicas=sorted(replicas), values=0,
-                unclean=any(e["type"] == "UncleanElectLeader" for e, _ in mine), skipped=skipped)
+                unclean=any(e["type"] == "UncleanElectLeader" for e, _ in mine), skipped=skipped,
+                stopped=stopped)
+    previous: dict[str, Any] = {}
     for e, origin in mine:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition")}
+        if (e["type"] in ("ElectLeader", "UncleanElectLeader") and previous.get("type") == "FenceBroker"
+                and (previous.get("replica"), previous.get("time_ms")) == (e.get("replica"), e.get("time_ms"))):
+            # One controller write fenced the leader and elected its successor: one partition epoch in
+            # kref (and Kafka), two steps in the spec (TraceReplication's pe_shift).
+            step["after_fence"] = True
+        previous = e
         if e["type"] == "LeaderAppend":
             out.values += e["last_offset"] - e["first_offset"] + 1
         out.steps.append(step)
@@ -166,9 +316,71 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     return out
 
 
+def _restart_when_it_counts(mine):
+    """Move each Restart to just before the replica's first step after it (or its UnfenceBroker).
+
+    A process starts before the controller has fenced its previous life when
+    it comes back within broker.session.timeout.ms; its registration is then
+    refused until that session expires and the controller fences it. The
+    spec's Restart is the registration of the new life (it needs the replica
+    fenced), so a Restart logged at the process start (the simulator's) is
+    taken where the restarted replica first matters: it is Online but silent
+    until then, which the spec allows.
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e, origin = out[i]
+        if e["type"] == "Restart":
+            r = e["replica"]
+            j = i + 1
+            while j < len(out):
+                later = out[j][0]
+                if ((later["type"] in REPLICA_ACTIONS or later["type"] == "Crash") and later.get("replica") == r) or (
+                        later["type"] == "UnfenceBroker" and later.get("broker") == r):
+                    break
+                j += 1
+            if j > i + 1:
+                out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the target left
+                continue  # out[i] is now the event after the old position
+        i += 1
+    return out
+
+
+def _same_leader_updates(mine):
+    """Mark a BecomeFollower that keeps the leader and leader epoch (`same_leader`: an isr change only).
+
+    It is no step of the spec (TraceReplication's TFollowerMetadata) and does
+    not touch the follower's fetch in flight, which the passes below respect.
+    """
+    out = []
+    following: dict[int, tuple[int, int]] = {}  # replica -> (leader, leader epoch) of its BecomeFollower
+    for e, origin in mine:
+        if e["type"] == "BecomeFollower":
+            if following.get(e["replica"]) == (e["leader"], e["leader_epoch"]):
+                e = {**e, "same_leader": True}
+            following[e["replica"]] = (e["leader"], e["leader_epoch"])
+        elif e["type"] in ("BecomeLeader", "Crash", "Restart"):
+            following.pop(e.get("replica"), None)
+        out.append((e, origin))
+    return out
+
+
+def _resets_fetch(e) -> bool:
+    """The replica's fetch in flight is gone after this event (spec: fetch' = NoFetch)."""
+    if e["type"] == "BecomeFollower":
+        return not e.get("same_leader")
+    return e["type"] in ("Crash", "BecomeLeader", "TruncateToEpochEndOffset")
+
+
 def _drop_failed_fetches(mine, skipped):
-    """Drop each FollowerFetch whose next fetch event for that follower is a FetchError, and the error."""
+    """Drop each FollowerFetch whose next fetch event for that follower is a FetchError, and the error;
+    and each FollowerFetch never answered before the follower's fetch was reset (BecomeFollower with a new
+    leader, BecomeLeader, Crash): kref's fetcher tries the old leader until it applies the new one, which
+    the spec's FollowerFetch (a live leader of the follower's epoch) does not allow, and neither changes
+    anything the spec tracks."""
     drop: set[int] = set()
+    abandoned = 0
     pending: dict[int, int] = {}  # follower -> index of its unanswered FollowerFetch
     for i, (e, _) in enumerate(mine):
         kind = e["type"]
@@ -180,11 +392,179 @@ def _drop_failed_fetches(mine, skipped):
             j = pending.pop(e["replica"], None)
             if j is not None:
                 drop.update((i, j))
-        elif kind in ("Crash", "BecomeLeader", "BecomeFollower"):
-            pending.pop(e["replica"], None)
+        elif _resets_fetch(e):
+            j = pending.pop(e["replica"], None)
+            if j is not None:  # never answered, then dropped by the reset: it changed nothing
+                abandoned += 1
+                drop.add(j)
     if drop:
-        skipped["FollowerFetch+FetchError (failed fetch)"] = len(drop) // 2
+        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned) // 2
+    if abandoned:
+        skipped["FollowerFetch never answered (dropped by a metadata change or crash)"] = abandoned
     return [x for i, x in enumerate(mine) if i not in drop]
+
+
+def _fetch_when_taken(mine):
+    """Move each FollowerFetch to just before the LeaderHandleFetch that takes it.
+
+    A follower may send its fetch as soon as it applied a registration naming
+    the new leader, before that leader applied it; the request waits in the
+    network (or the leader's queue) until the leader takes it. The spec's
+    FollowerFetch needs a leader of the follower's epoch already, so the
+    step is taken where it first matters: right before the leader's answer.
+    Nothing else reads a follower's request in flight, so only the
+    follower's own events bound the move (none may lie in between).
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e = out[i][0]
+        if e["type"] == "FollowerFetch":
+            f = e["replica"]
+            j = i + 1
+            while j < len(out):
+                later = out[j][0]
+                if later.get("replica") == f or later.get("broker") == f or later.get("follower") == f:
+                    break
+                j += 1
+            if j < len(out) and out[j][0]["type"] == "LeaderHandleFetch" and j > i + 1:
+                out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the answer left
+                continue
+        i += 1
+    return out
+
+
+def _delayed_fetch_completions(mine, skipped):
+    """A fetch the leader parked (nothing to send yet) is logged twice: when it came and when it completed.
+
+    Like Kafka, kref's leader takes a follower's fetch (LeaderHandleFetch:
+    the follower's log end offset is known from then on, which may advance
+    the high watermark or expand the isr) and, with nothing to send, parks
+    it for up to replica.fetch.wait.max.ms; when it completes (new records,
+    or the wait ran out) the leader reads again and logs a second
+    LeaderHandleFetch for the same request, whose answer is what the
+    follower receives. The spec answers a request once. The pair is the
+    spec behaviour in which the first answer was empty, the follower took it
+    (a silent step of TraceReplication) and fetched again at once with the
+    same offsets: that FollowerFetch, which kref does not send, is put before
+    the second LeaderHandleFetch and named "inferred" in the report.
+    """
+    out = []
+    pending: dict[int, tuple[dict[str, Any], bool]] = {}  # follower -> (its last FollowerFetch, answered)
+    inferred = 0
+    for e, origin in mine:
+        kind = e["type"]
+        if kind == "FollowerFetch":
+            pending[e["replica"]] = (e, False)
+        elif kind == "LeaderHandleFetch" and e["follower"] in pending:
+            request, answered = pending[e["follower"]]
+            if answered:
+                again = {k: v for k, v in request.items() if k not in ("seq", "mono_ns", "time_ms")}
+                out.append((again, f"inferred: {origin} completes a parked fetch (the follower asks again)"))
+                inferred += 1
+            pending[e["follower"]] = (request, True)
+        elif kind == "FollowerAppend" or _resets_fetch(e):
+            pending.pop(e["replica"], None)
+        out.append((e, origin))
+    if inferred:
+        skipped["LeaderHandleFetch completing a parked fetch (a FollowerFetch inferred before it)"] = inferred
+    return out
+
+
+def _lost_answers(mine, skipped):
+    """A FetchError after the leader took the fetch: the answer was lost (the connection broke).
+
+    The leader's step happened (it knows the follower's offset); the follower
+    never got the answer and dropped its request. In the spec that is the
+    follower taking an empty answer (a silent step of TraceReplication; the
+    spec's LeaderHandleFetch may answer with no records), so the FetchError
+    is left out. (The spec's FetchError takes an unanswered request only.)
+    """
+    out = []
+    answered: dict[int, bool] = {}  # follower -> its last FollowerFetch was taken by the leader
+    lost = 0
+    for e, origin in mine:
+        kind = e["type"]
+        if kind == "FollowerFetch":
+            answered[e["replica"]] = False
+        elif kind == "LeaderHandleFetch":
+            answered[e["follower"]] = True
+        elif kind == "FetchError" and answered.get(e["replica"]):
+            answered[e["replica"]] = False
+            lost += 1
+            continue
+        elif _resets_fetch(e):
+            answered.pop(e["replica"], None)
+        out.append((e, origin))
+    if lost:
+        skipped["FetchError after the leader's answer (the answer was lost)"] = lost
+    return out
+
+
+def _answer_sizes(mine):
+    """Give each LeaderHandleFetch the number of records its answer carried, when the trace shows it.
+
+    The answer is what the follower appends next (FollowerAppend, first to
+    last offset) or nothing when it fetches again without appending. Without
+    this the spec's LeaderHandleFetch may answer with any prefix of what the
+    leader has past the fetch offset, and TLC carries every choice until the
+    follower's append rules all but one out: with batches of 200 records,
+    200 states per fetch (a 150-step trace took minutes instead of seconds).
+    """
+    out = [(dict(e), origin) for e, origin in mine]
+    waiting: dict[int, dict] = {}  # follower -> the step of the LeaderHandleFetch whose answer it has not taken
+    for e, _ in out:
+        kind = e["type"]
+        if kind == "LeaderHandleFetch":
+            if e["diverging_epoch"] == -1 and e["diverging_end_offset"] == -1:
+                waiting[e["follower"]] = e
+            else:
+                waiting.pop(e["follower"], None)
+        elif kind == "FollowerAppend" and e["replica"] in waiting:
+            waiting.pop(e["replica"])["records"] = e["last_offset"] - e["first_offset"] + 1
+        elif kind == "FollowerFetch" and e["replica"] in waiting:
+            waiting.pop(e["replica"])["records"] = 0
+        elif kind == "FetchError" or _resets_fetch(e):
+            waiting.pop(e["replica"], None)
+    return out
+
+
+def _what_crashes_kept(mine):
+    """Give each Crash what the replica's log and high watermark were after it, when the trace shows it.
+
+    The spec's Crash keeps any prefix of the log and any high watermark
+    checkpoint below: with a log of n records, about n*n/2 states, carried
+    by TLC until something rules them out (a killed leader with 200 records:
+    20,000 states per later step). The trace shows what the crash kept: the
+    Restart's log end offset when logged, and the replica's first
+    BecomeLeader/BecomeFollower after it (neither changes the log or the
+    high watermark in the spec). A replica that never comes back keeps
+    everything (keep_all): nothing later reads its log, so every choice is
+    equivalent and one is enough. (The simulator's own Crash events carry
+    the log end offset before the crash; the kept one is `kept_log_end_offset`.)
+    """
+    out = [(dict(e), origin) for e, origin in mine]
+    for i, (e, _) in enumerate(out):
+        if e["type"] != "Crash":
+            continue
+        r = e["replica"]
+        restarted = False
+        for later, _ in out[i + 1:]:
+            if later.get("replica") != r:
+                continue
+            if later["type"] == "Crash":
+                break
+            if later["type"] == "Restart":
+                restarted = True
+                if "log_end_offset" in later:
+                    e["kept_log_end_offset"] = later["log_end_offset"]
+            elif restarted and later["type"] in ("BecomeLeader", "BecomeFollower"):
+                e["kept_log_end_offset"] = later["log_end_offset"]
+                e["kept_high_watermark"] = later["high_watermark"]
+                break
+        if not restarted:
+            e["keep_all"] = True
+    return out
 
 
 def _creation_as_election(mine, replicas):

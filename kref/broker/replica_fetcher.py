@@ -173,6 +173,10 @@ class ReplicaFetcherManager:
                 except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
                     log.info("%s: fetch from broker %d failed: %s", name, leader, exc)
                     session.on_failure()
+                    # Each partition's core learns its fetch failed (the spec's FetchError: the
+                    # request is dropped and it backs off); else its next FollowerFetch would
+                    # follow one that was never answered.
+                    self._fail(wanted, self.broker.now_ms())
                     if stream is not None:
                         with trio.CancelScope(shield=True):
                             await stream.aclose()
@@ -269,6 +273,16 @@ class ReplicaFetcherManager:
                 if told is None or self.broker.partitions.get(part.key) is not part:
                     continue
                 self._deliver(part, due, _Unchanged(told[0], told[1]), ErrorCode.NONE, -1, -1, None, now)
+
+    def _fail(self, wanted: list[tuple[Any, SendFetch]], now: int) -> None:
+        for part, due in wanted:
+            if self.broker.partitions.get(part.key) is not part:
+                continue  # deleted or replaced meanwhile
+            part.on_fetch_response(
+                due, error_code=ErrorCode.NETWORK_EXCEPTION, high_watermark=-1, log_start_offset=-1,
+                diverging_epoch=-1, diverging_end_offset=-1, records=None, now_ms=now,
+                backoff_ms=self.broker.config.replica_fetch_backoff_ms,
+            )
 
     def _deliver(self, part: Any, due: SendFetch, p: Any, code: int, epoch: int, end: int, records, now: int) -> None:
         part.on_fetch_response(

@@ -135,6 +135,13 @@ class UnfenceBroker(BrokerEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ControlledShutdown(BrokerEvent):
+    """A broker asked to shut down and the controller starts moving it off its
+    partitions. Neither spec models controlled shutdown: trace_check checks a
+    trace only up to this event (its leader moves and isr removals follow)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderElection(TraceEvent):
     """spec/Replication.tla's controller record after an election the controller
     wrote; replica = the controller's node id, topic/partition = the partition."""
@@ -572,9 +579,12 @@ class ControllerCore:
         if broker_id not in self.shutting_down:
             records = self._leave_partitions(broker_id)
             self.shutting_down[broker_id] = self.next_offset + len(records)
+            announce = lambda: self._emit(out, ControlledShutdown, now_ms, broker)  # noqa: E731
             if records:
-                self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms)
+                self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms,
+                            announce)
                 return
+            announce()
         leads = any(p.leader == broker_id for t in self.topics.values() for p in t.partitions.values())
         if leads or e.current_metadata_offset < self.shutting_down[broker_id]:
             out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False)))

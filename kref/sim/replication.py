@@ -46,6 +46,7 @@ or read by a consumer below the high watermark.
 from __future__ import annotations
 
 import struct
+from typing import Any
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -107,6 +108,9 @@ class Settings:
     duration_ms: int = 8_000
     quiet_ms: int = 3_000  # faults healed, then this long to settle
     faults: bool = True
+    # Only crashes and restarts, a network that loses and duplicates nothing: the faults
+    # spec/Replication.tla models, so that a whole trace can be validated (trace_check).
+    crashes_only: bool = False
 
 
 @dataclass
@@ -128,6 +132,7 @@ class Broker:
     purgatory: Purgatory | None = None
     fetch_sent_ms: int | None = None
     alter_partition_request: int | None = None  # the controller request id of the AlterPartition in flight
+    fetch_request: Any = None  # the SendFetch in flight (None: none, or an OffsetsForLeaderEpoch)
     dirty: bool = False
 
 
@@ -139,6 +144,8 @@ class ClusterSim:
         w.net.drop = w.rng.choice((0.0, 0.01, 0.03))
         w.net.duplicate = w.rng.choice((0.0, 0.01, 0.02))
         w.net.max_delay_ms = w.rng.choice((3, 10, 25))
+        if self.s.crashes_only:
+            w.net.drop = w.net.duplicate = 0.0
         if self.s.replica_lag_time_max_ms == 0:  # drawn: below or above the broker session timeout
             self.s.replica_lag_time_max_ms = w.rng.choice((400, 1500))
         self.controller = cc.ControllerCore(CONTROLLER, broker_session_timeout_ms=self.s.broker_session_timeout_ms,
@@ -225,7 +232,7 @@ class ClusterSim:
         b.core = rc.PartitionReplica(TOPIC, PARTITION, b.node_id, min_insync_replicas=self.s.min_insync_replicas,
                                      replica_lag_time_max_ms=self.s.replica_lag_time_max_ms, tracing=self.world.trace)
         b.purgatory, b.fetch_sent_ms = Purgatory("produce", clock=_WorldClock(self.world)), None
-        b.alter_partition_request = None
+        b.alter_partition_request, b.fetch_request = None, None
         g = b.generation
         w = self.world
         for period, fn in ((self.s.heartbeat_interval_ms, self._heartbeat),
@@ -477,9 +484,16 @@ class ClusterSim:
             return
         if b.fetch_sent_ms is not None and self.world.now_ms - b.fetch_sent_ms < self.s.fetch_timeout_ms:
             return  # one Fetch in flight per partition
+        if b.fetch_request is not None:
+            # Timed out: the core learns its fetch failed (FetchError), as the broker's fetcher tells it;
+            # else its next FollowerFetch would follow one never answered (the spec: one in flight).
+            req, b.fetch_request = b.fetch_request, None
+            self._step(b, fc.FetchResponseReceived(req.current_leader_epoch, req.fetch_offset,
+                                                   ErrorCode.REQUEST_TIMED_OUT, -1, -1))
         for e in self._step(b, fc.FollowerFetchDue()):
             if isinstance(e, fc.SendFetch):
                 b.fetch_sent_ms = self.world.now_ms
+                b.fetch_request = e
                 self.world.send(b.node_id, e.leader, self._on_fetch, e.leader, b.node_id, e, b.generation)
             elif isinstance(e, fc.SendOffsetsForLeaderEpoch):
                 b.fetch_sent_ms = self.world.now_ms
@@ -510,9 +524,9 @@ class ClusterSim:
     def _on_fetch_response(self, node: int, req: fc.SendFetch, resp: rc.RespondFollowerFetch, records: tuple,
                            generation: int) -> None:
         b = self._usable(node)
-        if b is None or b.generation != generation:
-            return
-        b.fetch_sent_ms = None
+        if b is None or b.generation != generation or b.fetch_request is not req:
+            return  # a late answer to a fetch that timed out: the follower has dropped it
+        b.fetch_sent_ms, b.fetch_request = None, None
         local = self._end_offset_for(b, resp.diverging_epoch) if resp.diverging_epoch != rc.NO_EPOCH else None
         event = fc.FetchResponseReceived(req.current_leader_epoch, req.fetch_offset, resp.error_code,
                                          resp.high_watermark, resp.log_start_offset, bool(records),
@@ -536,9 +550,9 @@ class ClusterSim:
 
     def _on_epoch_end_offset(self, node: int, req, error: int, epoch: int, end: int, generation: int) -> None:
         b = self._usable(node)
-        if b is None or b.generation != generation:
-            return
-        b.fetch_sent_ms = None
+        if b is None or b.generation != generation or b.fetch_request is not req:
+            return  # a late answer to a fetch that timed out: the follower has dropped it
+        b.fetch_sent_ms, b.fetch_request = None, None
         local = self._end_offset_for(b, epoch) if epoch != rc.NO_EPOCH else None
         self._step(b, fc.EpochEndOffsetReceived(req.current_leader_epoch, req.leader_epoch, error, epoch, end, local))
 
@@ -638,6 +652,8 @@ class ClusterSim:
         if w.now_ms >= self.s.duration_ms:
             return
         roll = rng.random()
+        if self.s.crashes_only:
+            roll = 0.0  # the crash below
         if self.down is None:
             leader = self._current_leader()
             victim = leader if leader is not None and rng.random() < 0.5 else self.brokers[rng.randint(1, self.s.brokers)]

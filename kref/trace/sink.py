@@ -6,19 +6,24 @@ the driver carried out the cores' steps (`seq` numbers them). The broker
 creates a `NdjsonTraceSink` when started with `--trace-file F` and a
 `NullTraceSink` otherwise; tests use `ListTraceSink`.
 
-The NDJSON sink keeps a bounded buffer of encoded lines: when it holds
-`max_buffered_events` lines it writes them out before accepting more, so a
-burst of events costs at most that much memory and the broker never drops an
-event (a trace with a hole would not validate against the spec). `flush()`
-writes and fsyncs nothing more than the buffer; the broker calls it
-periodically and on shutdown. Each line carries `mono_ns`, the machine's
-CLOCK_MONOTONIC when the event was written, so the traces of several kref
-processes on one machine merge into one causal order.
+The NDJSON sink writes each event to the operating system as it is emitted
+(`max_buffered_events` = 1, the default): a kill -9 then loses nothing the
+process had traced, so a killed broker's trace ends at its last step and
+trace_check can infer the crash there (a trace with a hole would not validate
+against the spec: events lost from a killed leader's buffer left followers
+appending records no leader had appended). Nothing is fsynced: only a power
+cut loses lines, and no test makes one. A larger `max_buffered_events` keeps
+that many encoded lines before writing them (bounded memory, never a dropped
+event); `flush()` writes the buffer, and the broker calls it periodically
+and on shutdown. Each line carries `mono_ns`, the machine's CLOCK_MONOTONIC
+when the event was written, so the traces of several kref processes on one
+machine merge into one causal order; the run header carries it too (when
+the process started: after a crash, its restart).
 
 Runs. A trace file may be reused by several runs (a broker restarted with
 the same --trace-file appends). Each run starts with a header line
 `{"type": "TraceRun", "run": <uuid>, "node": ..., "start_time_ms": ...,
-"kref_version": ...}` and numbers its events from seq 1; `read_ndjson_runs`
+"mono_ns": ..., "kref_version": ...}` and numbers its events from seq 1; `read_ndjson_runs`
 splits a file at the headers, so a trace checker never mixes two runs, and
 `read_ndjson_trace` returns the events of one run (the last by default).
 A path that cannot be opened raises TraceFileError (one clear line for the
@@ -100,7 +105,7 @@ class NdjsonTraceSink:
     enabled = True
 
     def __init__(
-        self, path: str | os.PathLike[str], *, max_buffered_events: int = 1024, node: int | None = None
+        self, path: str | os.PathLike[str], *, max_buffered_events: int = 1, node: int | None = None
     ) -> None:
         if max_buffered_events < 1:
             raise ValueError("max_buffered_events must be at least 1")
@@ -122,6 +127,7 @@ class NdjsonTraceSink:
             "run": self.run_id,
             "node": node,
             "start_time_ms": time.time_ns() // 1_000_000,
+            "mono_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC),
             "kref_version": __version__,
         }
         # Written at once: the run is on disk even before its first event.

@@ -170,7 +170,8 @@ def test_real_single_broker_trace_is_a_behaviour_of_the_spec(tmp_path):
 
 
 def test_origins_name_the_file_line_after_run_headers(tmp_path):
-    """A broker restarted on the same --trace-file appends a run: origins count every earlier line."""
+    """A broker restarted on the same --trace-file appends a run: origins count every line, and the
+    end of the first run (a kill -9 logs nothing) becomes an inferred Crash, its successor a Restart."""
 
     ev = {"type": "BecomeLeader", "replica": 1, "topic": "t", "partition": 0, "leader_epoch": 0,
           "partition_epoch": 0, "isr": [1], "replicas": [1], "log_end_offset": 0, "high_watermark": 0}
@@ -178,4 +179,78 @@ def test_origins_name_the_file_line_after_run_headers(tmp_path):
     lines = [header, dict(ev, seq=1, time_ms=1), header, dict(ev, seq=1, time_ms=2), dict(ev, seq=2, time_ms=3)]
     path = tmp_path / "two-runs.ndjson"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert [origin for _, origin in load_events([path])] == [f"{path}:4", f"{path}:5"]
+    events = load_events([path])
+    assert [origin for _, origin in events if not origin.startswith("inferred")] == [
+        f"{path}:2", f"{path}:4", f"{path}:5"]
+    assert [(e["type"], e.get("replica")) for e, _ in events] == [
+        ("BecomeLeader", 1), ("Crash", 1), ("Restart", 1), ("BecomeLeader", 1), ("BecomeLeader", 1)]
+    assert f"{path}:2" in events[1][1]  # the Crash names the run's last line
+
+
+# A simulated cluster whose only faults are crashes and restarts (the faults spec/Replication.tla
+# models): the whole seed validates, and within its first 200 events a restarted old leader's
+# follower truncates (with high watermark 9) and the leader expands the isr again (high watermark 9).
+CRASH_SEED = 129
+
+
+def crash_only_trace(path: Path, events: int | None = None) -> list[dict]:
+    sim = ClusterSim(CRASH_SEED, Settings(crashes_only=True, duration_ms=3000, quiet_ms=1500), trace=True)
+    sim.run()
+    lines = [json.loads(line) for line in sim.world.lines]
+    lines = lines[:events] if events else lines
+    write(path, lines)
+    return lines
+
+
+def verdict_min_isr_2(path: Path):
+    steps = normalise(load_events([path]))
+    return steps, check_and_explain(steps, min_insync_replicas=2, timeout_s=300)
+
+
+def assert_rejected_at(tmp_path: Path, events: list[dict], index: int, kind: str, **fields) -> None:
+    """The doctored trace is rejected at exactly events[index] (0-based), a `kind` step with `fields`."""
+    write(tmp_path / "doctored.ndjson", events)
+    steps, verdict = verdict_min_isr_2(tmp_path / "doctored.ndjson")
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == kind and all(bad[k] == v for k, v in fields.items()), bad
+    assert steps.origin[verdict.reached - 1].endswith(f"doctored.ndjson:{index + 1}")
+
+
+def test_crash_only_seed_prefix_is_a_behaviour_of_the_spec(tmp_path):
+    crash_only_trace(tmp_path / "sim.ndjson", events=200)
+    steps, verdict = verdict_min_isr_2(tmp_path / "sim.ndjson")
+    kinds = {s["type"] for s in steps.steps}
+    assert {"Crash", "Restart", "FenceBroker", "ElectLeader", "TruncateToEpochEndOffset", "ExpandIsr"} <= kinds
+    assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
+
+
+# Not strict: the lead's fix (branch replspeed 98a8dc7) makes it pass (checked: 630 steps accepted);
+# drop this mark once that fix is on main.
+@pytest.mark.xfail(strict=False, reason="a finding: kref's replica core advanced the high watermark while the "
+                   "isr was below min.insync.replicas (KAFKA-15583; the spec's AdvanceHighWatermark does not); "
+                   "seed 129 is rejected at exactly that step (sim line 853) until replspeed 98a8dc7 lands")
+def test_whole_crash_only_seed_is_a_behaviour_of_the_spec(tmp_path):
+    crash_only_trace(tmp_path / "sim.ndjson")
+    steps, verdict = verdict_min_isr_2(tmp_path / "sim.ndjson")
+    assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
+
+
+def test_isr_expanded_with_a_follower_behind_is_rejected(tmp_path):
+    events = crash_only_trace(tmp_path / "sim.ndjson", events=200)
+    expand = first_index(events, "ExpandIsr", after=100)
+    follower = events[expand]["added"]
+    # The leader's answer to that follower while it was still below the high watermark.
+    behind = max(i for i, e in enumerate(events[:expand]) if e["type"] == "LeaderHandleFetch"
+                 and e["follower"] == follower and e["remote_log_end_offset"] < e["high_watermark"])
+    events.insert(behind + 1, events.pop(expand))  # the leader expands the isr right then
+    assert_rejected_at(tmp_path, events, behind + 1, "ExpandIsr", added=follower)
+
+
+def test_truncation_below_the_high_watermark_is_rejected(tmp_path):
+    events = crash_only_trace(tmp_path / "sim.ndjson", events=200)
+    i = first_index(events, "TruncateToEpochEndOffset", after=100)
+    below = events[i]["high_watermark"] - 1
+    assert below >= 0
+    events[i] = {**events[i], "log_end_offset": below, "high_watermark": below}
+    assert_rejected_at(tmp_path, events, i, "TruncateToEpochEndOffset", log_end_offset=below)
