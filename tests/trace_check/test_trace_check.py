@@ -227,10 +227,9 @@ def test_crash_only_seed_prefix_is_a_behaviour_of_the_spec(tmp_path):
 
 # Not strict: the lead's fix (branch replspeed 98a8dc7) makes it pass (checked: 630 steps accepted);
 # drop this mark once that fix is on main.
-@pytest.mark.xfail(strict=False, reason="a finding: kref's replica core advanced the high watermark while the "
-                   "isr was below min.insync.replicas (KAFKA-15583; the spec's AdvanceHighWatermark does not); "
-                   "seed 129 is rejected at exactly that step (sim line 853) until replspeed 98a8dc7 lands")
 def test_whole_crash_only_seed_is_a_behaviour_of_the_spec(tmp_path):
+    # Before the KAFKA-15583 rule in the replica core (98a8dc7) this seed was rejected at
+    # exactly the AdvanceHighWatermark of a leader alone in its isr (sim line 853).
     crash_only_trace(tmp_path / "sim.ndjson")
     steps, verdict = verdict_min_isr_2(tmp_path / "sim.ndjson")
     assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
