@@ -79,8 +79,20 @@ def plan(
     if port and not 1 <= port <= 65535 - 100 - MAX_NODES:
         raise ValueError(f"--port must be 1..{65535 - 100 - MAX_NODES}")
 
+    taken: set[int] = set()
+
     def port_for(node_id: int, offset: int) -> int:
-        return port + offset + node_id - 1 if port else free_port(host)
+        if port:
+            return port + offset + node_id - 1
+        # Each free port is released before the next is asked for, so the OS
+        # may hand the same one out twice: two listeners of one cluster on one
+        # port (a node then dies on bind). Ask again until it is new.
+        for _ in range(100):
+            candidate = free_port(host)
+            if candidate not in taken:
+                taken.add(candidate)
+                return candidate
+        raise RuntimeError("no distinct free ports")
 
     base = Path(base_dir)
     specs = []
