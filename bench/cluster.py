@@ -216,16 +216,14 @@ def catch_up(specs, processes, restart, bootstrap: str, topic: str, megabytes: i
     result["file_read_mb_s"] = total / 1e6 / (time.perf_counter() - t)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-read", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    # Timed from the first record on (connecting, the metadata round trip and
-    # the group's first fetch are start-up, not read speed).
-    got, t, end = 0, None, time.monotonic() + PHASE_DEADLINE_S
-    while got < messages and time.monotonic() < end:
+    # Timed after the first record arrived (connecting, the metadata round trip
+    # and the first fetch are start-up, not read speed).
+    first = sum(1 for m in consumer.consume(1, 10.0) if m.error() is None)
+    got, t, end = 0, time.perf_counter(), time.monotonic() + PHASE_DEADLINE_S
+    while first + got < messages and time.monotonic() < end:
         batch = consumer.consume(10000, 1.0)
-        n = sum(1 for m in batch if m.error() is None)
-        if n and t is None:
-            t, n = time.perf_counter(), 0
-        got += n
-    elapsed = time.perf_counter() - (t or time.perf_counter())
+        got += sum(1 for m in batch if m.error() is None)
+    elapsed = time.perf_counter() - t
     consumer.close()
     result["consumer_read_mb_s"] = got * len(value) / 1e6 / max(elapsed, 1e-6)
     return result
