@@ -51,7 +51,8 @@ from kref.coordinator.producer_id import (
 )
 from kref.metadata.records import ProducerIdsRecord
 from kref.protocol.errors import ErrorCode
-from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
+from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus
+from kref.broker.purgatory_wait import wait_for
 from kref.storage.producer_state import ProducerStateManager
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,9 @@ operation carries a deadline in milliseconds of the Clock port the
 purgatory was given, and `expire(now_ms)` times out every operation whose
 deadline has passed (Kafka's expiration reaper). Time reaches it only
 through that port, so the broker, a test and a simulator on a virtual clock
-drive the same decisions. Only `wait_for` touches trio: it parks the
-calling request task on a trio.Event and sleeps on trio's timer until the
-operation's deadline, then asks the purgatory to expire what is due (a
-wake-up that comes early just sleeps again). If the client disconnects,
-the task is cancelled and `wait_for` unwatches the operation.
+drive the same decisions. This module is pure; the broker's trio driver
+is `kref/broker/purgatory_wait.py` (`wait_for`), the simulator's is a
+scheduled `expire` in kref/sim/replication.py.
 
 Bound: a purgatory holds at most `max_operations` watched operations. When
 full, `watch` refuses and the caller answers at once with what it has (a
@@ -40,8 +38,6 @@ import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable
-
-import trio
 
 from kref.ports.clock import Clock, TrioClock
 
@@ -166,42 +162,6 @@ class Purgatory:
                 op._finish()
                 done += 1
         return done
-
-
-async def wait_for(purgatory: Purgatory, op: DelayedOperation, timeout_ms: int) -> bool:
-    """Complete `op` now, or park it until a key changes or `timeout_ms` passes.
-
-    Returns True if the condition completed it, False if it expired (or the
-    purgatory was full, which counts as expiring at once).
-    """
-    if op.try_complete():
-        op.completed = True
-        return True
-    if timeout_ms <= 0 or not purgatory.watch(op, timeout_ms):
-        op.on_expiration()
-        op.completed = op.expired = True
-        return False
-    done = trio.Event()
-    op.waker = done.set
-    try:
-        while not op.completed:
-            # Sleep until the deadline the purgatory keeps, then let it decide.
-            remaining_ms = max(0, op.deadline_ms - purgatory.clock.monotonic_ms())
-            with trio.move_on_after(remaining_ms / 1000):
-                await done.wait()
-            if not op.completed:
-                purgatory.expire(purgatory.clock.monotonic_ms())
-                if not op.completed and remaining_ms == 0:
-                    # Due but no longer watched (nothing else unwatches a
-                    # live operation; never spin on it).
-                    purgatory.unwatch(op)
-                    op.expired = True
-                    op.on_expiration()
-                    op._finish()
-    finally:
-        if not op.completed:
-            purgatory.unwatch(op)
-    return not op.expired
 
 
 @dataclass(slots=True)

@@ -21,7 +21,8 @@ import trio.testing
 from kref.broker.partition import Partition
 from kref.records.batch import Record, build_batch
 from kref.records.header import read_header
-from kref.replication.purgatory import DelayedFetch, DelayedProduce, ProducePartitionStatus, Purgatory, wait_for
+from kref.replication.purgatory import DelayedFetch, DelayedProduce, ProducePartitionStatus, Purgatory
+from kref.broker.purgatory_wait import wait_for
 from kref.storage.config import LogConfig
 from kref.storage.log import Log
 from kref.trace import ListTraceSink

@@ -18,8 +18,8 @@ from kref.replication.purgatory import (
     DelayedProduce,
     ProducePartitionStatus,
     Purgatory,
-    wait_for,
 )
+from kref.broker.purgatory_wait import wait_for
 
 A, B = ("t", 0), ("t", 1)
 

@@ -48,7 +48,8 @@ from kref.broker.handlers.fetch_response import fetch_response_chunks
 from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
-from kref.replication.purgatory import DelayedFetch, wait_for
+from kref.replication.purgatory import DelayedFetch
+from kref.broker.purgatory_wait import wait_for
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from kref.protocol.errors import ErrorCode
 from kref.records.errors import CorruptRecordError, InvalidRecordError
 from kref.records.framing_validation import validate_records_framing
 from kref.records.header import BatchHeader
-from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, wait_for
+from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus
+from kref.broker.purgatory_wait import wait_for
 
 log = logging.getLogger(__name__)
 
