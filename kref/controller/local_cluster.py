@@ -16,6 +16,15 @@ runs `kref broker --config` for a node with stdout and stderr in
 node-<id>.log. `run` does all of it, prints the bootstrap servers, and on
 Ctrl-C (SIGINT) or SIGTERM stops every node with SIGTERM and waits.
 
+Readiness is what a client sees, not what a log line says: `brokers_listed`
+asks every broker node for Metadata over the wire and is true once each
+answer lists every broker of the layout. A node logs "unfenced" when the
+controller unfenced *its own* registration; the other brokers' unfencing
+reaches its metadata cache only when it has replicated those records, so a
+client that trusted the log line could still be told of one broker (Kafka
+propagates broker registrations the same eventual way). `run` prints
+"cluster ready" once, and tests wait on the same probe.
+
 The processes are started only by this module and stopped by their pids.
 """
 
@@ -30,7 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NodeSpec", "plan", "format_nodes", "start_node", "run", "add_arguments"]
+__all__ = ["NodeSpec", "plan", "format_nodes", "start_node", "run", "add_arguments", "brokers_listed",
+           "wait_ready"]
 
 MAX_NODES = 16
 
@@ -162,6 +172,36 @@ def bootstrap_servers(specs: list[NodeSpec], host: str = "127.0.0.1") -> str:
     return ",".join(f"{host}:{s.client_port}" for s in specs if s.client_port)
 
 
+def _listed_by(port: int, timeout: float) -> set[int]:
+    """The broker ids one node's Metadata answer lists (empty if it cannot answer yet)."""
+    from kref.protocol.client import WireClient
+    from kref.protocol.codec import request_class
+
+    try:
+        with WireClient("127.0.0.1", port, timeout=timeout) as client:
+            response = client.request(request_class(3, 12)(
+                topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    except (OSError, ValueError, EOFError):
+        return set()
+    return {b.node_id for b in response.brokers}
+
+
+def brokers_listed(specs: list[NodeSpec], timeout: float = 2.0) -> bool:
+    """True when every broker node's Metadata lists every broker node of the layout."""
+    brokers = {s.node_id for s in specs if s.client_port}
+    return all(_listed_by(s.client_port, timeout) >= brokers for s in specs if s.client_port)
+
+
+def wait_ready(specs: list[NodeSpec], timeout_s: float = 60.0, alive=lambda: True) -> bool:
+    """Poll `brokers_listed` until true (True), the deadline passes or `alive()` turns false (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        if brokers_listed(specs):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--controllers", type=int, default=3, help="nodes with the controller role (default 3)")
     parser.add_argument("--brokers", type=int, default=3, help="nodes with the broker role (default 3)")
@@ -203,8 +243,17 @@ def run(args) -> int:
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     status = 0
+    ready = not bootstrap_servers(specs)  # a controllers-only layout has nobody to ask
+    ready_deadline = time.monotonic() + 120
     try:
         while not stop:
+            if not ready and brokers_listed(specs, timeout=0.5):
+                ready = True
+                print(f"cluster ready: every broker lists all {sum(1 for s in specs if s.client_port)} brokers",
+                      flush=True)
+            elif not ready and time.monotonic() > ready_deadline:
+                ready = True  # say it once, keep running: the logs tell why
+                print("kref cluster: brokers still not all listed after 120 s; see the node logs", file=sys.stderr)
             for node_id, p in processes.items():
                 if p.poll() is not None:
                     print(f"kref cluster: node {node_id} exited with {p.returncode}; see its log", file=sys.stderr)

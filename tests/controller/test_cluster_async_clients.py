@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kref.controller.local_cluster import brokers_listed
 from tests.controller.test_quorum_processes import running_cluster, wait_until
 
 SETTINGS = {
@@ -40,7 +41,7 @@ def bootstrap(tmp_path_factory):
     from kref.controller.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path_factory.mktemp("cluster"), 3, 3, SETTINGS) as (specs, processes, start):
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
         yield bootstrap_servers(specs)
 
 

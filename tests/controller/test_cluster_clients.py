@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from kref.controller.local_cluster import brokers_listed
 from tests.controller.test_quorum_processes import running_cluster, wait_until
 
 SETTINGS = {
@@ -35,7 +36,7 @@ def bootstrap(tmp_path):
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs)
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
         yield servers
 
 

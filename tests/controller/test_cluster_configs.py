@@ -18,6 +18,7 @@ import pytest
 
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
+from kref.controller.local_cluster import brokers_listed
 from tests.controller.test_quorum_processes import running_cluster, wait_until
 
 SETTINGS = {
@@ -46,7 +47,7 @@ def test_incremental_alter_configs_reach_every_broker(tmp_path):
     from kref.controller.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic(TOPIC, 2, 3)])[TOPIC].result(timeout=30)
         wait_until(lambda: all(_has_topic(s.client_port) for s in specs), "the topic on every broker")
@@ -107,7 +108,7 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path):
     settings = {**SETTINGS, "auto.leader.rebalance.enable": "false"}
     with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
         from kref.controller.local_cluster import bootstrap_servers
 
         creator = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import signal
 
+from kref.controller.local_cluster import brokers_listed
 from tests.controller.test_quorum_processes import running_cluster, wait_until
 
 SETTINGS = {
@@ -50,7 +51,7 @@ def test_elect_leaders_and_controlled_shutdown(tmp_path):
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic(TOPIC, num_partitions=3, replication_factor=3)])[TOPIC].result(timeout=30)
         parts = wait_until(lambda: (ps := _partitions(admin)) and len(ps) == 3 and ps, "3 partitions")

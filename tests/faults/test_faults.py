@@ -67,6 +67,11 @@ def test_proxy_partitions_the_controller_quorum(tmp_path):
         first = wait_until(lambda: quorum_leader(cluster), "an active controller", timeout=60)
         victim, others = first.leader_id, [n for n in cluster.by_id if n != first.leader_id]
         cluster.block([(a, b, "*") for o in others for a, b in ((victim, o), (o, victim))])
+        stats = cluster.stats()
+        print("links after block:", stats)
+        # Every CONTROLLER connection is a node's: one the proxy could not attribute
+        # would cross the partition unseen and keep the old leader in power.
+        assert not any(k.startswith("0->") and k.endswith("/CONTROLLER") for k in stats["links"]), stats
         second = wait_until(
             lambda: (q := quorum_leader(cluster, exclude=(victim,))) and q.leader_epoch > first.leader_epoch
             and q.leader_id != victim and q, "a new active controller on the majority side", timeout=60)
