@@ -161,7 +161,11 @@ class MetadataLog:
         self.log.update_high_watermark(high_watermark)
 
     def advance_log_start(self, offset: int, now_ms: int) -> None:
-        """Start the log at `offset` (a snapshot's end) and delete whole segments below it."""
+        """Start the log at `offset` (a snapshot's end) and delete whole segments below it.
+        The quorum core only asks for a committed offset: the log's high watermark
+        (which bounds its start) may lag the core's right after a restart."""
+        if (self.log.high_watermark or 0) < offset:
+            self.log.update_high_watermark(offset)
         if self.log.maybe_increment_log_start_offset(offset):
             self.log.delete_old_segments(now_ms)
 
@@ -174,15 +178,19 @@ class MetadataLog:
     def epochs(self) -> list[tuple[int, int]]:
         return self.log.leader_epoch_cache.entries()
 
-    def append_as_leader(self, values: list[bytes], leader_epoch: int, now_ms: int, *, control_value: bytes | None = None) -> int:
+    def append_as_leader(self, values: list[bytes], leader_epoch: int, now_ms: int, *, control_value: bytes | None = None,
+                         timestamp_ms: int | None = None) -> int:
+        """`timestamp_ms`: the records' wall-clock time (metadata.max.retention.ms
+        compares it with the wall clock); `now_ms` drives the log's own timers."""
+        timestamp = now_ms if timestamp_ms is None else timestamp_ms
         if control_value is not None:
             batch = build_batch(
-                [Record(timestamp=now_ms, key=control_record_key(ControlRecordType.LEADER_CHANGE), value=control_value)],
+                [Record(timestamp=timestamp, key=control_record_key(ControlRecordType.LEADER_CHANGE), value=control_value)],
                 is_control_batch=True,
                 partition_leader_epoch=leader_epoch,
             )
         else:
-            batch = build_batch([Record(timestamp=now_ms, value=v) for v in values], partition_leader_epoch=leader_epoch)
+            batch = build_batch([Record(timestamp=timestamp, value=v) for v in values], partition_leader_epoch=leader_epoch)
         info = self.log.append_as_leader(batch, leader_epoch, now_ms)
         self.log.flush(now_ms)
         self._maybe_roll(now_ms)

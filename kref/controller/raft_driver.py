@@ -160,6 +160,7 @@ class RaftNode:
             log_start_offset=self.metadata_log.log_start_offset,
             snapshots=[snap_ref(loaded)] if loaded is not None else [],
         )
+        self.metadata_log.update_high_watermark(self.core.high_watermark)
         # What is committed and applied: the image (snapshot + records) and its offset.
         self.image = MetadataImage()
         self.applied_offset = 0
@@ -247,8 +248,8 @@ class RaftNode:
             return
         snapshot_id = snap.SnapshotId(self.applied_offset, self._snapshot_epoch(self.applied_offset))
         data = snap.encode_snapshot(
-            snapshot_id, [serde.encode(r) for r in self.image.to_records()], int(time.time() * 1000),
-            int(time.time() * 1000),
+            snapshot_id, [serde.encode(r) for r in self.image.to_records()], wall_ms(),
+            wall_ms(),
         )
         self.snapshots.write(snapshot_id, data)
         self.bytes_since_snapshot = 0
@@ -267,7 +268,7 @@ class RaftNode:
             self.snapshot_policy, log_size_bytes=self.metadata_log.size_in_bytes,
             snapshot_bytes=sum(s.size_in_bytes for s in snapshots),
             oldest_timestamp=self.metadata_log.oldest_timestamp(), latest_snapshot_end=latest.end_offset,
-            log_start_offset=self.core.log_start_offset, now_ms=int(time.time() * 1000),
+            log_start_offset=self.core.log_start_offset, now_ms=wall_ms(),
         )
         if start > self.core.log_start_offset:
             self._followups.append(q.AdvanceLogStart(start))
@@ -320,9 +321,11 @@ class RaftNode:
                 case q.AppendAsLeader():
                     if effect.control:
                         value = leader_change_value(self.node_id, list(self.voters), sorted(self.voters))
-                        self.metadata_log.append_as_leader([], effect.leader_epoch, now, control_value=value)
+                        self.metadata_log.append_as_leader([], effect.leader_epoch, now, control_value=value,
+                                                           timestamp_ms=wall_ms())
                     else:
-                        self.metadata_log.append_as_leader(list(effect.payload), effect.leader_epoch, now)
+                        self.metadata_log.append_as_leader(list(effect.payload), effect.leader_epoch, now,
+                                                           timestamp_ms=wall_ms())
                     if self.metadata_log.log_end_offset != effect.base_offset + effect.records_count:
                         raise q.InvariantViolation(
                             f"metadata log end {self.metadata_log.log_end_offset} after appending at {effect.base_offset}"
@@ -726,6 +729,11 @@ class RaftNode:
                             leader_epoch=core.leader_epoch, high_watermark=core.high_watermark,
                             current_voters=voters, observers=observers),
         )),))
+
+
+def wall_ms() -> int:
+    """Wall-clock time for record timestamps and retention by time (Kafka's too)."""
+    return time.time_ns() // 1_000_000
 
 
 def _only_metadata_partition(topics, name: str | None) -> bool:
