@@ -225,6 +225,10 @@ class BrokerConfig:
     controller_quorum_retry_backoff_ms: int = _prop("controller.quorum.retry.backoff.ms", _int(1, _I32), "20")
     # Metadata snapshots and retention (kref/controller/snapshot.py). Kafka's
     # floor for metadata.log.segment.bytes is 8 MiB; kref allows small ones for tests.
+    # KIP-1219 (Kafka 4.3): the most one FetchSnapshot answer carries.
+    controller_quorum_fetch_snapshot_max_bytes: int = _prop(
+        "controller.quorum.fetch.snapshot.max.bytes", _int(1, _I32), "1048576"
+    )
     metadata_log_max_record_bytes_between_snapshots: int = _prop(
         "metadata.log.max.record.bytes.between.snapshots", _int(1, _I64), "20971520"
     )

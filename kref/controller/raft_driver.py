@@ -145,6 +145,7 @@ class RaftNode:
             fetch_timeout_ms=config.controller_quorum_fetch_timeout_ms,
             retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
             fetch_backoff_ms=fetch_backoff_ms,
+            max_snapshot_chunk_bytes=config.controller_quorum_fetch_snapshot_max_bytes,
             jitter_seed=random.getrandbits(63) if jitter_seed is None else jitter_seed,
         )
         state = read_quorum_state(self.metadata_log.dir)
@@ -175,6 +176,7 @@ class RaftNode:
         # Snapshot triggers: record bytes committed since the latest snapshot, and its time.
         self.bytes_since_snapshot = 0
         self.last_snapshot_ms = now
+        self.snapshot_chunks = 0  # of the snapshot being fetched (for the log line)
         self._followups: list[q.Event] = []
         self.on_commit: list[Callable[[list[tuple[int, bytes]]], None]] = []
         # Called with a SnapshotLoad when a snapshot replaces what was applied
@@ -292,8 +294,8 @@ class RaftNode:
         self.image = image
         self.applied_offset = effect.end_offset
         self.bytes_since_snapshot = 0
-        log.info("node %d: loaded snapshot %s from the leader (%d records, %d changes)",
-                 self.node_id, snapshot_id.file_name, len(records), len(changes))
+        log.info("node %d: loaded snapshot %s from the leader (%d bytes in %d FetchSnapshot chunks, %d records, %d changes)",
+                 self.node_id, snapshot_id.file_name, len(data), self.snapshot_chunks, len(records), len(changes))
         for callback in self.on_snapshot:
             callback(SnapshotLoad(effect.end_offset, records, changes))
         self._followups.append(q.SnapshotInstalled(effect.end_offset, effect.epoch))
@@ -352,8 +354,10 @@ class RaftNode:
                         self._enqueue(effect.destination, response)
                 case q.StartSnapshotFetch():
                     self.snapshots.start_partial(snap.SnapshotId(effect.end_offset, effect.epoch))
+                    self.snapshot_chunks = 0
                 case q.AppendSnapshotChunk():
                     self.snapshots.append_partial(snap.SnapshotId(effect.end_offset, effect.epoch), effect.data)
+                    self.snapshot_chunks += 1
                 case q.InstallSnapshot():
                     self._install_snapshot(effect)
                 case q.LogStartAdvanced():

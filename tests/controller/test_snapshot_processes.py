@@ -22,6 +22,7 @@ Short quorum and session timeouts; every wait is bounded.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -41,7 +42,7 @@ SINGLE = {
     "metadata.log.max.record.bytes.between.snapshots": "2000",
     "metadata.log.segment.bytes": "4096",
 }
-SETTINGS = {**SINGLE, "metadata.max.retention.bytes": "1"}
+SETTINGS = {**SINGLE, "metadata.max.retention.bytes": "1", "controller.quorum.fetch.snapshot.max.bytes": "2048"}
 BOUND_S = 60
 TOPICS = 40
 
@@ -113,7 +114,10 @@ def test_a_node_behind_the_log_start_catches_up_through_fetch_snapshot(tmp_path)
 
         start(victim)
         wait_until(lambda: "from the leader" in log_text(victim), "the victim to load the leader's snapshot")
-        assert "loaded snapshot" in log_text(victim)
+        # In several chunks of at most controller.quorum.fetch.snapshot.max.bytes.
+        line = next(x for x in log_text(victim).splitlines() if "from the leader" in x)
+        size, chunks = (int(w) for w in re.search(r"\((\d+) bytes in (\d+) FetchSnapshot chunks", line).groups())
+        assert chunks == -(-size // 2048) and chunks > 1, line
         wait_until(lambda: set(names) <= set(metadata_topics(victim.client_port)),
                    "the victim's Metadata to list every topic")
         assert all(metadata_topics(victim.client_port)[n] == 2 for n in names)
