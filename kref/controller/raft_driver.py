@@ -598,7 +598,8 @@ class RaftNode:
         router.register(END_QUORUM_EPOCH, 0, 0, self._handle_end_quorum_epoch)
         router.register(FETCH, FETCH_VERSION, FETCH_VERSION, self._handle_fetch)
         router.register(DESCRIBE_QUORUM, 0, 0, self._handle_describe_quorum)
-        router.register(FETCH_SNAPSHOT, 0, 0, self._handle_fetch_snapshot)
+        # v1 (KIP-853) adds tagged fields only (replica directory id, node endpoints).
+        router.register(FETCH_SNAPSHOT, 0, 1, self._handle_fetch_snapshot)
 
     def _wrong_cluster(self, request: Any) -> bool:
         cluster_id = getattr(request, "cluster_id", None)
@@ -690,7 +691,7 @@ class RaftNode:
                    responses=(m.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),))
 
     async def _handle_fetch_snapshot(self, ctx: RequestContext, request: Any) -> Any:
-        cls, m = _kio(FETCH_SNAPSHOT, 0, "response")
+        cls, m = _kio(FETCH_SNAPSHOT, ctx.api_version, "response")
         topics = request.topics
         valid = _only_metadata_partition(topics, topics[0].name if len(topics) == 1 else None)
         if self._wrong_cluster(request) or not valid:

@@ -71,6 +71,23 @@ def metadata_topics(port: int) -> dict[str, int]:
     return {t.name: len(t.partitions) for t in response.topics if t.error_code == 0}
 
 
+def fetch_snapshot(spec, snapshot_id: snap.SnapshotId, position: int) -> tuple[int, int, bytes]:
+    """(error code, size, bytes) of a raw FetchSnapshot v1 to the node's controller listener."""
+    import sys
+
+    cls = request_class(59, 1)
+    m = sys.modules[cls.__module__]
+    request = cls(cluster_id=None, replica_id=99, max_bytes=1 << 20, topics=(m.TopicSnapshot(
+        name="__cluster_metadata", partitions=(m.PartitionSnapshot(
+            partition=0, current_leader_epoch=describe_quorum(spec.controller_port).leader_epoch,
+            snapshot_id=m.SnapshotId(end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch), position=position,
+        ),)),))
+    with WireClient("127.0.0.1", spec.controller_port, timeout=BOUND_S) as client:
+        p = client.request(request).topics[0].partitions[0]
+    assert p.current_leader.leader_id == spec.node_id
+    return int(p.error_code), p.size, bytes(p.unaligned_records or b"")
+
+
 def create_topics(bootstrap: str, names: list[str], partitions: int = 2) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -148,6 +165,14 @@ def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
         create_topics(f"127.0.0.1:{node.client_port}", names, partitions=3)
         wait_until(lambda: snapshot_ids(node) and segment_bases(node)[0] > 0,
                    "a snapshot and the log starting after offset 0")
+        # FetchSnapshot v1 on the wire (as an observer would send it): the leader serves
+        # the file's bytes from a position, and names Kafka's errors.
+        latest = snapshot_ids(node)[-1]  # the node is idle now: no newer snapshot comes
+        data = (metadata_dir(node) / latest.file_name).read_bytes()
+        # At most controller.quorum.fetch.snapshot.max.bytes (2048 here) per answer.
+        assert fetch_snapshot(node, latest, 100) == (0, len(data), data[100 : 100 + 2048])
+        assert fetch_snapshot(node, snap.SnapshotId(latest.end_offset + 1000, latest.epoch), 0)[0] == 98  # SNAPSHOT_NOT_FOUND
+        assert fetch_snapshot(node, latest, 1 << 40)[0] in (99, 98)  # POSITION_OUT_OF_RANGE (or already replaced)
         # Topics after the snapshot live only in the log.
         create_topics(f"127.0.0.1:{node.client_port}", ["tail-1", "tail-2"], partitions=1)
         before = metadata_topics(node.client_port)
