@@ -1,0 +1,162 @@
+----------------------------- MODULE TraceKRaft -----------------------------
+(***************************************************************************)
+(* Theory of operation.                                                    *)
+(*                                                                         *)
+(* Trace validation of the KRaft controller quorum against spec/KRaft.tla: *)
+(* is what the voters of a real quorum logged (NDJSON, events named after  *)
+(* KRaft.tla's actions, kref/trace/kraft.py; converted by                  *)
+(* trace_check/kraft.py into the constant TraceLog) a behaviour of the     *)
+(* real spec?  The spec is EXTENDed, not copied: every step below is one   *)
+(* of its actions, constrained by one logged event.                        *)
+(*                                                                         *)
+(* A cursor `tl` walks TraceLog.  Each step takes the event under the      *)
+(* cursor and performs the action of the same name on the voter that      *)
+(* logged it (with the peer the event names: the candidate of a vote, the  *)
+(* leader a follower fetched from, the node whose higher epoch it         *)
+(* learnt), and then requires the voter's post-state to be the one logged: *)
+(* leader_epoch, voted_for, leader_id, state, log end offset and the epoch *)
+(* of its last entry (AsLogged).  A leader's AdvanceHighWatermark must     *)
+(* also reach the logged high watermark from the logged end offsets of the *)
+(* other voters.                                                           *)
+(*                                                                         *)
+(* What a trace does not show stays free and TLC searches for it: a        *)
+(* follower's Fetch whose response carried no records is logged by nobody  *)
+(* (the leader only records the fetch offset), so it is a silent step      *)
+(* (FetchFromLeader leaving the follower's log as it is) that TLC may take *)
+(* anywhere; followers' high watermarks are not compared (kref, like       *)
+(* Kafka, answers with the high watermark this very fetch advanced, the    *)
+(* spec with the one before it).                                           *)
+(*                                                                         *)
+(* TLC explores the behaviours that follow the trace; the state            *)
+(* constraint TraceProgress stops it with "kref-trace-accepted" as soon as *)
+(* one has taken every event, and records how far the deepest got, which   *)
+(* trace_check reports as the first event no action can take.  The same    *)
+(* protocol as spec/TraceReplication.tla (trace_check/tlc.py runs both).   *)
+(***************************************************************************)
+EXTENDS KRaft, Integers, TLC  \* Integers: kref logs Nil as -1
+
+CONSTANT TraceLog   \* << [type |-> "GrantVote", replica |-> 1, candidate |-> 2, ...], ... >>
+
+VARIABLE tl         \* the cursor: index of the next event to take
+
+trace_vars == <<vars, tl>>
+
+Ev == TraceLog[tl]
+
+SetOf(s) == {s[i] : i \in DOMAIN s}
+
+TraceInit ==
+    /\ Init
+    /\ tl = 1
+    /\ TLCSet(1, 1)
+
+-----------------------------------------------------------------------------
+(* The post-state of voter v, as its event logged it. *)
+
+AsLogged(v) ==
+    /\ leader_epoch'[v] = Ev.leader_epoch
+    /\ voted_for'[v] = Ev.voted_for
+    /\ leader_id'[v] = Ev.leader_id
+    /\ state'[v] = Ev.state
+    /\ Len(log'[v]) = Ev.log_end_offset
+    \* Primed by hand: LastEpoch(v)' would prime the cursor inside v too.
+    /\ (IF log'[v] = << >> THEN 0 ELSE log'[v][Len(log'[v])].epoch) = Ev.last_epoch
+
+-----------------------------------------------------------------------------
+(* One matcher per event type: the spec action, constrained by the event. *)
+
+TRequestVote == RequestVote(Ev.replica) /\ AsLogged(Ev.replica)
+
+TGrantVote == GrantVote(Ev.replica, Ev.candidate) /\ AsLogged(Ev.replica)
+
+TBecomeUnattached == BecomeUnattached(Ev.replica, Ev.source) /\ AsLogged(Ev.replica)
+
+\* The candidate counted at least the votes it logged (a vote granted after
+\* it counted a majority is in the spec's votes_granted too).
+TBecomeActiveController ==
+    LET c == Ev.replica IN
+    /\ SetOf(Ev.votes_granted) \subseteq votes_granted[c]
+    /\ BecomeActiveController(c)
+    /\ AsLogged(c)
+
+TBeginQuorumEpoch == BeginQuorumEpoch(Ev.leader_id, Ev.replica) /\ AsLogged(Ev.replica)
+
+TFetchFromLeader ==
+    LET f == Ev.replica IN
+    /\ LogEndOffset(f) = Ev.first_offset
+    /\ FetchFromLeader(f, Ev.leader_id)
+    /\ AsLogged(f)
+
+TTruncateToEpochEndOffset ==
+    TruncateToEpochEndOffset(Ev.replica, Ev.leader_id) /\ AsLogged(Ev.replica)
+
+\* `fetched`: << <<voter, fetch offset>>, ... >> for every other voter, 0
+\* for one that has not fetched in this epoch (trace_check fills it in from
+\* the event's end_offsets).
+TAdvanceHighWatermark ==
+    LET l == Ev.replica IN
+    /\ \A i \in DOMAIN Ev.fetched : end_offsets[l][Ev.fetched[i][1]] = Ev.fetched[i][2]
+    /\ AdvanceHighWatermark(l)
+    /\ high_watermark'[l] = Ev.high_watermark
+    /\ AsLogged(l)
+
+TResign == Resign(Ev.replica) /\ AsLogged(Ev.replica)
+
+\* Inferred by trace_check where a voter's run ends and its next begins (a
+\* kill -9 logs nothing): what the restarted node believes is RestartState,
+\* and its next event is compared with it.
+TCrash == Crash(Ev.replica)
+TRestart == Restart(Ev.replica)
+
+TraceStep ==
+    /\ tl <= Len(TraceLog)
+    /\ CASE Ev.type = "RequestVote"              -> TRequestVote
+         [] Ev.type = "GrantVote"                -> TGrantVote
+         [] Ev.type = "BecomeUnattached"         -> TBecomeUnattached
+         [] Ev.type = "BecomeActiveController"   -> TBecomeActiveController
+         [] Ev.type = "BeginQuorumEpoch"         -> TBeginQuorumEpoch
+         [] Ev.type = "FetchFromLeader"          -> TFetchFromLeader
+         [] Ev.type = "TruncateToEpochEndOffset" -> TTruncateToEpochEndOffset
+         [] Ev.type = "AdvanceHighWatermark"     -> TAdvanceHighWatermark
+         [] Ev.type = "Resign"                   -> TResign
+         [] Ev.type = "Crash"                    -> TCrash
+         [] Ev.type = "Restart"                  -> TRestart
+         [] OTHER                                -> FALSE
+    /\ tl' = tl + 1
+
+\* A Fetch answered with no records: nobody logs it (see above).
+SilentStep ==
+    /\ \E f, l \in Voters : FetchFromLeader(f, l) /\ log'[f] = log[f]
+    /\ UNCHANGED tl
+
+TraceNext == TraceStep \/ SilentStep
+
+TraceSpec == TraceInit /\ [][TraceNext]_trace_vars
+
+-----------------------------------------------------------------------------
+(* What TLC checks. *)
+
+\* The spec state trace_check reports, logs shown by end offset and last epoch.
+StateView ==
+    [state |-> state,
+     leader_epoch |-> leader_epoch,
+     voted_for |-> voted_for,
+     leader_id |-> leader_id,
+     votes_granted |-> votes_granted,
+     log_end_offset |-> [v \in Voters |-> LogEndOffset(v)],
+     last_epoch |-> [v \in Voters |-> LastEpoch(v)],
+     high_watermark |-> high_watermark,
+     end_offsets |-> end_offsets,
+     up |-> up]
+
+\* Always TRUE; records (TLC register 1) and prints the deepest cursor
+\* reached, and stops TLC with "kref-trace-accepted" once a behaviour has
+\* taken every event (as TraceReplication.TraceProgress).
+TraceProgress ==
+    /\ IF tl > TLCGet(1)
+       THEN TLCSet(1, tl) /\ PrintT(<<"kref-trace-reached", tl>>)
+       ELSE TRUE
+    /\ IF tl > Len(TraceLog)
+       THEN PrintT(<<"kref-trace-accepted", StateView>>) /\ TLCSet("exit", TRUE)
+       ELSE TRUE
+=============================================================================

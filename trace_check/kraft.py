@@ -1,0 +1,304 @@
+"""From the KRaft quorum's NDJSON trace events to the steps of spec/TraceKRaft.tla.
+
+Theory of operation. The quorum core (kref/controller/quorum.py) logs one
+event per spec/KRaft.tla action it takes (kref/trace/kraft.py), carrying the
+node's post-state under the spec's names. Each voter writes its own file
+(`kref broker --trace-file`); this module merges the files by their shared
+clock (replication.load_events: CLOCK_MONOTONIC on one machine), keeps the
+voters' quorum events, and makes three adjustments, each a re-reading of
+what was logged, never a change of it (docs/trace-validation.md, KRaft):
+
+- Lives. A kill -9 logs nothing; a node's file holds one run per start of
+  its process. Where a run of a voter is followed by another, a Crash and a
+  Restart are put just before the new run's first event (as late as the
+  trace allows: until then the spec may keep the dead node alive and silent).
+- Late deliveries. Every RPC is one atomic step in the spec, but a node
+  logs the response when it applies it, which may be after the sender moved
+  on (a vote granted after the candidate already counted a majority, records
+  appended after their leader resigned). The timestamps give one
+  linearisation of the run; any other that keeps each node's own order and
+  puts each step after what it needed is the same run. So an event whose
+  peer is no longer in the state the event needs (the candidate a
+  Candidate of that epoch, the leader a Leader of it, the node whose higher
+  epoch was learnt in that epoch) is moved, with the other events of its
+  node's same core step, back to the latest point where the peer still was,
+  provided no event of its own node lies in between. Otherwise it stays
+  where it is, and TLC rejects it.
+- What the spec does not model is left out and counted: observers' quorum
+  events (brokers fetch the metadata log but do not vote), the controller's
+  membership events and every other partition's. A leader whose log grows
+  by records other than its LeaderChange (a controller with brokers writes
+  RegisterBroker, topic and partition records, which spec/KRaft.tla has no
+  entry type for) makes the trace refused with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from kref.trace.kraft import KRAFT_EVENT_TYPES, METADATA_TOPIC
+from trace_check.replication import TraceError, _read_runs, load_events, tla_record
+
+# The quorum events spec/TraceKRaft.tla has a matcher for (all of kref/trace/kraft.py's).
+SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | {"Crash", "Restart"}
+# A TLC run over more steps than this takes minutes: refuse, never run for hours.
+MAX_STEPS = 2_000
+NIL = -1
+
+
+@dataclass
+class KRaftSteps:
+    """The steps of one quorum's trace; tlc.check renders them through module_text/config_text."""
+
+    voters: list[int]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    origin: list[str] = field(default_factory=list)  # per step: "file:line" of its event, or "inferred: ..."
+    skipped: dict[str, int] = field(default_factory=dict)
+    moved: int = 0  # events taken earlier than their timestamp (late deliveries)
+
+    spec = "spec/KRaft.tla"
+
+    def where(self) -> str:
+        return f"{METADATA_TOPIC}-0, voters {self.voters}"
+
+    def module_text(self) -> str:
+        body = [tla_record(s) for s in self.steps]
+        return "\n".join(
+            ["---------------------------- MODULE TraceRun ----------------------------",
+             "EXTENDS TraceKRaft",
+             f"GenVoters == {{{', '.join(str(v) for v in self.voters)}}}",
+             "GenNil == -1  \\* kref's NO_ID; a .cfg cannot hold a negative number",
+             "GenLog == <<"]
+            + ["    " + b + ("," if i < len(body) - 1 else "") for i, b in enumerate(body)]
+            + [">>", "=" * 76, ""])
+
+    def config_text(self, min_insync_replicas: int = 1) -> str:
+        return "\n".join([
+            "CONSTANTS",
+            "    TraceLog <- GenLog",
+            "    Voters <- GenVoters",
+            "    Nil <- GenNil",
+            "    Brokers = {}",
+            "    CheckLogUpToDate = TRUE",
+            "    CommitOnlyOwnEpoch = TRUE",
+            "INIT TraceInit",
+            "NEXT TraceNext",
+            "CONSTRAINT TraceProgress",
+            "",
+        ])
+
+
+def is_kraft_trace(events: list[tuple[dict[str, Any], str]]) -> bool:
+    """True when the events are the quorum's and no user partition's (what `kref trace check` picks by)."""
+    quorum = user = False
+    for e, _ in events:
+        topic = e.get("topic")
+        if topic == METADATA_TOPIC and e["type"] in KRAFT_EVENT_TYPES:
+            quorum = True
+        elif isinstance(topic, str) and not topic.startswith("__"):
+            user = True
+    return quorum and not user
+
+
+def load(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
+    """Every event of every file in one order, with a Crash and a Restart between a voter's runs."""
+    paths = list(paths)
+    run_of: dict[str, int] = {}  # "file:line" -> index of its run in the file
+    for path in paths:
+        for run, (_, events) in enumerate(_read_runs(path)):
+            for number, _ in events:
+                run_of[f"{path}:{number}"] = run
+    merged = [(e, o) for e, o in load_events(paths) if not o.startswith("inferred:")]
+    out: list[tuple[dict[str, Any], str]] = []
+    seen_run: dict[str, int] = {}  # file -> run of its latest quorum event
+    last: dict[int, dict[str, Any]] = {}  # voter -> its latest quorum event
+    for e, origin in merged:
+        if e.get("topic") != METADATA_TOPIC or e["type"] not in KRAFT_EVENT_TYPES:
+            out.append((e, origin))
+            continue
+        path = origin.rsplit(":", 1)[0]
+        run = run_of.get(origin, 0)
+        node = e["replica"]
+        if path in seen_run and run > seen_run[path] and node in last:
+            before = last[node]
+            out.append(({"type": "Crash", "replica": node},
+                        f"inferred: node {node}'s run ended (killed) before {origin}"))
+            out.append(({"type": "Restart", "replica": node, "restored": _restart_state(node, before)},
+                        f"inferred: node {node} started again (a new run in its file) at {origin}"))
+        seen_run[path] = run
+        last[node] = e
+        out.append((e, origin))
+    return out
+
+
+def _restart_state(node: int, e: dict[str, Any]) -> str:
+    """KRaft.tla's RestartState, from the node's last logged post-state (its quorum-state file)."""
+    if e["leader_id"] == node:
+        return "Resigned"
+    if e["leader_id"] != NIL:
+        return "Follower"
+    return "Candidate" if e["voted_for"] == node else "Unattached"
+
+
+def _voters(events) -> set[int]:
+    """The voters, as the trace shows them: whoever stood, voted, led, or was counted by a leader."""
+    found: set[int] = set()
+    for e, _ in events:
+        kind = e["type"]
+        if e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
+            continue
+        if kind in ("RequestVote", "GrantVote", "BecomeActiveController", "Resign"):
+            found.add(e["replica"])
+        found.update(e.get("votes_granted") or ())
+        if kind == "GrantVote":
+            found.add(e["candidate"])
+        found.update(int(v) for v in (e.get("end_offsets") or {}))
+        if e.get("state") in ("Candidate", "Leader", "Resigned") or e.get("voted_for", NIL) != NIL:
+            found.add(e["replica"])
+    return found
+
+
+def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | None = None) -> KRaftSteps:
+    """The voters' quorum steps, in an order the spec can take them (see the theory of operation)."""
+    voter_set = set(voters) if voters is not None else _voters(events)
+    if not voter_set:
+        raise TraceError("no quorum events of a voter in the trace (spec/KRaft.tla checks the controller quorum)")
+    skipped: dict[str, int] = {}
+    mine: list[tuple[dict[str, Any], str]] = []
+    for e, origin in events:
+        kind = e["type"]
+        if kind in ("Crash", "Restart") and e["replica"] in voter_set:
+            mine.append((e, origin))
+        elif e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
+            what = "other partitions' events" if e.get("topic") not in (None, METADATA_TOPIC) else kind
+            skipped[what] = skipped.get(what, 0) + 1
+        elif e["replica"] not in voter_set:
+            skipped["observers' quorum events"] = skipped.get("observers' quorum events", 0) + 1
+        else:
+            mine.append((e, origin))
+    _refuse_unmodelled_appends(mine)
+    ordered, moved = _linearise(mine)
+    out = KRaftSteps(voters=sorted(voter_set), skipped=skipped, moved=moved)
+    for e, origin in ordered:
+        step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition",
+                                                          "end_offsets", "restored")}
+        if e["type"] == "AdvanceHighWatermark":
+            offsets = {int(k): v for k, v in (e.get("end_offsets") or {}).items()}
+            step["fetched"] = [[v, offsets.get(v, 0)] for v in out.voters if v != e["replica"]]
+        out.steps.append(step)
+        out.origin.append(origin)
+    if len(out.steps) > MAX_STEPS:
+        raise TraceError(f"{len(out.steps)} quorum steps: more than {MAX_STEPS} for one TLC run "
+                         "(check a shorter run)")
+    return out
+
+
+def _refuse_unmodelled_appends(mine) -> None:
+    """A leader's log may grow only by its LeaderChange record: anything else is not in spec/KRaft.tla."""
+    end: dict[int, int] = {}
+    for e, origin in mine:
+        node = e["replica"]
+        if e["type"] in ("Crash", "Restart"):
+            continue
+        expected = end.get(node)
+        if e["type"] == "BecomeActiveController" and expected is not None:
+            expected += 1
+        if (e["type"] != "FetchFromLeader" and e["type"] != "TruncateToEpochEndOffset" and expected is not None
+                and e["log_end_offset"] > expected and e["state"] in ("Leader", "Resigned")):
+            raise TraceError(
+                f"{origin}: leader {node}'s log grew from {expected} to {e['log_end_offset']} by records other "
+                "than LeaderChange (the controller's metadata records), which spec/KRaft.tla does not model: "
+                "only a controller-only quorum's trace can be checked")
+        end[node] = e["log_end_offset"]
+
+
+# What an event needs of its peer, in the spec's pre-state: (peer, epoch, states the peer may be in;
+# None: any live state).
+def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
+    kind = e["type"]
+    if kind == "GrantVote":
+        return e["candidate"], e["leader_epoch"], frozenset({"Candidate"})
+    if kind == "BecomeUnattached":
+        return e["source"], e["leader_epoch"], None
+    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset"):
+        return e["leader_id"], e["leader_epoch"], frozenset({"Leader"})
+    return None
+
+
+def _status_after(e: dict[str, Any]) -> tuple[int, str] | None:
+    """(leader_epoch, state) of the node after its event; None = down; Restart keeps the epoch."""
+    if e["type"] == "Crash":
+        return None
+    if e["type"] == "Restart":
+        return (-1, e["restored"])
+    return e["leader_epoch"], e["state"]
+
+
+def _linearise(mine):
+    """Move each late-delivered event (with its core step's other events) back to where its peer still was."""
+    groups: list[list[tuple[dict[str, Any], str]]] = []
+    open_group: dict[int, int] = {}  # node -> index in groups of its current step's group
+    for e, origin in mine:
+        node = e["replica"]
+        g = open_group.get(node)
+        prev = groups[g][-1][0] if g is not None else None
+        if (g is not None and g == len(groups) - 1 and prev.get("time_ms") is not None
+                and prev.get("time_ms") == e.get("time_ms") and e["type"] not in ("Crash", "Restart")
+                and prev["type"] not in ("Crash", "Restart")):
+            groups[g].append((e, origin))
+        else:
+            groups.append([(e, origin)])
+            open_group[node] = len(groups) - 1
+
+    out: list[list[tuple[dict[str, Any], str]]] = []
+    moved = 0
+
+    def status(node: int, k: int) -> tuple[int, str] | None:
+        for group in reversed(out[:k]):
+            for e, _ in reversed(group):
+                if e["replica"] == node:
+                    s = _status_after(e)
+                    if s is not None and s[0] == -1:  # restarted: the epoch it had when it died
+                        return _epoch_before(node, out[:k]), s[1]
+                    return s
+        return 0, "Unattached"
+
+    def ok(group, k: int) -> bool:
+        for e, _ in group:
+            need = _needs(e)
+            if need is None or need[0] == e["replica"]:
+                continue
+            peer, epoch, states = need
+            s = status(peer, k)
+            if s is None or s[0] != epoch or (states is not None and s[1] not in states):
+                return False
+        return True
+
+    for group in groups:
+        node = group[0][0]["replica"]
+        k = len(out)
+        if not ok(group, k):
+            floor = max((i + 1 for i, g in enumerate(out) if g[0][0]["replica"] == node), default=0)
+            for j in range(len(out) - 1, floor - 1, -1):
+                if ok(group, j):
+                    k = j
+                    moved += 1
+                    group = [(e, f"{o} (taken before its timestamp: delivered late)") for e, o in group]
+                    break
+        out.insert(k, group)
+    return [x for group in out for x in group], moved
+
+
+def _epoch_before(node: int, prefix) -> int:
+    for g in reversed(prefix):
+        for e, _ in reversed(g):
+            if e["replica"] == node and e["type"] not in ("Crash", "Restart"):
+                return e["leader_epoch"]
+    return 0
+
+
+def dumps(steps: KRaftSteps) -> str:
+    """The steps as NDJSON (for reading what TLC was given)."""
+    return "".join(json.dumps(s) + "\n" for s in steps.steps)
