@@ -244,7 +244,9 @@ def _linearise(mine):
         node = e["replica"]
         g = open_group.get(node)
         prev = groups[g][-1][0] if g is not None else None
-        if (g is not None and g == len(groups) - 1 and prev.get("time_ms") is not None
+        # One core step (same node, same now_ms) is one group even when another node's events were
+        # written between its events: it happened at once, where its first event is.
+        if (g is not None and prev.get("time_ms") is not None
                 and prev.get("time_ms") == e.get("time_ms") and e["type"] not in ("Crash", "Restart")
                 and prev["type"] not in ("Crash", "Restart")):
             groups[g].append((e, origin))
