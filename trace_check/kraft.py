@@ -170,6 +170,10 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
     for e, origin in events:
         kind = e["type"]
         if kind in ("Crash", "Restart") and e["replica"] in voter_set:
+            if kind == "Restart" and "restored" not in e:  # the simulator's own Restart
+                before = next((x for x, _ in reversed(mine) if x["replica"] == e["replica"]
+                               and x["type"] not in ("Crash", "Restart")), None)
+                e = {**e, "restored": _restart_state(e["replica"], before) if before else "Unattached"}
             mine.append((e, origin))
         elif e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
             what = "other partitions' events" if e.get("topic") not in (None, METADATA_TOPIC) else kind

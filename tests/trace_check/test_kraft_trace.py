@@ -11,6 +11,9 @@ Two sources of traces:
   a vote granted twice in one epoch, two leaders in one epoch, a high
   watermark advanced without a majority. Each must be rejected at exactly the
   doctored line.
+- the quorum simulator (kref/sim/quorum.py: the same QuorumCore under crashes,
+  pauses, isolation, dropped/duplicated/delayed messages) with no client
+  proposals (spec/KRaft.tla has no entry type for them), fixed seeds.
 Every TLC run is bounded (timeout_s); a check takes a few seconds.
 """
 
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from kref.sim.quorum import QuorumSettings, QuorumSim
 from tests.controller.test_quorum_processes import TIMEOUTS, describe_quorum, running_cluster, wait_for_leader, \
     wait_until
 from trace_check import kraft
@@ -160,5 +164,20 @@ def test_a_real_quorum_with_a_killed_leader_is_a_behaviour_of_kraft_tla(tmp_path
     assert {"Crash", "Restart"} <= {s["type"] for s in steps.steps}
     assert len([s for s in steps.steps if s["type"] == "BecomeActiveController"]) >= 2
     code, report = validate(paths, timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 0, report
+
+
+@pytest.mark.parametrize("seed, voters", [(5, 5), (2, 3)])
+def test_simulated_quorum_under_faults_is_a_behaviour_of_kraft_tla(tmp_path, seed, voters):
+    print(f"seed={seed} voters={voters}")
+    sim = QuorumSim(seed, QuorumSettings(voters=voters, propose_interval_ms=10**9), trace=True)
+    sim.run()
+    path = tmp_path / "sim.ndjson"
+    path.write_text("".join(line + "\n" for line in sim.world.lines))
+    steps = kraft.normalise(kraft.load([path]))
+    assert len([s for s in steps.steps if s["type"] == "BecomeActiveController"]) >= 2
+    assert sim.world.faults, "the seed injected no fault"
+    code, report = validate([path], timeout_s=TIMEOUT_S)
     print(report)
     assert code == 0, report
