@@ -28,27 +28,36 @@
 (* spec with the one before it).                                           *)
 (*                                                                         *)
 (* TLC explores the behaviours that follow the trace; the state            *)
-(* constraint TraceProgress stops it with "kref-trace-accepted" as soon as *)
-(* one has taken every event, and records how far the deepest got, which   *)
-(* trace_check reports as the first event no action can take.  The same    *)
-(* protocol as spec/TraceReplication.tla (trace_check/tlc.py runs both).   *)
+(* constraint TraceProgress prints "kref-trace-accepted" as soon as one   *)
+(* has taken every event, and how far the deepest got, which trace_check   *)
+(* reports as the first event no action can take.  The protocol is         *)
+(* spec/TraceReplication.tla's: TraceLogs holds a batch of traces, and     *)
+(* TraceInit chooses the one a behaviour follows (ti).                     *)
 (***************************************************************************)
 EXTENDS KRaft, Integers, TLC  \* Integers: kref logs Nil as -1
 
-CONSTANT TraceLog   \* << [type |-> "GrantVote", replica |-> 1, candidate |-> 2, ...], ... >>
+CONSTANT TraceLogs  \* << << [type |-> "GrantVote", replica |-> 1, candidate |-> 2, ...], ... >>, ... >>
+CONSTANT TraceShowState  \* indices of the traces whose last spec state is printed when accepted
 
-VARIABLE tl         \* the cursor: index of the next event to take
+VARIABLE ti         \* which trace of the batch this behaviour follows (chosen in TraceInit)
+VARIABLE tl         \* the cursor: index of the next event of that trace to take
 
-trace_vars == <<vars, tl>>
+trace_vars == <<vars, ti, tl>>
 
+\* Zero-arity: TLC evaluates it once (through the CONSTANT, the .cfg's
+\* substituted literal would be built again at every use).
+Traces == TraceLogs
+TraceLog == Traces[ti]
 Ev == TraceLog[tl]
 
 SetOf(s) == {s[i] : i \in DOMAIN s}
 
 TraceInit ==
     /\ Init
+    /\ ti \in DOMAIN Traces
     /\ tl = 1
-    /\ TLCSet(1, 1)
+    /\ TLCSet(1 + ti, 1)  \* see TraceProgress
+    /\ TLCSet(1, 0)
 
 -----------------------------------------------------------------------------
 (* The post-state of voter v, as its event logged it. *)
@@ -122,12 +131,13 @@ TraceStep ==
          [] Ev.type = "Crash"                    -> TCrash
          [] Ev.type = "Restart"                  -> TRestart
          [] OTHER                                -> FALSE
+    /\ ti' = ti
     /\ tl' = tl + 1
 
 \* A Fetch answered with no records: nobody logs it (see above).
 SilentStep ==
     /\ \E f, l \in Voters : FetchFromLeader(f, l) /\ log'[f] = log[f]
-    /\ UNCHANGED tl
+    /\ UNCHANGED <<ti, tl>>
 
 TraceNext == TraceStep \/ SilentStep
 
@@ -149,14 +159,20 @@ StateView ==
      end_offsets |-> end_offsets,
      up |-> up]
 
-\* Always TRUE; records (TLC register 1) and prints the deepest cursor
-\* reached, and stops TLC with "kref-trace-accepted" once a behaviour has
-\* taken every event (as TraceReplication.TraceProgress).
+\* As TraceReplication.TraceProgress: TLC register 1 counts the traces
+\* accepted, register 1 + i the deepest cursor trace i reached (printed at
+\* every new depth); a behaviour that took every event of its trace accepts
+\* it, its later states are pruned, and TLC stops once every trace is.
 TraceProgress ==
-    /\ IF tl > TLCGet(1)
-       THEN TLCSet(1, tl) /\ PrintT(<<"kref-trace-reached", tl>>)
-       ELSE TRUE
-    /\ IF tl > Len(TraceLog)
-       THEN PrintT(<<"kref-trace-accepted", StateView>>) /\ TLCSet("exit", TRUE)
-       ELSE TRUE
+    LET deepest == TLCGet(1 + ti) IN
+    /\ deepest <= Len(TraceLog)
+    /\ tl > deepest => /\ TLCSet(1 + ti, tl)
+                       /\ PrintT(<<"kref-trace-reached", ti, tl>>)
+    /\ tl > Len(TraceLog) =>
+          /\ IF ti \in TraceShowState
+             THEN PrintT(<<"kref-trace-accepted", ti, StateView>>)
+             ELSE PrintT(<<"kref-trace-accepted", ti>>)
+          /\ LET accepted == TLCGet(1) + 1 IN
+             /\ TLCSet(1, accepted)
+             /\ accepted = Len(Traces) => TLCSet("exit", TRUE)
 =============================================================================

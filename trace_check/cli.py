@@ -96,11 +96,11 @@ def _validate_kraft(files, *, voters, timeout_s: float) -> tuple[int, str]:
     """The quorum's events against spec/KRaft.tla (trace_check.kraft, spec/TraceKRaft.tla)."""
     from trace_check import kraft
     from trace_check.replication import TraceError
-    from trace_check.tlc import TlcError, check_and_explain
+    from trace_check.tlc import TlcError
 
     try:
         steps = kraft.normalise(kraft.load(files), voters)
-        verdict = check_and_explain(steps, timeout_s=timeout_s)
+        verdict = kraft.check_and_explain(steps, timeout_s=timeout_s)
     except (TraceError, TlcError) as exc:
         return 2, f"kref trace check: {exc}"
     skipped = ", ".join(f"{k} x{n}" for k, n in sorted(steps.skipped.items())) or "none"

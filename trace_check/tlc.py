@@ -15,7 +15,6 @@ crashing, the time limit) is an error, never a verdict.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import signal
@@ -80,8 +79,6 @@ def _die_with_parent() -> None:
 
 
 def module_text(steps: Steps) -> str:
-    if hasattr(steps, "module_text"):  # another spec's steps (trace_check.kraft.KRaftSteps) render themselves
-        return steps.module_text()
     lines = ["---------------------------- MODULE TraceRun ----------------------------",
              "EXTENDS TraceReplication",
              f"GenReplicas == {{{', '.join(str(r) for r in steps.replicas)}}}",
@@ -95,8 +92,6 @@ def module_text(steps: Steps) -> str:
 
 
 def config_text(steps: Steps, min_insync_replicas: int) -> str:
-    if hasattr(steps, "config_text"):
-        return steps.config_text(min_insync_replicas)
     return "\n".join([
         "CONSTANTS",
         "    TraceLog <- GenLog",
@@ -172,8 +167,8 @@ def check_and_explain(steps: Steps, **kwargs) -> Verdict:
     verdict = check(steps, **kwargs)
     if verdict.accepted or verdict.reached <= 1:
         return verdict
-    prefix = dataclasses.replace(steps, steps=steps.steps[:verdict.reached - 1],
-                                 origin=steps.origin[:verdict.reached - 1])
+    prefix = Steps(**{**steps.__dict__, "steps": steps.steps[:verdict.reached - 1],
+                      "origin": steps.origin[:verdict.reached - 1]})
     before = check(prefix, **kwargs)
     if before.accepted:
         verdict.state = before.state
