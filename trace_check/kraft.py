@@ -52,6 +52,9 @@ from trace_check.replication import TraceError, _read_runs, load_events, tla_rec
 SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | {"Crash", "Restart"}
 # A TLC run over more steps than this takes minutes: refuse, never run for hours.
 MAX_STEPS = 2_000
+# How many steps (core steps of any node) back a late delivery may be taken.
+LOOKBACK = 64
+LATE = " (taken before its timestamp: delivered late)"
 NIL = -1
 
 
@@ -280,41 +283,54 @@ def _linearise(mine):
 
     out: list[list[tuple[dict[str, Any], str]]] = []
     moved = 0
-
-    def status(node: int, k: int) -> tuple[int, str] | None:
-        for group in reversed(out[:k]):
-            for e, _ in reversed(group):
-                if e["replica"] == node:
-                    s = _status_after(e)
-                    if s is not None and s[0] == -1:  # restarted: the epoch it had when it died
-                        return _epoch_before(node, out[:k]), s[1]
-                    return s
-        return 0, "Unattached"
-
-    def ok(group, k: int) -> bool:
-        for e, _ in group:
-            need = _needs(e)
-            if need is None or need[0] == e["replica"]:
-                continue
-            peer, epoch, states = need
-            s = status(peer, k)
-            if s is None or s[0] != epoch or (states is not None and s[1] not in states):
-                return False
-        return True
-
     for group in groups:
         node = group[0][0]["replica"]
-        k = len(out)
-        if not ok(group, k):
-            floor = max((i + 1 for i, g in enumerate(out) if g[0][0]["replica"] == node), default=0)
-            for j in range(len(out) - 1, floor - 1, -1):
-                if ok(group, j):
-                    k = j
-                    moved += 1
-                    group = [(e, f"{o} (taken before its timestamp: delivered late)") for e, o in group]
-                    break
-        out.insert(k, group)
+        if _ok(out, group, len(out)):
+            out.append(group)
+            continue
+        for j in range(len(out) - 1, max(-1, len(out) - 1 - LOOKBACK), -1):
+            # The node's own groups since j move back with it (its order kept); the other nodes'
+            # groups since j follow, each still finding its peers as it needs them.
+            own = [g for g in out[j:] if g[0][0]["replica"] == node]
+            rest = [g for g in out[j:] if g[0][0]["replica"] != node]
+            candidate = out[:j] + own + [group] + rest
+            moving = range(j, j + len(own) + 1)
+            fine_before = {id(g) for k, g in enumerate(out[j:], j) if _ok(out, g, k)}
+            if all(_ok(candidate, candidate[k], k) for k in moving) and all(
+                    _ok(candidate, g, k) for k, g in enumerate(candidate[j + len(own) + 1:], j + len(own) + 1)
+                    if id(g) in fine_before):
+                late = [[(e, o if o.endswith(LATE) else o + LATE) for e, o in g] for g in own + [group]]
+                out = out[:j] + late + rest
+                moved += 1
+                break
+        else:
+            out.append(group)
     return [x for group in out for x in group], moved
+
+
+def _status(seq, node: int, k: int) -> tuple[int, str] | None:
+    """(leader_epoch, state) of `node` before position k of seq (None: down)."""
+    for i in range(k - 1, -1, -1):
+        for e, _ in reversed(seq[i]):
+            if e["replica"] == node:
+                s = _status_after(e)
+                if s is not None and s[0] == -1:  # restarted: the epoch it had when it died
+                    return _epoch_before(node, seq[:i]), s[1]
+                return s
+    return 0, "Unattached"
+
+
+def _ok(seq, group, k: int) -> bool:
+    """Whether every peer the group's events need is, before position k of seq, as they need it."""
+    for e, _ in group:
+        need = _needs(e)
+        if need is None or need[0] == e["replica"]:
+            continue
+        peer, epoch, states = need
+        s = _status(seq, peer, k)
+        if s is None or s[0] != epoch or (states is not None and s[1] not in states):
+            return False
+    return True
 
 
 def _epoch_before(node: int, prefix) -> int:
