@@ -19,6 +19,12 @@
 (* also reach the logged high watermark from the logged end offsets of the *)
 (* other voters.                                                           *)
 (*                                                                         *)
+(* The controller's membership writes (RegisterBroker, FenceBroker,        *)
+(* UnfenceBroker) and heartbeats are the actions of those names; the       *)
+(* session expiry before a FenceBroker and the broker's metadata fetch    *)
+(* before an UnfenceBroker are not logged, and trace_check puts them in   *)
+(* (ExpireBrokerSession, BrokerFetchMetadata, each possibly a no-op).      *)
+(*                                                                         *)
 (* What a trace does not show stays free and TLC searches for it: a        *)
 (* follower's Fetch whose response carried no records is logged by nobody  *)
 (* (the leader only records the fetch offset), so it is a silent step      *)
@@ -111,6 +117,32 @@ TAdvanceHighWatermark ==
 
 TResign == Resign(Ev.replica) /\ AsLogged(Ev.replica)
 
+\* Broker membership: the controller (replica) that logged the write, in
+\* the quorum epoch it logged, performs the spec's write for the broker.
+AtEpoch == leader_epoch[Ev.replica] = Ev.leader_epoch
+TRegisterBroker == AtEpoch /\ RegisterBroker(Ev.replica, Ev.broker)
+TFenceBroker == AtEpoch /\ FenceBroker(Ev.replica, Ev.broker)
+TUnfenceBroker == AtEpoch /\ UnfenceBroker(Ev.replica, Ev.broker)
+\* kref logs every heartbeat; the spec's BrokerHeartbeat is the one that
+\* revives an expired session, any other changes nothing (a stuttering step).
+TBrokerHeartbeat ==
+    LET l == Ev.replica
+        b == Ev.broker IN
+    /\ AtEpoch
+    /\ \/ BrokerHeartbeat(b, l)
+       \/ /\ Live(l) /\ state[l] = Leader /\ b \in broker_sessions[l]
+          /\ UNCHANGED vars
+\* Inferred by trace_check before a FenceBroker: the session ran out (if it
+\* had not already, e.g. when the leader resumed from a pause).
+TExpireBrokerSession ==
+    \/ ExpireBrokerSession(Ev.replica, Ev.broker)
+    \/ Ev.broker \notin broker_sessions[Ev.replica] /\ UNCHANGED vars
+\* Inferred by trace_check before an UnfenceBroker: the broker read the
+\* metadata log up to the controller's high watermark (or had already).
+TBrokerFetchMetadata ==
+    \/ BrokerFetchMetadata(Ev.broker, Ev.replica)
+    \/ UNCHANGED vars
+
 \* Inferred by trace_check where a voter's run ends and its next begins (a
 \* kill -9 logs nothing): what the restarted node believes is RestartState,
 \* and its next event is compared with it.
@@ -128,6 +160,12 @@ TraceStep ==
          [] Ev.type = "TruncateToEpochEndOffset" -> TTruncateToEpochEndOffset
          [] Ev.type = "AdvanceHighWatermark"     -> TAdvanceHighWatermark
          [] Ev.type = "Resign"                   -> TResign
+         [] Ev.type = "RegisterBroker"           -> TRegisterBroker
+         [] Ev.type = "FenceBroker"              -> TFenceBroker
+         [] Ev.type = "UnfenceBroker"            -> TUnfenceBroker
+         [] Ev.type = "BrokerHeartbeat"          -> TBrokerHeartbeat
+         [] Ev.type = "ExpireBrokerSession"      -> TExpireBrokerSession
+         [] Ev.type = "BrokerFetchMetadata"      -> TBrokerFetchMetadata
          [] Ev.type = "Crash"                    -> TCrash
          [] Ev.type = "Restart"                  -> TRestart
          [] OTHER                                -> FALSE
@@ -157,6 +195,10 @@ StateView ==
      last_epoch |-> [v \in Voters |-> LastEpoch(v)],
      high_watermark |-> high_watermark,
      end_offsets |-> end_offsets,
+     broker_sessions |-> broker_sessions,
+     broker_metadata_offset |-> broker_metadata_offset,
+     registered |-> [v \in Voters |-> {b \in Brokers : IsRegistered(v, b)}],
+     fenced |-> [v \in Voters |-> {b \in Brokers : IsFenced(v, b)}],
      up |-> up]
 
 \* As TraceReplication.TraceProgress: TLC register 1 counts the traces

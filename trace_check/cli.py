@@ -104,5 +104,7 @@ def _validate_kraft(files, *, voters, timeout_s: float) -> tuple[int, str]:
     except (TraceError, TlcError) as exc:
         return 2, f"kref trace check: {exc}"
     skipped = ", ".join(f"{k} x{n}" for k, n in sorted(steps.skipped.items())) or "none"
-    note = (f"; {steps.moved} late deliveries taken before their timestamp; not in the spec, left out: {skipped}")
+    stopped = f"; checked up to the {steps.stopped} (not in the spec)" if steps.stopped else ""
+    note = (f"{stopped}; {steps.moved} late deliveries taken before their timestamp; not in the spec, left out: "
+            f"{skipped}")
     return _report(steps, verdict, "spec/KRaft.tla", steps.where(), note)

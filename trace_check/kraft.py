@@ -24,12 +24,20 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   node's same core step, back to the latest point where the peer still was,
   provided no event of its own node lies in between. Otherwise it stays
   where it is, and TLC rejects it.
+- Broker membership. The controller's RegisterBroker, FenceBroker,
+  UnfenceBroker and BrokerHeartbeat events are the spec's actions of those
+  names; what they rest on is not logged, so the converter puts an
+  ExpireBrokerSession before each FenceBroker and a BrokerFetchMetadata
+  before each UnfenceBroker (each may also change nothing, see
+  spec/TraceKRaft.tla). The check stops before what the spec does not
+  model (a ControlledShutdown, a broker registering again as a new
+  incarnation) and says so.
 - What the spec does not model is left out and counted: observers' quorum
-  events (brokers fetch the metadata log but do not vote), the controller's
-  membership events and every other partition's. A leader whose log grows
-  by records other than its LeaderChange (a controller with brokers writes
-  RegisterBroker, topic and partition records, which spec/KRaft.tla has no
-  entry type for) makes the trace refused with that reason.
+  events (brokers fetch the metadata log but do not vote) and every other
+  partition's. A leader whose log grows by records other than LeaderChange
+  and the membership records (topic, partition, feature records, which
+  spec/KRaft.tla has no entry type for) makes the trace refused with that
+  reason.
 """
 
 from __future__ import annotations
@@ -48,8 +56,17 @@ from typing import Any, Iterable
 from kref.trace.kraft import KRAFT_EVENT_TYPES, METADATA_TOPIC
 from trace_check.replication import TraceError, _read_runs, load_events, tla_record
 
+# The broker-membership events of the controller (kref/controller/controller.py), spec/KRaft.tla's
+# actions of the same names; `replica` is the controller, `broker` the broker.
+MEMBERSHIP = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker", "BrokerHeartbeat"})
+# Steps the converter puts before a membership event (origin "inferred: ..."): a session that ran
+# out (before a FenceBroker) and the broker's metadata fetch (before an UnfenceBroker) are not logged.
+INFERRED = frozenset({"ExpireBrokerSession", "BrokerFetchMetadata"})
 # The quorum events spec/TraceKRaft.tla has a matcher for (all of kref/trace/kraft.py's).
-SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | {"Crash", "Restart"}
+SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | MEMBERSHIP | INFERRED | {"Crash", "Restart"}
+# Steps of the controller spec/KRaft.tla does not model: the check stops before the first.
+STOPS = frozenset({"ControlledShutdown"})
+NOT_QUORUM = MEMBERSHIP | INFERRED | {"Crash", "Restart"}  # steps that carry no quorum post-state
 # A TLC run over more steps than this takes minutes: refuse, never run for hours.
 MAX_STEPS = 2_000
 # How many steps (core steps of any node) back a late delivery may be taken.
@@ -64,6 +81,8 @@ class KRaftSteps:
 
     voters: list[int]
     voters_inferred: bool = False  # the voters are the ones the trace shows, not given (--voters)
+    brokers: list[int] = field(default_factory=list)  # brokers named by the membership events
+    stopped: str = ""  # the event the check stopped before (not in the spec), "" = the whole trace
     steps: list[dict[str, Any]] = field(default_factory=list)
     origin: list[str] = field(default_factory=list)  # per step: "file:line" of its event, or "inferred: ..."
     skipped: dict[str, int] = field(default_factory=dict)
@@ -80,6 +99,7 @@ class KRaftSteps:
             "---------------------------- MODULE TraceRun ----------------------------",
             "EXTENDS TraceKRaft, TraceData",
             f"GenVoters == {{{', '.join(str(v) for v in self.voters)}}}",
+            f"GenBrokers == {{{', '.join(str(b) for b in self.brokers)}}}",
             "GenNil == -1  \\* kref's NO_ID (a .cfg cannot hold a negative number)",
             "=" * 76, ""])
 
@@ -98,7 +118,7 @@ class KRaftSteps:
             f"    TraceShowState = {{{'1' if show_state else ''}}}",
             "    Voters <- GenVoters",
             "    Nil <- GenNil",
-            "    Brokers = {}",
+            "    Brokers <- GenBrokers",
             "    CheckLogUpToDate = TRUE",
             "    CommitOnlyOwnEpoch = TRUE",
             "INIT TraceInit",
@@ -195,8 +215,10 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
         if kind in ("Crash", "Restart") and e["replica"] in voter_set:
             if kind == "Restart" and "restored" not in e:  # the simulator's own Restart
                 before = next((x for x, _ in reversed(mine) if x["replica"] == e["replica"]
-                               and x["type"] not in ("Crash", "Restart")), None)
+                               and x["type"] not in NOT_QUORUM), None)
                 e = {**e, "restored": _restart_state(e["replica"], before) if before else "Unattached"}
+            mine.append((e, origin))
+        elif kind in MEMBERSHIP | STOPS and e.get("topic") == METADATA_TOPIC and e["replica"] in voter_set:
             mine.append((e, origin))
         elif e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
             what = "other partitions' events" if e.get("topic") not in (None, METADATA_TOPIC) else kind
@@ -205,9 +227,13 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
             skipped["observers' quorum events"] = skipped.get("observers' quorum events", 0) + 1
         else:
             mine.append((e, origin))
+    mine, stopped = _stop_at_unmodelled(mine, skipped)
     _refuse_unmodelled_appends(mine)
+    mine = _infer_membership_steps(mine)
     ordered, moved = _linearise(mine)
-    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None, skipped=skipped, moved=moved)
+    brokers = sorted({e["broker"] for e, _ in mine if e["type"] in MEMBERSHIP})
+    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None, brokers=brokers, stopped=stopped,
+                     skipped=skipped, moved=moved)
     for e, origin in ordered:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition",
                                                           "end_offsets", "restored")}
@@ -223,22 +249,57 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
 
 
 def _refuse_unmodelled_appends(mine) -> None:
-    """A leader's log may grow only by its LeaderChange record: anything else is not in spec/KRaft.tla."""
+    """A leader's log grows by its LeaderChange record and one record per membership write
+    (RegisterBroker, FenceBroker, UnfenceBroker); anything else is not in spec/KRaft.tla."""
     end: dict[int, int] = {}
     for e, origin in mine:
         node = e["replica"]
-        if e["type"] in ("Crash", "Restart"):
+        if e["type"] in ("Crash", "Restart", "BrokerHeartbeat"):
             continue
         expected = end.get(node)
-        if e["type"] == "BecomeActiveController" and expected is not None:
-            expected += 1
-        if (e["type"] != "FetchFromLeader" and e["type"] != "TruncateToEpochEndOffset" and expected is not None
+        if e["type"] in MEMBERSHIP or e["type"] == "BecomeActiveController":
+            end[node] = (expected if expected is not None else 0) + 1
+            if e["type"] in MEMBERSHIP:
+                continue
+            expected = end[node]
+        if (e["type"] not in ("FetchFromLeader", "TruncateToEpochEndOffset") and expected is not None
                 and e["log_end_offset"] > expected and e["state"] in ("Leader", "Resigned")):
             raise TraceError(
                 f"{origin}: leader {node}'s log grew from {expected} to {e['log_end_offset']} by records other "
-                "than LeaderChange (the controller's metadata records), which spec/KRaft.tla does not model: "
-                "only a controller-only quorum's trace can be checked")
+                "than LeaderChange and broker registration/fencing (topic, partition or feature records), "
+                "which spec/KRaft.tla does not model")
         end[node] = e["log_end_offset"]
+
+
+def _stop_at_unmodelled(mine, skipped):
+    """The events up to the first the spec does not model: a controlled shutdown, or a broker
+    registering again (a new incarnation: the spec registers a broker once)."""
+    registered: set[int] = set()
+    for i, (e, origin) in enumerate(mine):
+        why = ""
+        if e["type"] in STOPS:
+            why = f"{e['type']} of broker {e['broker']} at {origin}"
+        elif e["type"] == "RegisterBroker":
+            if e["broker"] in registered:
+                why = f"RegisterBroker of a new incarnation of broker {e['broker']} at {origin}"
+            registered.add(e["broker"])
+        if why:
+            skipped[f"everything from the {e['type']} on"] = len(mine) - i
+            return mine[:i], why
+    return mine, ""
+
+
+def _infer_membership_steps(mine):
+    """Put the spec's unlogged membership steps where the trace needs them: the broker's session
+    expired before a FenceBroker, the broker fetched the metadata log before an UnfenceBroker."""
+    out = []
+    for e, origin in mine:
+        if e["type"] in ("FenceBroker", "UnfenceBroker"):
+            kind = "ExpireBrokerSession" if e["type"] == "FenceBroker" else "BrokerFetchMetadata"
+            out.append(({"type": kind, "replica": e["replica"], "broker": e["broker"], "time_ms": None},
+                        f"inferred: {kind} of broker {e['broker']} before {origin}"))
+        out.append((e, origin))
+    return out
 
 
 # What an event needs of its peer, in the spec's pre-state: (peer, epoch, states the peer may be in;
@@ -312,7 +373,7 @@ def _status(seq, node: int, k: int) -> tuple[int, str] | None:
     """(leader_epoch, state) of `node` before position k of seq (None: down)."""
     for i in range(k - 1, -1, -1):
         for e, _ in reversed(seq[i]):
-            if e["replica"] == node:
+            if e["replica"] == node and e["type"] not in MEMBERSHIP | INFERRED:
                 s = _status_after(e)
                 if s is not None and s[0] == -1:  # restarted: the epoch it had when it died
                     return _epoch_before(node, seq[:i]), s[1]
@@ -336,7 +397,7 @@ def _ok(seq, group, k: int) -> bool:
 def _epoch_before(node: int, prefix) -> int:
     for g in reversed(prefix):
         for e, _ in reversed(g):
-            if e["replica"] == node and e["type"] not in ("Crash", "Restart"):
+            if e["replica"] == node and e["type"] not in NOT_QUORUM:
                 return e["leader_epoch"]
     return 0
 

@@ -186,3 +186,36 @@ def test_simulated_quorum_under_faults_is_a_behaviour_of_kraft_tla(tmp_path, see
     code, report = validate([path], timeout_s=TIMEOUT_S, voters=range(1, voters + 1))
     print(report)
     assert code == 0, report
+
+
+MEMBERSHIP = Path(__file__).parent / "testdata" / "kraft-membership"
+
+
+def test_recorded_broker_membership_is_a_behaviour_of_kraft_tla():
+    """Three broker+controller nodes (tests/controller/test_controller_processes.py's registration
+    test): elections and RegisterBroker, BrokerHeartbeat, FenceBroker, UnfenceBroker, checked up to
+    a broker's re-registration (a new incarnation, which the spec does not model)."""
+    paths = [MEMBERSHIP / f"node-{n}.ndjson" for n in (1, 2, 3)]
+    steps = kraft.normalise(kraft.load(paths), voters=[1, 2, 3])
+    kinds = {s["type"] for s in steps.steps}
+    assert {"RegisterBroker", "UnfenceBroker", "FenceBroker", "BrokerHeartbeat", "ExpireBrokerSession",
+            "BrokerFetchMetadata", "BecomeActiveController"} <= kinds
+    assert "new incarnation" in steps.stopped
+    code, report = validate(paths, voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    assert code == 0, report
+    assert "checked up to the RegisterBroker of a new incarnation" in report
+
+
+def test_a_broker_unfenced_before_it_caught_up_is_rejected(tmp_path):
+    files = {n: read(MEMBERSHIP / f"node-{n}.ndjson") for n in (1, 2, 3)}
+    n3 = files[3]
+    i = find(n3, "RegisterBroker", broker=1)
+    # The controller unfences broker 1 right after registering it, before the high watermark
+    # covered the registration (the broker cannot have read it).
+    n3.insert(i + 1, {**n3[i], "type": "UnfenceBroker", "fenced": False, "metadata_offset": 0,
+                      "time_ms": n3[i]["time_ms"] + 1, "mono_ns": n3[i]["mono_ns"] + 1})
+    code, report = validate(write(tmp_path, files), voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / 'node-3.ndjson'}:{i + 2}" in report, report
+    assert "broker_metadata_offset |->" in report
