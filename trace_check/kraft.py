@@ -332,11 +332,9 @@ def _linearise(mine):
         node = e["replica"]
         g = open_group.get(node)
         prev = groups[g][-1][0] if g is not None else None
-        # One core step (same node, same now_ms) is one group even when another node's events were
-        # written between its events: it happened at once, where its first event is.
-        if (g is not None and prev.get("time_ms") is not None
-                and prev.get("time_ms") == e.get("time_ms") and e["type"] not in ("Crash", "Restart")
-                and prev["type"] not in ("Crash", "Restart")):
+        # One core step is one group even when another node's events were written between its
+        # events: it happened at once, where its first event is.
+        if g is not None and _same_step(prev, e):
             groups[g].append((e, origin))
         else:
             groups.append([(e, origin)])
@@ -367,6 +365,22 @@ def _linearise(mine):
         else:
             out.append(group)
     return [x for group in out for x in group], moved
+
+
+def _same_step(prev: dict[str, Any], e: dict[str, Any]) -> bool:
+    """Whether e was emitted by the same core step as prev (the node's event just before it): same
+    now_ms, and a pair one step emits (a higher epoch learnt, then the vote or the following; a
+    follower's BeginQuorumEpoch, then what the fetch response brought; a single voter's election).
+    Two steps at one now_ms (the simulator's clock) stay apart."""
+    if prev.get("time_ms") is None or prev.get("time_ms") != e.get("time_ms"):
+        return False
+    pair = (prev["type"], e["type"])
+    if pair == ("BecomeUnattached", "GrantVote"):
+        return e["candidate"] == prev["source"]
+    if pair in (("BecomeUnattached", "BeginQuorumEpoch"), ("BeginQuorumEpoch", "FetchFromLeader"),
+                ("BeginQuorumEpoch", "TruncateToEpochEndOffset")):
+        return e["leader_epoch"] == prev["leader_epoch"]
+    return pair == ("RequestVote", "BecomeActiveController")
 
 
 def _status(seq, node: int, k: int) -> tuple[int, str] | None:
