@@ -39,6 +39,10 @@ DEFAULT_TIMEOUT_S = 600.0
 # Steps of all traces of one TLC run: TLC parses the whole batch before it checks any of it, and
 # a run's time limit is for the run.
 BATCH_STEPS = 20_000
+# A trace check is a short JVM life: the C2 compiler and a parallel collector cost more CPU than they
+# save (measured: a 100-step trace 3.4 -> 1.4 CPU s, a batch of 100 such traces 11 -> 4.4 CPU s, the
+# 630-step crash seed 4.1 -> 2.0 CPU s; docs/trace-validation.md, Throughput).
+JVM_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 @dataclass
@@ -185,7 +189,7 @@ def check_batch(batch: list[Steps], *, min_insync_replicas: int = 1, timeout_s: 
         (work / "TraceRun.tla").write_text(module_text(batch))
         (work / "TraceData.tla").write_text(data_module_text(batch))
         (work / "TraceRun.cfg").write_text(config_text(batch, min_insync_replicas, show_state))
-        cmd = [java, f"-Xmx{heap_mb}m", "-XX:+UseParallelGC", f"-DTLA-Library={SPEC_DIR}",
+        cmd = [java, f"-Xmx{heap_mb}m", *JVM_FLAGS, f"-DTLA-Library={SPEC_DIR}",
                f"-Djava.io.tmpdir={work / 'tmp'}", "-cp", str(jar), "tlc2.TLC",
                "-workers", "1",  # TLCGet/TLCSet registers are per worker
                "-deadlock",  # TLC 2.15: turns deadlock checking OFF (a rejected trace ends in one)
