@@ -20,7 +20,11 @@ everything not yet durable (optionally keeping a torn prefix of each
 unsynced tail, a fixed length or a seeded random one), and every handle
 opened before the crash is dead afterwards (EIO), so a test or the
 simulator can check that a component survives the loss a power cut causes
-on a real disk. Directories themselves (makedirs, rmtree, a directory's
+on a real disk. `cut_power_after(n)` makes the n-th mutating operation from
+now (a write, truncate, fsync, rename, unlink, ...) raise PowerCut instead
+of happening, and every operation after it too, until `crash()`: a test
+counts a workload's operations once, then cuts the power at each point (or
+a seeded sample of them) and checks recovery. Directories themselves (makedirs, rmtree, a directory's
 rename) are durable at once in the in-memory disk: storage only renames or
 removes whole partition directories on deletion, where either outcome of a
 crash is recovered by the log manager. Bounds: MemoryFileSystem refuses to
@@ -198,6 +202,14 @@ class RealFileSystem:
 # ---------------------------------------------------------------- memory
 
 
+class PowerCut(BaseException):
+    """The in-memory disk lost power (MemoryFileSystem.cut_power_after).
+
+    A BaseException, so that storage code's handlers of OSError and
+    Exception do not mistake it for an I/O error they may recover from:
+    the process is as good as dead until the disk's crash()."""
+
+
 @dataclass(eq=False)
 class _File:
     data: bytearray = field(default_factory=bytearray)
@@ -228,6 +240,7 @@ class MemoryFile:
 
     def pwrite(self, data: bytes | bytearray | memoryview, position: int) -> int:
         f = self._live()
+        self._fs._mutate()
         n = len(data)
         end = position + n
         if end > len(f.data):
@@ -243,6 +256,7 @@ class MemoryFile:
 
     def truncate(self, size: int) -> None:
         f = self._live()
+        self._fs._mutate()
         if size > len(f.data):
             self._fs._charge(size - len(f.data))
             f.data.extend(bytes(size - len(f.data)))
@@ -253,6 +267,7 @@ class MemoryFile:
 
     def fsync(self) -> None:
         f = self._live()
+        self._fs._mutate()
         f.synced = bytes(f.data)
 
     def close(self) -> None:
@@ -273,6 +288,8 @@ class MemoryFileSystem:
         self._used = 0
         self._generation = 0  # bumped by crash(): handles of the old incarnation die
         self.crashes = 0
+        self.mutations = 0  # mutating operations so far (tests count a workload's crash points)
+        self._cut_at: int | None = None  # PowerCut at this mutation count, and after it
 
     # ------------------------------------------------------------ reads
 
@@ -311,6 +328,7 @@ class MemoryFileSystem:
 
     def makedirs(self, path: str) -> None:
         path = _norm(path)
+        self._check_power()
         if path in self._files:
             raise FileExistsError(errno.EEXIST, "a file is in the way", path)
         while path not in self._dirs:
@@ -319,6 +337,7 @@ class MemoryFileSystem:
 
     def write_bytes(self, path: str, data: bytes) -> None:
         path = self._creatable(path)
+        self._mutate()
         f = self._files.get(path)
         if f is None:
             f = self._files[path] = _File()
@@ -328,6 +347,7 @@ class MemoryFileSystem:
 
     def append(self, path: str, data: bytes) -> None:
         path = self._creatable(path)
+        self._mutate()
         self._charge(len(data))
         f = self._files.setdefault(path, _File())
         f.data += data
@@ -335,10 +355,12 @@ class MemoryFileSystem:
 
     def fsync(self, path: str) -> None:
         f = self._file(path)
+        self._mutate()
         f.synced = bytes(f.data)
 
     def fsync_dir(self, path: str) -> None:
         path = _norm(path)
+        self._mutate()
         for p in [p for p in self._durable_names if posixpath.dirname(p) == path]:
             if self._files.get(p) is not self._durable_names[p]:
                 del self._durable_names[p]
@@ -348,6 +370,7 @@ class MemoryFileSystem:
 
     def replace(self, src: str, dst: str) -> None:
         src, dst = _norm(src), self._creatable(dst)
+        self._mutate()
         if src in self._dirs:
             self._move_tree(src, dst)
             return
@@ -360,11 +383,13 @@ class MemoryFileSystem:
 
     def unlink(self, path: str) -> None:
         f = self._file(path)
+        self._mutate()
         self._used -= len(f.data)
         del self._files[_norm(path)]
 
     def rmtree(self, path: str) -> None:
         root = _norm(path)
+        self._mutate()
         prefix = root.rstrip("/") + "/"
         for p in [p for p in self._files if p.startswith(prefix)]:
             self._used -= len(self._files.pop(p).data)
@@ -374,10 +399,12 @@ class MemoryFileSystem:
 
     def open(self, path: str, *, create: bool = False, truncate: bool = False) -> MemoryFile:
         norm = _norm(path)
+        self._check_power()
         f = self._files.get(norm)
         if f is None:
             if not create:
                 raise FileNotFoundError(errno.ENOENT, "no such file", path)
+            self._mutate()
             f = self._files[self._creatable(norm)] = _File(mtime_ms=self._now_ms())
         elif norm in self._dirs:
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
@@ -398,6 +425,20 @@ class MemoryFileSystem:
         self._locks.discard(_norm(path))
 
     # ------------------------------------------------------------ faults
+
+    def cut_power_after(self, mutations: int | None) -> None:
+        """PowerCut instead of the `mutations`-th mutating operation from now
+        (1: the very next one), and on every operation after it until
+        crash(); None disarms."""
+        self._cut_at = None if mutations is None else self.mutations + max(1, mutations)
+
+    def _check_power(self) -> None:
+        if self._cut_at is not None and self.mutations + 1 >= self._cut_at:
+            raise PowerCut(f"power cut at mutation {self._cut_at}")
+
+    def _mutate(self) -> None:
+        self._check_power()
+        self.mutations += 1
 
     def crash(self, *, keep_torn_bytes: int = 0, rng: random.Random | None = None) -> None:
         """A power cut: every file goes back to its synced bytes and every
@@ -421,6 +462,7 @@ class MemoryFileSystem:
         self._locks.clear()
         self._generation += 1
         self.crashes += 1
+        self._cut_at = None
 
     # ------------------------------------------------------------ internals
 
