@@ -278,3 +278,71 @@ def test_power_cut_at_any_write_of_a_cleaning(seed):
             assert i in kept, f"{where}: the last record of {key!r} (offset {i}) is gone"
         assert log.log_end_offset == len(model), where
         check_indexes(log)
+
+
+def _prepared(fs: MemoryFileSystem) -> tuple[LogManager, Model]:
+    """Two partitions with flushed, unflushed and checkpointed data, deterministically."""
+    manager = open_manager(fs)
+    model = Model()
+    workload(manager, model, random.Random(5), 30, "prep")
+    model.checkpoint_writing = {k: manager.get_log(*k).recovery_point for k in PARTITIONS}
+    manager.checkpoint()
+    model.checkpoint_done, model.checkpoint_writing = model.checkpoint_writing, None
+    log = manager.get_log("t", 0)
+    for i in range(3):  # an unflushed tail in the active segment
+        values = [b"tail-%d" % i]
+        model.written[("t", 0)][log.log_end_offset] = values[0]
+        log.append_as_leader(make_batch(values), 0, 100 + i)
+    return manager, model
+
+
+def _append(manager: LogManager, model: Model) -> None:
+    log = manager.get_log("t", 0)
+    model.in_flight[("t", 0)] = {log.log_end_offset: b"in-flight"}
+    log.append_as_leader(make_batch([b"in-flight"]), 0, 200)
+
+
+def _roll(manager: LogManager, model: Model) -> None:
+    manager.get_log("t", 0).roll(200)
+
+
+def _flush(manager: LogManager, model: Model) -> None:
+    manager.get_log("t", 0).flush(200)
+
+
+def _checkpoint(manager: LogManager, model: Model) -> None:
+    model.checkpoint_writing = {k: manager.get_log(*k).recovery_point for k in PARTITIONS}
+    manager.checkpoint()
+
+
+def _shutdown(manager: LogManager, model: Model) -> None:
+    # Shutdown flushes every log first: the checkpoint it writes holds the log ends.
+    model.checkpoint_writing = {k: manager.get_log(*k).log_end_offset for k in PARTITIONS}
+    manager.shutdown()
+
+
+@pytest.mark.parametrize("operation", [_append, _roll, _flush, _checkpoint, _shutdown], ids=lambda f: f.__name__[1:])
+def test_power_cut_at_every_write_of_one_operation(operation):
+    fs = MemoryFileSystem()
+    fs.makedirs(ROOT)
+    manager, model = _prepared(fs)
+    before = fs.mutations
+    operation(manager, model)
+    total = fs.mutations - before
+    assert total >= 1
+    for cut in range(1, total + 2):  # total + 1: the operation completes, then the power goes
+        fs = MemoryFileSystem()
+        fs.makedirs(ROOT)
+        manager, model = _prepared(fs)
+        fs.cut_power_after(cut)
+        completed = False
+        try:
+            operation(manager, model)
+            completed = True
+        except PowerCut:
+            pass
+        if completed and operation in (_flush, _roll, _shutdown):
+            for key in PARTITIONS:
+                model.flushed[key] = manager.get_log(*key).recovery_point
+        fs.crash(rng=random.Random(cut))
+        check_recovered(fs, model, f"{operation.__name__[1:]}: cut {cut} of {total}")
