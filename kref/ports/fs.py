@@ -274,6 +274,17 @@ class MemoryFile:
         self._generation = -1
 
 
+class _LockHandle(MemoryFile):
+    """The handle of a held lock: closing it releases the lock (as closing a flock'd descriptor does)."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        if self._generation == self._fs._generation:
+            self._fs._locks.discard(self.path)
+        self._generation = -1
+
+
 class MemoryFileSystem:
     """An in-memory disk that loses what was not made durable when it `crash()`es."""
 
@@ -419,10 +430,7 @@ class MemoryFileSystem:
             raise BlockingIOError(errno.EWOULDBLOCK, "locked", path)
         handle = self.open(norm, create=True)
         self._locks.add(norm)
-        return handle
-
-    def unlock(self, path: str) -> None:
-        self._locks.discard(_norm(path))
+        return _LockHandle(self, handle._file, norm)
 
     # ------------------------------------------------------------ faults
 

@@ -115,3 +115,19 @@ def test_controller_files_are_old_or_new_after_a_power_cut_at_any_write():
         fs.crash(keep_torn_bytes=3)
         assert meta_properties.read("/data", fs) in (old_meta, new_meta), cut
         assert read_quorum_state("/data", fs) in (old_state, new_state), cut
+
+
+def test_a_log_dir_lock_is_exclusive_until_closed_or_crashed(tmp_path):
+    from kref.storage.log_manager import LogDirInUseError, lock_log_dir
+
+    for fs, root in ((RealFileSystem(), str(tmp_path)), (MemoryFileSystem(), "/logs")):
+        fs.makedirs(root)
+        held = lock_log_dir(root, fs)
+        with pytest.raises(LogDirInUseError):  # flock is per open file: even this process is refused
+            lock_log_dir(root, fs)
+        held.close()
+        again = lock_log_dir(root, fs)
+        if isinstance(fs, MemoryFileSystem):
+            fs.crash()  # the holder died: its lock went with it
+            lock_log_dir(root, fs).close()
+        again.close()
