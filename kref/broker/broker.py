@@ -23,7 +23,6 @@ ErrorCode, and run on the trio thread, so they never interleave.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 import uuid
@@ -50,6 +49,7 @@ from kref.broker.resources import resource_warning
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
 from kref.storage.errors import StorageError
+from kref.storage.checkpoint import write_atomically
 from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.cleaner_driver import LogCleaner, cleaner_config_of
 from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
@@ -459,7 +459,7 @@ class Broker:
         if validate_only:
             return
         try:
-            _atomic_write(self._log_dirs[0] / DYNAMIC_CONFIG_FILE, altered.to_json())
+            write_atomically(str(self._log_dirs[0] / DYNAMIC_CONFIG_FILE), altered.to_json(), fs=REAL_FILE_SYSTEM)
         except OSError as exc:
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot store broker configs: {exc.strerror or exc}") from None
         self.dynamic_configs = altered
@@ -619,17 +619,3 @@ class Broker:
             require_formatted=self.config.process_roles is not None,
             cluster_id=self.config.cluster_id,
         )
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
