@@ -47,6 +47,7 @@ from pathlib import Path
 from kref.broker.config import ConfigError
 from kref.records.batch import Record, build_batch, decode_batch
 from kref.records.control import ControlRecordType, control_record_key
+from kref.ports.fs import FileSystem, RealFileSystem
 from kref.records.header import iter_headers
 from kref.storage.checkpoint import write_atomically
 from kref.storage.config import LogConfig
@@ -71,12 +72,13 @@ class QuorumState:
     leader_id: int = -1
 
 
-def read_quorum_state(directory: str | Path) -> QuorumState:
+def read_quorum_state(directory: str | Path, fs: FileSystem | None = None) -> QuorumState:
+    fs = fs or RealFileSystem()
     path = Path(directory) / QUORUM_STATE_FILE
     try:
-        if path.stat().st_size > MAX_QUORUM_STATE_BYTES:
+        if fs.file_size(str(path)) > MAX_QUORUM_STATE_BYTES:
             raise QuorumStateError(f"{path} is garbled: too large")
-        data = json.loads(path.read_bytes())
+        data = json.loads(fs.read_bytes(str(path)))
         return QuorumState(int(data["leaderEpoch"]), int(data["votedId"]), int(data["leaderId"]))
     except FileNotFoundError:
         return QuorumState()
@@ -84,7 +86,7 @@ def read_quorum_state(directory: str | Path) -> QuorumState:
         raise QuorumStateError(f"{path} is garbled: {exc}") from None
 
 
-def write_quorum_state(directory: str | Path, state: QuorumState, voters: list[int]) -> None:
+def write_quorum_state(directory: str | Path, state: QuorumState, voters: list[int], fs: FileSystem | None = None) -> None:
     path = Path(directory) / QUORUM_STATE_FILE
     data = {
         "clusterId": "",
@@ -95,7 +97,7 @@ def write_quorum_state(directory: str | Path, state: QuorumState, voters: list[i
         "currentVoters": [{"voterId": v} for v in sorted(voters)],
         "data_version": 0,
     }
-    write_atomically(str(path), json.dumps(data))
+    write_atomically(str(path), json.dumps(data), fs=fs)
 
 
 def _write_unsigned_varint(out: bytearray, value: int) -> None:
