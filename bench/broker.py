@@ -89,6 +89,13 @@ def start_tansu():
 
 @contextlib.contextmanager
 def start_kref():
+    with start_kref_process() as (bootstrap, _proc):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def start_kref_process():
+    """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU)."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="kref-bench-")
     proc = subprocess.Popen(
@@ -100,7 +107,7 @@ def start_kref():
     )
     try:
         wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -2,6 +2,13 @@
 
 What it measures (issue 10's "Measured"; figures are printed, nothing is asserted):
 
+- CPU per 1000 acknowledged records, per process (the leader, each
+  follower, the client, and the single broker), from /proc/PID/stat and
+  getrusage over each throughput run: with several agents on 2 cores the
+  wall-clock rate is noisy, and three brokers compete for the same cores, so
+  the brokers' total CPU per record is what decides the ratio;
+- with `--profile DIR`: one more throughput run of each setup while py-spy
+  samples every broker process (raw stacks in DIR, top functions printed);
 - throughput: `--messages` records of `--value-bytes` through one
   confluent-kafka producer (linger.ms=5, no compression) to a one-partition
   topic, until the last delivery report: the single broker `kref broker`
@@ -29,13 +36,16 @@ median and min-max of the per-round ratios are printed. Every phase has a
 deadline.
 
     .venv/bin/python bench/cluster.py [--messages 20000] [--rounds 3] [--rates 100,300] [--catchup-mb 20]
+        [--profile DIR] [--only-throughput]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -51,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.broker import start_kref  # noqa: E402
+from bench.broker import start_kref_process  # noqa: E402
 from kref.controller import local_cluster, meta_properties  # noqa: E402
 
 PHASE_DEADLINE_S = 120
@@ -108,7 +118,54 @@ def create_topic(bootstrap: str, name: str, rf: int) -> dict:
     raise RuntimeError(f"topic {name} has no leader after 30 s")
 
 
-def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: bytes) -> float:
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (utime, stime: fields 14 and 15 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def client_cpu_s() -> float:
+    """This process (the producer and librdkafka's threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuMeter:
+    """CPU seconds each named process spent between start() and stop(), per 1000 acknowledged records."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+
+    def _now(self) -> dict[str, float]:
+        out = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        out["client"] = client_cpu_s()
+        return out
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def per_1000(self, acknowledged: int) -> dict[str, float]:
+        after = self._now()
+        return {name: (after[name] - self.before[name]) * 1000 / max(1, acknowledged) for name in after}
+
+
+def cpu_line(cpu: dict[str, float]) -> str:
+    """CPU ms per 1000 records: each process, then the brokers' sum."""
+    brokers = sum(v for k, v in cpu.items() if k != "client")
+    parts = ", ".join(f"{k} {v * 1000:.1f}" for k, v in cpu.items())
+    return f"CPU ms/1000 rec: {parts}; brokers {brokers * 1000:.1f}"
+
+
+def brokers_cpu(cpu: dict[str, float]) -> float:
+    return sum(v for k, v in cpu.items() if k != "client")
+
+
+def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: bytes,
+               meter: CpuMeter | None = None) -> tuple[float, dict[str, float]]:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "enable.idempotence": acks == "all", "queue.buffering.max.messages": 200000})
     done = [0]
@@ -117,6 +174,11 @@ def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: byte
         if err is None:
             done[0] += 1
 
+    # Connect and learn the leader before the clocks start (start-up is not throughput).
+    producer.produce(topic, value)
+    producer.flush(30)
+    if meter is not None:
+        meter.start()
     start = time.perf_counter()
     for _ in range(messages):
         while True:
@@ -128,9 +190,62 @@ def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: byte
         producer.poll(0)
     producer.flush(PHASE_DEADLINE_S)
     elapsed = time.perf_counter() - start
+    cpu = meter.per_1000(done[0]) if meter is not None else {}
     if done[0] < messages:
         print(f"  ({messages - done[0]} of {messages} not acknowledged)")
-    return done[0] / elapsed
+    return done[0] / elapsed, cpu
+
+
+def profile_run(out_dir: Path, label: str, pids: dict[str, int], run) -> None:
+    """Run `run()` while py-spy samples each process; print each one's top functions (self and total)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spies = {}
+    for name, pid in pids.items():
+        raw = out_dir / f"{label}-{name}.txt"
+        spies[name] = (raw, subprocess.Popen(
+            ["py-spy", "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--output", str(raw),
+             "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        run()
+    finally:
+        for _, spy in spies.values():
+            spy.send_signal(signal.SIGINT)
+        for _, spy in spies.values():
+            try:
+                spy.wait(30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait()
+    for name, (raw, _) in spies.items():
+        if raw.exists():
+            print(f"  profile {label} {name} ({raw}):")
+            for line in summarize_profile(raw):
+                print(f"    {line}")
+
+
+def summarize_profile(raw: Path, top: int = 25) -> list[str]:
+    """py-spy raw (collapsed) stacks -> the functions with the most samples, inclusive and self."""
+    inclusive: collections.Counter = collections.Counter()
+    own: collections.Counter = collections.Counter()
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f.split(" (")[0] + " " + f.rsplit("/", 1)[-1].split(":")[0] for f in stack.split(";")]
+        total += n
+        for frame in set(frames):
+            inclusive[frame] += n
+        own[frames[-1]] += n
+    if not total:
+        return ["(no samples)"]
+    idle = sum(n for f, n in own.items() if f.startswith(("epoll_wait", "select ", "poll ")))
+    lines = [f"{total} samples ({idle} idle in the event loop's poll)"]
+    lines += [f"self {n * 100 / total:5.1f}%  {f}" for f, n in own.most_common(top)]
+    lines += [f"incl {n * 100 / total:5.1f}%  {f}" for f, n in inclusive.most_common(top * 2)]
+    return lines
 
 
 def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes) -> tuple[float, float, int]:
@@ -243,6 +358,10 @@ def main() -> int:
     parser.add_argument("--rates", default="100,300", help="records/s for the latency phases, comma-separated")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each latency phase")
     parser.add_argument("--catchup-mb", type=int, default=20)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="after the rounds, one more throughput run of each setup under py-spy (raw stacks in DIR)")
+    parser.add_argument("--only-throughput", action="store_true",
+                        help="the paired throughput rounds (and --profile) only: no latency, acks=1, catch-up")
     parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
     args = parser.parse_args()
@@ -258,22 +377,48 @@ def main() -> int:
 
     base = Path(tempfile.mkdtemp(prefix="kref-bench-cluster-"))
     try:
-        with start_kref() as single, start_cluster(base) as (specs, processes, restart):
+        with start_kref_process() as (single, single_proc), start_cluster(base) as (specs, processes, restart):
             bootstrap = local_cluster.bootstrap_servers(specs)
             create_topic(single, "bench", 1)
             placement = create_topic(bootstrap, "bench", 3)
             print(f"cluster topic placement {placement}")
+            leader = placement["leader"]
+            followers = [n for n in placement["replicas"] if n != leader]
+            pids = {
+                "single": {"broker": single_proc.pid},
+                "cluster": {f"leader({leader})": processes[leader].pid,
+                            **{f"follower({n})": processes[n].pid for n in followers}},
+            }
             ratios: list[float] = []
+            cpu_ratios: list[float] = []
+            cpus: dict[str, list[dict[str, float]]] = {"single": [], "cluster": []}
             for i in range(args.rounds):
                 runs = [("single", single, "1"), ("cluster", bootstrap, "all")]
                 if i % 2:
                     runs.reverse()
-                got = {name: throughput(where, "bench", acks, args.messages, value) for name, where, acks in runs}
+                got, cpu = {}, {}
+                for name, where, acks in runs:
+                    got[name], cpu[name] = throughput(where, "bench", acks, args.messages, value, CpuMeter(pids[name]))
+                    cpus[name].append(cpu[name])
                 ratios.append(got["cluster"] / got["single"])
+                cpu_ratios.append(brokers_cpu(cpu["cluster"]) / max(1e-9, brokers_cpu(cpu["single"])))
                 print(f"  round {i + 1}: single acks=1 RF=1 {got['single']:,.0f} msg/s, cluster acks=all RF=3 "
                       f"{got['cluster']:,.0f} msg/s ({got['cluster'] * len(value) / 1e6:.1f} MB/s): {ratios[-1]:.2f}x"
                       f" (load {os.getloadavg()[0]:.1f})")
+                print(f"    single  {cpu_line(cpu['single'])}")
+                print(f"    cluster {cpu_line(cpu['cluster'])}")
             print(f"throughput acks=all RF=3 / single acks=1: {spread(ratios)} (anchor: Kafka 0.51x; goal >= 0.5x)")
+            for name in ("single", "cluster"):
+                med = {k: statistics.median(c[k] for c in cpus[name]) for k in cpus[name][0]}
+                print(f"median {name:7s} {cpu_line(med)}")
+            print(f"brokers' CPU per record, cluster acks=all RF=3 / single acks=1: {spread(cpu_ratios)}")
+            if args.profile is not None:
+                profile_run(args.profile, "single", pids["single"],
+                            lambda: throughput(single, "bench", "1", args.messages, value))
+                profile_run(args.profile, "cluster", pids["cluster"],
+                            lambda: throughput(bootstrap, "bench", "all", args.messages, value))
+            if args.only_throughput:
+                return 0
             for rate in rates:
                 topic = f"bench-lat-{int(rate)}"
                 create_topic(single, topic, 1)
@@ -293,8 +438,8 @@ def main() -> int:
             # The same RF=3 partition with acks=1 (replication asynchronous): what the
             # cluster costs without waiting for followers (Kreps' 0.96x row).
             create_topic(bootstrap, "bench-async", 3)
-            async_tput = throughput(bootstrap, "bench-async", "1", args.messages, value)
-            single_again = throughput(single, "bench", "1", args.messages, value)
+            async_tput, _ = throughput(bootstrap, "bench-async", "1", args.messages, value)
+            single_again, _ = throughput(single, "bench", "1", args.messages, value)
             print(f"3 nodes, acks=1, RF=3: {async_tput:,.0f} msg/s ({async_tput / single_again:.2f}x single; anchor 0.96x)")
             c = catch_up(specs, processes, restart, bootstrap, "catchup", args.catchup_mb, value)
             if c["catchup_mb_s"] is None:
