@@ -94,7 +94,7 @@ def start_kref():
 
 
 @contextlib.contextmanager
-def start_kref_process():
+def start_kref_process(env: dict[str, str] | None = None):
     """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU)."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="kref-bench-")
@@ -103,7 +103,7 @@ def start_kref_process():
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"log.dirs={data}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )
     try:
         wait_for_port(port, proc)
