@@ -123,17 +123,18 @@ def create_topic(bootstrap: str, name: str, rf: int) -> dict:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_s(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of a process so far (utime, stime: fields 14 and 15 of /proc/PID/stat)."""
+def process_cpu_s(pid: int) -> tuple[float, float, int]:
+    """(user, system) CPU seconds of a process so far and its minor page faults
+    (utime, stime, minflt: fields 14, 15 and 10 of /proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS, int(fields[7])
 
 
-def client_cpu_s() -> tuple[float, float]:
+def client_cpu_s() -> tuple[float, float, int]:
     """This process: the producer's Python thread and librdkafka's threads."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime, usage.ru_stime
+    return usage.ru_utime, usage.ru_stime, usage.ru_minflt
 
 
 class CpuMeter:
@@ -148,7 +149,7 @@ class CpuMeter:
         self.pids = pids
         self.background = background or {}
 
-    def _now(self) -> dict[str, tuple[float, float]]:
+    def _now(self) -> dict[str, tuple[float, float, int]]:
         out = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
         out["client"] = client_cpu_s()
         return out
@@ -162,15 +163,17 @@ class CpuMeter:
         elapsed = time.perf_counter() - self.started
         scale = 1000 / max(1, acknowledged)
         out = {}
-        for name, (user, system) in after.items():
-            user0, system0 = self.before[name]
+        self.faults = {}
+        for name, (user, system, faults) in after.items():
+            user0, system0, faults0 = self.before[name]
             spent = user - user0 + system - system0
             net = max(0.0, spent - self.background.get(name, 0.0) * elapsed)
             out[name] = (spent * scale, (system - system0) * scale, net * scale)
+            self.faults[name] = (faults - faults0) * scale
         return out
 
 
-def background_cpu(pids: dict[str, int], seconds: float = 3.0) -> dict[str, float]:
+def background_cpu(pids: dict[str, int], seconds: float = 2.0) -> dict[str, float]:
     """Each process's CPU seconds per second while no record flows (KRaft, heartbeats, idle long polls)."""
     meter = CpuMeter(pids)
     meter.start()
@@ -413,11 +416,12 @@ def main() -> int:
             # Warm both (first connections, the producer id) before anything is measured.
             throughput(single, "bench", "1", min(args.messages, 20000), value)
             throughput(bootstrap, "bench", "all", min(args.messages, 20000), value)
-            background = {}
-            for where in pids.values():
-                background.update(background_cpu(where))
-            print("background CPU (no records flowing), ms per s: "
-                  + ", ".join(f"{k} {v * 1000:.1f}" for k, v in background.items() if k != "client"))
+            def measure_background() -> dict[str, float]:
+                # Both setups at once: what each process burns with no records flowing.
+                found = background_cpu({f"{setup}/{k}": pid for setup, where in pids.items() for k, pid in where.items()})
+                print("    background CPU (no records flowing), ms per s: "
+                      + ", ".join(f"{k} {v * 1000:.1f}" for k, v in found.items() if k != "client"))
+                return {k.split("/", 1)[1]: v for k, v in found.items() if k != "client"}
             # "cluster": acks=all with the idempotent producer (librdkafka's
             # enable.idempotence, Kafka's default for acks=all); "plain": the
             # same producer settings as the single broker's but acks=all, so
@@ -427,7 +431,10 @@ def main() -> int:
             ratios: dict[str, list[float]] = {"cluster": [], "plain": []}
             cpu_ratios: dict[str, list[float]] = {"cluster": [], "plain": []}
             cpus: dict[str, list[dict]] = {name: [] for name in setups}
+            faults: dict[str, list[dict]] = {name: [] for name in setups}
             for i in range(args.rounds):
+                # Measured next to each round: on a shared machine it moves with the load.
+                background = measure_background()
                 order = list(setups) if i % 2 == 0 else list(reversed(setups))
                 got, cpu = {}, {}
                 for name in order:
@@ -435,6 +442,7 @@ def main() -> int:
                     meter = CpuMeter(pids["single" if name == "single" else "cluster"], background)
                     got[name], cpu[name] = throughput(where, "bench", acks, args.messages, value, meter, idempotence)
                     cpus[name].append(cpu[name])
+                    faults[name].append(meter.faults)
                 for name in ("cluster", "plain"):
                     ratios[name].append(got[name] / got["single"])
                     cpu_ratios[name].append(brokers_cpu(cpu[name], net=True) / max(1e-9, brokers_cpu(cpu["single"], net=True)))
@@ -450,7 +458,8 @@ def main() -> int:
                 med = {k: tuple(statistics.median(c[k][j] for c in cpus[name]) for j in range(3)) for k in cpus[name][0]}
                 print(f"median {name:7s} {cpu_line(med)}")
                 whole = brokers_cpu(med) + med["client"][0]
-                print(f"        brokers + client {whole * 1000:.2f} ms/1000 rec")
+                faulted = ", ".join(f"{k} {statistics.median(f[k] for f in faults[name]):.0f}" for k in faults[name][0])
+                print(f"        brokers + client {whole * 1000:.2f} ms/1000 rec; minor page faults/1000 rec: {faulted}")
             print(f"brokers' CPU per record net of background, cluster / single: {spread(cpu_ratios['cluster'])} "
                   f"idempotent, {spread(cpu_ratios['plain'])} not idempotent")
             if args.cprofile is not None:

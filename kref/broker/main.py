@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kref.broker import malloc_tuning
+
+    malloc_tuning.apply()
     prefix = os.environ.get("KREF_CPROFILE")
     if not prefix:
         return _run(args)
