@@ -777,7 +777,9 @@ class QuorumCore:
             self._request_vote(now_ms, out)
             return
         if not self.config.is_voter and self.state is State.FOLLOWER and now_ms >= self.election_deadline_ms:
-            # An observer that lost its leader looks for the new one.
+            # An observer that lost its leader looks for the new one (a snapshot
+            # fetch from the old one starts over).
+            self._abandon_snapshot_fetch()
             self.leader_id = NO_ID
             self.state = State.UNATTACHED
             self._announce(out)
@@ -822,8 +824,11 @@ class QuorumCore:
             destination = voters[self.bootstrap_index % len(voters)]
             self.bootstrap_index += 1
         fetch = self.fetching_snapshot
+        if fetch is not None and not fetch.installing and self.state is not State.FOLLOWER:
+            self._abandon_snapshot_fetch()  # only a follower fetches a snapshot: Fetch first
+            fetch = None
         if fetch is not None:
-            if fetch.installing or self.state is not State.FOLLOWER:
+            if fetch.installing:
                 return
             self.fetch_due_ms = None
             self.fetch_sent_ms = now_ms

@@ -170,6 +170,9 @@ class SnapshotStore:
         self.fs = fs
         self.dir = directory
         fs.makedirs(directory)
+        # The bytes of the one snapshot being served (a finished snapshot never
+        # changes): chunk after chunk without reading the whole file each time.
+        self._served: tuple[SnapshotId, bytes] | None = None
 
     def path(self, snapshot_id: SnapshotId) -> str:
         return posixpath.join(self.dir, snapshot_id.file_name)
@@ -198,6 +201,8 @@ class SnapshotStore:
 
     def freeze(self, snapshot_id: SnapshotId) -> None:
         partial = self.partial_path(snapshot_id)
+        if self._served is not None and self._served[0] == snapshot_id:
+            self._served = None
         self.fs.fsync(partial)
         self.fs.replace(partial, self.path(snapshot_id))
         self.fs.fsync_dir(self.dir)
@@ -215,11 +220,11 @@ class SnapshotStore:
         return decode_snapshot(snapshot_id, data)
 
     def read_chunk(self, snapshot_id: SnapshotId, position: int, length: int) -> bytes:
-        # The port reads whole files; snapshots are bounded (MAX_SNAPSHOT_BYTES).
-        return self.fs.read_bytes(self.path(snapshot_id))[position : position + length]
-
-    def size(self, snapshot_id: SnapshotId) -> int:
-        return len(self.fs.read_bytes(self.path(snapshot_id)))
+        # The port reads whole files; snapshots are bounded (MAX_SNAPSHOT_BYTES),
+        # and the one being served is kept.
+        if self._served is None or self._served[0] != snapshot_id:
+            self._served = (snapshot_id, self.fs.read_bytes(self.path(snapshot_id)))
+        return self._served[1][position : position + length]
 
     def latest_valid(self) -> Snapshot | None:
         """The newest snapshot that reads whole; each one skipped is logged with its reason."""
@@ -231,6 +236,8 @@ class SnapshotStore:
         return None
 
     def delete(self, snapshot_id: SnapshotId) -> None:
+        if self._served is not None and self._served[0] == snapshot_id:
+            self._served = None
         self.fs.unlink(self.path(snapshot_id))
         self.fs.fsync_dir(self.dir)
 

@@ -67,6 +67,7 @@ class QuorumCluster:
         self.committed: list[tuple[int, object]] = []
         self.trace: list[str] = []
         self.cut: set[frozenset[int]] = set()  # links that drop everything
+        self.installs = 0  # snapshots fetched and installed (InstallSnapshot carried out)
         for node_id in list(voters) + list(observers):
             config = q.QuorumConfig(
                 node_id,
@@ -231,6 +232,7 @@ class QuorumCluster:
                     node.snapshots[(effect.end_offset, effect.epoch)] = node.partial
                     node.log = prefix
                     node.log_start = effect.end_offset
+                    self.installs += 1
                     self._commit(node, effect.end_offset)
                     followups.append(q.SnapshotInstalled(effect.end_offset, effect.epoch))
                 case q.LogStartAdvanced():

@@ -187,11 +187,9 @@ def test_random_schedule_with_snapshots_keeps_safety(seed):
 
 
 def test_random_schedules_with_snapshots_install_some():
-    installs = 0
-    for seed in range(10):
-        cluster = random_schedule(seed, 1500, snapshots=True)
-        installs += sum(1 for n in cluster.nodes.values() if n.log_start and n.core is not None)
-    assert installs > 0
+    """Not vacuous: the schedules do send laggards through FetchSnapshot."""
+    installs = sum(random_schedule(seed, 1500, snapshots=True).installs for seed in range(10))
+    assert installs >= 5, installs
 
 
 def test_random_schedules_commit_and_elect_many_epochs():

@@ -123,3 +123,15 @@ def test_retention_never_passes_the_latest_snapshot():
     unbounded = snap.SnapshotPolicy(retention_bytes=-1, retention_ms=-1)
     assert snap.retention_log_start(unbounded, log_size_bytes=1 << 40, snapshot_bytes=0, oldest_timestamp=0,
                                     latest_snapshot_end=40, log_start_offset=0, now_ms=1 << 40) == 0
+
+
+def test_chunks_reassemble_the_file():
+    fs = MemoryFileSystem()
+    store = snap.SnapshotStore(fs, DIR)
+    data = snap.encode_snapshot(ID, _records(200), 1, 1)
+    store.write(ID, data)
+    chunks = [store.read_chunk(ID, p, 100) for p in range(0, len(data), 100)]
+    assert b"".join(chunks) == data and all(len(c) == 100 for c in chunks[:-1])
+    store.delete(ID)
+    with pytest.raises(FileNotFoundError):
+        store.read_chunk(ID, 0, 100)

@@ -1,13 +1,14 @@
 """KRaft metadata snapshots with real processes (kref/controller/snapshot.py).
 
-- FetchSnapshot catch-up: 3 combined nodes with a tiny snapshot threshold,
-  small metadata segments and a 1-byte retention (the log starts at the
-  latest snapshot as soon as there is one). One node is killed; many topics
-  are created; every live node snapshots and deletes the segments past the
-  killed node's log end. The node returns, is answered with a snapshot id,
-  fetches the snapshot in chunks (FetchSnapshot, API 59), resumes Fetch after
-  it, and an unmodified confluent-kafka client sees every topic through it
-  (and a raw Metadata request to that node lists them all).
+- FetchSnapshot catch-up: 3 combined nodes and a broker-only node with a
+  tiny snapshot threshold, small metadata segments and a 1-byte retention
+  (the log starts at the latest snapshot as soon as there is one). A voter
+  and the observer are killed; many topics are created; every live node
+  snapshots and deletes the segments past the killed nodes' log ends. They
+  return, are answered with a snapshot id, fetch the snapshot in 2 KiB chunks
+  (FetchSnapshot, API 59), resume Fetch after it, and an unmodified
+  confluent-kafka client sees every topic through each of them (and a raw
+  Metadata request to that node lists them all).
 - Restart: one combined node whose log no longer starts at 0 restarts from
   its snapshot plus the log after it; Metadata answers show every topic
   with its partitions.
@@ -89,14 +90,32 @@ def fetch_snapshot(spec, snapshot_id: snap.SnapshotId, position: int) -> tuple[i
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int = 2) -> None:
+    """Create topics in batches of 10; a batch that meets an election (NOT_CONTROLLER,
+    a restarted voter without pre-vote can cause one) is retried within the bound."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    for batch in range(0, len(names), 10):
-        futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names[batch : batch + 10]],
-                                      operation_timeout=BOUND_S)
-        for future in futures.values():
-            future.result(BOUND_S)
+    deadline = time.monotonic() + BOUND_S
+    pending = list(names)
+    while pending:
+        batch, pending = pending[:10], pending[10:]
+        while batch:
+            futures = admin.create_topics([NewTopic(n, partitions, 1) for n in batch], operation_timeout=BOUND_S)
+            retry = []
+            for name, future in futures.items():
+                try:
+                    future.result(BOUND_S)
+                except KafkaException as exc:
+                    error = exc.args[0]
+                    if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue
+                    if not error.retriable() and error.code() != KafkaError.NOT_CONTROLLER or time.monotonic() > deadline:
+                        raise
+                    retry.append(name)
+            batch = retry
+            if batch:
+                time.sleep(0.2)
 
 
 def log_text(spec) -> str:
@@ -106,50 +125,64 @@ def log_text(spec) -> str:
         return ""
 
 
-def test_a_node_behind_the_log_start_catches_up_through_fetch_snapshot(tmp_path):
+def log_end_offset_of_stopped(spec) -> int:
+    stopped_log = MetadataLog(str(spec.data_dir), 0)
+    try:
+        return stopped_log.log_end_offset
+    finally:
+        stopped_log.close()
+
+
+def test_nodes_behind_the_log_start_catch_up_through_fetch_snapshot(tmp_path):
+    """A voter (combined node) and an observer (broker-only node 4) are killed, the
+    cluster moves on past their logs, and both come back through FetchSnapshot."""
     from confluent_kafka.admin import AdminClient
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
-        by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: all(len(metadata_topics(s.client_port)) >= 0 for s in specs), "every node to answer")
-        # The victim: a node that does not lead the quorum (its log stops where it was killed).
-        leader = wait_until(lambda: next((s.node_id for s in specs if describe_quorum(s.controller_port)), None),
-                            "a quorum leader")
-        victim = next(s for s in specs if s.node_id != leader)
-        processes[victim.node_id].send_signal(signal.SIGKILL)
-        processes[victim.node_id].wait(timeout=BOUND_S)
-        stopped_log = MetadataLog(str(victim.data_dir), 0)
-        victim_end = stopped_log.log_end_offset
-        stopped_log.close()
-        live = [s for s in specs if s is not victim]
+    from kref.controller.local_cluster import brokers_listed
+
+    with running_cluster(tmp_path, 3, 4, SETTINGS) as (specs, processes, start):
+        wait_until(lambda: brokers_listed(specs), "every broker listing every broker")
+        # The voter victim does not lead the quorum; node 4 is the broker-only observer.
+        leader = wait_until(lambda: next((s.node_id for s in specs if s.controller_port
+                                          and describe_quorum(s.controller_port)), None), "a quorum leader")
+        voter = next(s for s in specs if s.node_id != leader and s.controller_port)
+        observer = next(s for s in specs if s.controller_port is None)
+        victims = [voter, observer]
+        for v in victims:
+            processes[v.node_id].send_signal(signal.SIGKILL)
+            processes[v.node_id].wait(timeout=BOUND_S)
+        ends = {v.node_id: log_end_offset_of_stopped(v) for v in victims}
+        live = [s for s in specs if s not in victims]
 
         names = [f"snap-{i:03d}" for i in range(TOPICS)]
         create_topics(bootstrap_servers(live), names)
-        # Every live node wrote a snapshot and its log now starts past where the victim stopped.
-        wait_until(lambda: all(snapshot_ids(s) and segment_bases(s)[0] > victim_end for s in live),
-                   "the live nodes to snapshot and delete the segments the victim would need")
+        # Every live node wrote a snapshot and its log now starts past where the victims stopped.
+        wait_until(lambda: all(snapshot_ids(s) and segment_bases(s)[0] > max(ends.values()) for s in live),
+                   "the live nodes to snapshot and delete the segments the victims would need")
 
-        start(victim)
-        wait_until(lambda: "from the leader" in log_text(victim), "the victim to load the leader's snapshot")
-        # In several chunks of at most controller.quorum.fetch.snapshot.max.bytes.
-        line = next(x for x in log_text(victim).splitlines() if "from the leader" in x)
-        size, chunks = (int(w) for w in re.search(r"\((\d+) bytes in (\d+) FetchSnapshot chunks", line).groups())
-        assert chunks == -(-size // 2048) and chunks > 1, line
-        wait_until(lambda: set(names) <= set(metadata_topics(victim.client_port)),
-                   "the victim's Metadata to list every topic")
-        assert all(metadata_topics(victim.client_port)[n] == 2 for n in names)
-        # Its own log now starts at the snapshot it loaded, not at 0.
-        assert segment_bases(victim)[0] > 0 and snapshot_ids(victim)
+        for v in victims:
+            start(v)
+        for v in victims:
+            wait_until(lambda v=v: "from the leader" in log_text(v), f"node {v.node_id} to load the leader's snapshot")
+            # In several chunks of at most controller.quorum.fetch.snapshot.max.bytes.
+            line = next(x for x in log_text(v).splitlines() if "from the leader" in x)
+            size, chunks = (int(w) for w in re.search(r"\((\d+) bytes in (\d+) FetchSnapshot chunks", line).groups())
+            assert chunks == -(-size // 2048) and chunks > 1, line
+            wait_until(lambda v=v: set(names) <= set(metadata_topics(v.client_port)),
+                       f"node {v.node_id}'s Metadata to list every topic")
+            listed_here = metadata_topics(v.client_port)
+            assert all(listed_here[n] == 2 for n in names), listed_here
+            # Its own log now starts at the snapshot it loaded, not at 0.
+            assert segment_bases(v)[0] > 0 and snapshot_ids(v)
 
-        # An unmodified client bootstrapped through that node alone sees every topic.
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{victim.client_port}", "log_level": 0})
-        listed = admin.list_topics(timeout=BOUND_S).topics
-        assert set(names) <= set(listed), sorted(set(names) - set(listed))
-        # And the cluster keeps working through it: one more topic, seen everywhere.
-        create_topics(f"127.0.0.1:{victim.client_port}", ["after-snapshot"])
+            # An unmodified client bootstrapped through that node alone sees every topic.
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{v.client_port}", "log_level": 0})
+            listed = admin.list_topics(timeout=BOUND_S).topics
+            assert set(names) <= set(listed), sorted(set(names) - set(listed))
+        # And the cluster keeps working through them: one more topic, seen everywhere.
+        create_topics(f"127.0.0.1:{voter.client_port}", ["after-snapshot"])
         wait_until(lambda: all("after-snapshot" in metadata_topics(s.client_port) for s in specs),
                    "the new topic on every node")
-        assert by_id  # (kept for debugging with -s)
 
 
 def _restart(spec, processes, start) -> None:
@@ -206,4 +239,3 @@ def test_a_corrupt_snapshot_is_ignored_with_a_clear_line(tmp_path):
         wait_until(lambda: set(names) <= set(metadata_topics(node.client_port)), "every topic after the restart")
         text = log_text(node)
         assert "CRC" in text and ("no SnapshotFooter" in text or "bad batch" in text), text[-2000:]
-        time.sleep(0)  # nothing else to wait for
