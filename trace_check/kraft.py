@@ -42,19 +42,11 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import re
-import signal
-import subprocess
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 from kref.trace.kraft import KRAFT_EVENT_TYPES, METADATA_TOPIC
-from trace_check.replication import TraceError, _read_runs, load_events, tla_record
+from trace_check.replication import TraceError, _read_runs, load_events
 
 # The broker-membership events of the controller (kref/controller/controller.py), spec/KRaft.tla's
 # actions of the same names; `replica` is the controller, `broker` the broker.
@@ -94,7 +86,14 @@ class KRaftSteps:
         how = " as the trace shows them (--voters to name them)" if self.voters_inferred else ""
         return f"{METADATA_TOPIC}-0, voters {self.voters}{how}"
 
-    def module_text(self) -> str:
+    # What trace_check.tlc needs to run a batch of these (its TraceLogs protocol, shared with
+    # spec/TraceReplication.tla): the trace spec, the root module, the constants, the batch key.
+    trace_spec = "TraceKRaft.tla"
+
+    def batch_key(self) -> tuple:
+        return "kraft", tuple(self.voters), tuple(self.brokers)
+
+    def batch_module_text(self, batch: list[KRaftSteps]) -> str:
         return "\n".join([
             "---------------------------- MODULE TraceRun ----------------------------",
             "EXTENDS TraceKRaft, TraceData",
@@ -103,19 +102,11 @@ class KRaftSteps:
             "GenNil == -1  \\* kref's NO_ID (a .cfg cannot hold a negative number)",
             "=" * 76, ""])
 
-    def data_module_text(self) -> str:
-        body = [tla_record(s) for s in self.steps]
-        return "\n".join(
-            ["---------------------------- MODULE TraceData ----------------------------",
-             "EXTENDS Integers  \\* negative numbers", "GenLogs == << <<"]
-            + ["    " + b + ("," if i < len(body) - 1 else "") for i, b in enumerate(body)]
-            + [">> >>", "=" * 76, ""])
-
-    def config_text(self, show_state: bool) -> str:
+    def batch_config_text(self, batch: list[KRaftSteps], show_state: Iterable[int]) -> str:
         return "\n".join([
             "CONSTANTS",
             "    TraceLogs <- GenLogs",
-            f"    TraceShowState = {{{'1' if show_state else ''}}}",
+            f"    TraceShowState = {{{', '.join(str(i + 1) for i in sorted(show_state))}}}",
             "    Voters <- GenVoters",
             "    Nil <- GenNil",
             "    Brokers <- GenBrokers",
@@ -417,66 +408,17 @@ def _epoch_before(node: int, prefix) -> int:
 
 
 # ---------------------------------------------------------------- TLC
-# TODO(after tracebatch lands): run through tlc.check_batch (same TraceLogs protocol) instead of this copy
-# of its process handling, so that KRaft traces are batched too.
-
-_REACHED = re.compile(r'<<"kref-trace-reached", 1, (\d+)>>')
-_ACCEPTED = re.compile(r'<<"kref-trace-accepted", 1(?:, (.*))?>>\s*$', re.MULTILINE)
-_DISTINCT = re.compile(r"([\d,]+) distinct states found")
-
-
-def check(steps: KRaftSteps, *, timeout_s: float = 600.0, heap_mb: int = 512, show_state: bool = False):
-    """One TLC run of spec/TraceKRaft.tla over the steps: a trace_check.tlc.Verdict."""
-    from trace_check import tlc
-
-    java, jar = tlc._find_java(), tlc._find_jar()
-    with tempfile.TemporaryDirectory(prefix="kref-trace-kraft-") as tmp:
-        work = Path(tmp)
-        (work / "tmp").mkdir()
-        (work / "TraceRun.tla").write_text(steps.module_text())
-        (work / "TraceData.tla").write_text(steps.data_module_text())
-        (work / "TraceRun.cfg").write_text(steps.config_text(show_state))
-        cmd = [java, f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               f"-DTLA-Library={tlc.SPEC_DIR}", f"-Djava.io.tmpdir={work / 'tmp'}", "-cp", str(jar), "tlc2.TLC",
-               "-workers", "1", "-deadlock", "-metadir", str(work / "meta"), "-config", "TraceRun.cfg",
-               "TraceRun.tla"]
-        started = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, preexec_fn=tlc._die_with_parent)
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise tlc.TlcError(f"TLC gave no verdict within {timeout_s:.0f} s ({len(steps.steps)} quorum steps): "
-                               "check a shorter run") from None
-        except BaseException:  # interrupted: TLC must not outlive the check
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        seconds = time.monotonic() - started
-    reached = max([1] + [int(m.group(1)) for m in _REACHED.finditer(output)])
-    accepted = _ACCEPTED.search(output)
-    distinct = _DISTINCT.search(output)
-    states = int(distinct.group(1).replace(",", "")) if distinct else 0
-    complete = "No error has been found" in output or "Model checking completed" in output
-    if proc.returncode != 0 or not (complete or accepted):
-        tail = "\n".join(output.splitlines()[-25:])
-        raise tlc.TlcError(f"TLC ended with exit code {proc.returncode} and no verdict:\n{tail}")
-    n = len(steps.steps)
-    return tlc.Verdict(accepted is not None, n, n + 1 if accepted else reached,
-                       (accepted.group(1) or "") if accepted else "", states, seconds, output)
 
 
 def check_and_explain(steps: KRaftSteps, **kwargs):
-    """check(); for a rejected trace, also the spec state before the first step no behaviour took
-    (from a check of the prefix before it, accepted by construction)."""
-    verdict = check(steps, **kwargs)
-    if verdict.accepted or verdict.reached <= 1:
-        return verdict
-    prefix = dataclasses.replace(steps, steps=steps.steps[:verdict.reached - 1],
-                                 origin=steps.origin[:verdict.reached - 1])
-    before = check(prefix, **{**kwargs, "show_state": True})
-    if before.accepted:
-        verdict.state = before.state
-    return verdict
+    """trace_check.tlc.check_and_explain (one TLC run; for a rejected trace a second shows the state)."""
+    from trace_check import tlc
+
+    return tlc.check_and_explain(steps, **kwargs)
+
+
+def check_and_explain_batch(batch: list[KRaftSteps], **kwargs):
+    """Many quorum traces, one TLC run per set of voters and brokers (trace_check.tlc)."""
+    from trace_check import tlc
+
+    return tlc.check_and_explain_batch(batch, **kwargs)

@@ -22,6 +22,7 @@ is an error, never a verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -93,21 +94,23 @@ def _die_with_parent() -> None:
         pass
 
 
-def spec_fields() -> frozenset[str]:
+def spec_fields(trace_spec: str = "TraceReplication.tla") -> frozenset[str]:
     """The event fields spec/TraceReplication.tla reads (Ev.f, "f" \\in DOMAIN Ev), and `type`.
 
     Only these are written into the generated module: the rest (timestamps,
     the leader's high watermark in a fetch answer, ...) would only cost TLC
     parsing time. Read from the spec itself, so a matcher reading a new field
     gets it without a second list to keep in step."""
-    text = (SPEC_DIR / "TraceReplication.tla").read_text()
+    text = (SPEC_DIR / trace_spec).read_text()
     return frozenset({"type"} | set(re.findall(r"\bEv\.(\w+)", text))
                      | set(re.findall(r'"(\w+)" \\in DOMAIN Ev\b', text)))
 
 
 def data_module_text(batch: list[Steps]) -> str:
     """The module holding the traces (its own module: TLC scans the root module's text for PlusCal)."""
-    keep = spec_fields()
+    # Another spec's steps (trace_check.kraft.KRaftSteps) name their trace spec and render its
+    # root module and constants themselves (module_text, config_text, batch_key below).
+    keep = spec_fields(getattr(batch[0], "trace_spec", "TraceReplication.tla"))
     lines = ["---------------------------- MODULE TraceData ----------------------------",
              "EXTENDS Integers  \\* negative numbers", "GenLogs == <<"]
     for n, steps in enumerate(batch):
@@ -120,6 +123,8 @@ def data_module_text(batch: list[Steps]) -> str:
 
 
 def module_text(batch: list[Steps]) -> str:
+    if hasattr(batch[0], "batch_module_text"):
+        return batch[0].batch_module_text(batch)
     return "\n".join([
         "---------------------------- MODULE TraceRun ----------------------------",
         "EXTENDS TraceReplication, TraceData",
@@ -130,6 +135,8 @@ def module_text(batch: list[Steps]) -> str:
 
 
 def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterable[int]) -> str:
+    if hasattr(batch[0], "batch_config_text"):
+        return batch[0].batch_config_text(batch, show_state)
     return "\n".join([
         "CONSTANTS",
         "    TraceLogs <- GenLogs",
@@ -154,6 +161,8 @@ _DISTINCT = re.compile(r"([\d,]+) distinct states found")
 
 def batch_key(steps: Steps, min_insync_replicas: int = 1) -> tuple:
     """Traces that may share one TLC run: the spec constants their check needs are equal."""
+    if hasattr(steps, "batch_key"):
+        return steps.batch_key()
     return tuple(steps.replicas), steps.unclean, min_insync_replicas
 
 
@@ -250,8 +259,8 @@ def check_and_explain_batch(batch: list[Steps], *, min_insync_replicas: int = 1,
                                          **kwargs)):
             verdicts[i] = v
     rejected = [i for i, v in enumerate(verdicts) if not v.accepted and v.reached > 1]
-    prefixes = [Steps(**{**batch[i].__dict__, "steps": batch[i].steps[:verdicts[i].reached - 1],
-                         "origin": batch[i].origin[:verdicts[i].reached - 1]}) for i in rejected]
+    prefixes = [dataclasses.replace(batch[i], steps=batch[i].steps[:verdicts[i].reached - 1],
+                                    origin=batch[i].origin[:verdicts[i].reached - 1]) for i in rejected]
     for run in plan_runs(prefixes, min_insync_replicas):
         before = check_batch([prefixes[j] for j in run], min_insync_replicas=min_insync_replicas,
                              show_state=range(len(run)), **kwargs)
