@@ -23,7 +23,6 @@ ErrorCode, and run on the trio thread, so they never interleave.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 import uuid
@@ -41,6 +40,7 @@ from kref.metadata import records as mr
 from kref.metadata.image import MetadataDelta, MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
 from kref.ports.clock import Clock, SystemClock
+from kref.ports.fs import FileHandle
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NdjsonTraceSink, NullTraceSink, TraceSink
@@ -49,7 +49,8 @@ from kref.broker.resources import resource_warning
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
 from kref.storage.errors import StorageError
-from kref.storage.segment import open_segment_files
+from kref.storage.checkpoint import write_atomically
+from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.cleaner_driver import LogCleaner, cleaner_config_of
 from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
 from kref.protocol.errors import ErrorCode
@@ -144,7 +145,7 @@ class Broker:
         self.producer_state_factory: Callable[[str, int, str], Any] | None = None
         self.default_log_config = LogConfig.from_properties(config.topic_config_defaults())
         self._log_dirs = [Path(d) for d in config.log_dirs]
-        self._log_dir_locks: list[int] = []
+        self._log_dir_locks: list[FileHandle] = []
         # Listeners as bound (port 0 resolved), set by the server.
         self.bound_listeners: tuple[Listener, ...] = ()
         self.open_connections = 0  # bounded by max.connections
@@ -197,6 +198,7 @@ class Broker:
             self.default_log_config,
             now,
             producer_state_factory=self.producer_state_factory,
+            fs=REAL_FILE_SYSTEM,  # the storage's file-system port (kref/ports/fs.py)
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
@@ -226,8 +228,8 @@ class Broker:
             self.log_manager = None
         if self.metadata is not None:
             self.metadata.close()
-        for fd in self._log_dir_locks:
-            os.close(fd)  # releases the .lock flock
+        for lock in self._log_dir_locks:
+            lock.close()  # releases the .lock flock
         self._log_dir_locks.clear()
         open_segment_files.release_spares()
 
@@ -457,7 +459,7 @@ class Broker:
         if validate_only:
             return
         try:
-            _atomic_write(self._log_dirs[0] / DYNAMIC_CONFIG_FILE, altered.to_json())
+            write_atomically(str(self._log_dirs[0] / DYNAMIC_CONFIG_FILE), altered.to_json(), fs=REAL_FILE_SYSTEM)
         except OSError as exc:
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot store broker configs: {exc.strerror or exc}") from None
         self.dynamic_configs = altered
@@ -617,17 +619,3 @@ class Broker:
             require_formatted=self.config.process_roles is not None,
             cluster_id=self.config.cluster_id,
         )
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -50,6 +50,7 @@ from kref.coordinator.producer_id import (
     LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE, ProducerIdManager, grant_block, read_legacy_file,
 )
 from kref.metadata.records import ProducerIdsRecord
+from kref.ports.fs import RealFileSystem
 from kref.protocol.errors import ErrorCode
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus
 from kref.broker.purgatory_wait import wait_for
@@ -334,9 +335,10 @@ def producer_id_manager(broker) -> ProducerIdManager:
 def _migrate_producer_id_file(broker) -> None:
     """kref-producer-ids.json (before KIP-730 records) becomes one record, then goes."""
     directory = broker.config.log_dirs[0]
-    legacy = read_legacy_file(directory)
+    fs = getattr(broker.metadata, "fs", None) or RealFileSystem()  # the local metadata source's port
+    legacy = read_legacy_file(directory, fs)
     if legacy is None:
         return
     if legacy > broker.metadata.image.next_producer_id:
         broker.commit_metadata([ProducerIdsRecord(broker.node_id, -1, legacy)])
-    os.unlink(os.path.join(directory, LEGACY_STATE_FILE))
+    fs.unlink(os.path.join(directory, LEGACY_STATE_FILE))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kref.broker.config import ConfigError, parse_properties
+from kref.ports.fs import FileSystem, RealFileSystem
 from kref.storage.checkpoint import write_atomically
 
 FILE_NAME = "meta.properties"
@@ -82,13 +83,17 @@ def validate_cluster_id(cluster_id: str) -> str:
     return cluster_id
 
 
-def read(directory: str | Path) -> MetaProperties | None:
-    """The dir's meta.properties, None if it has none; MetaPropertiesError if garbled."""
+def read(directory: str | Path, fs: FileSystem | None = None) -> MetaProperties | None:
+    """The dir's meta.properties, None if it has none; MetaPropertiesError if garbled.
+
+    Files are reached through the file-system port `fs` (the real disk when omitted)."""
+    fs = fs or RealFileSystem()
     path = Path(directory) / FILE_NAME
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise MetaPropertiesError(f"{path} is garbled: {path.stat().st_size} bytes is no meta.properties")
-        data = path.read_bytes()
+        size = fs.file_size(str(path))
+        if size > MAX_FILE_BYTES:
+            raise MetaPropertiesError(f"{path} is garbled: {size} bytes is no meta.properties")
+        data = fs.read_bytes(str(path))
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -139,11 +144,12 @@ def check_dirs(
     return cluster_id
 
 
-def write(directory: str | Path, meta: MetaProperties) -> None:
+def write(directory: str | Path, meta: MetaProperties, fs: FileSystem | None = None) -> None:
     """Write meta.properties atomically and durably (tmp file, fsync, rename, fsync dir)."""
+    fs = fs or RealFileSystem()
     path = Path(directory) / FILE_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(str(path), meta.render())
+    fs.makedirs(str(path.parent))
+    write_atomically(str(path), meta.render(), fs=fs)
 
 
 def format_dirs(dirs: list[str], cluster_id: str, node_id: int, *, ignore_formatted: bool = False) -> list[str]:

@@ -38,6 +38,7 @@ from pathlib import Path
 import trio
 
 from kref.metadata import records as r
+from kref.ports.fs import FileSystem, RealFileSystem
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's block size too
 MAX_PRODUCER_ID = 2**63 - 1
@@ -83,11 +84,12 @@ class ProducerIdManager:
             return producer_id
 
 
-def read_legacy_file(directory: str | os.PathLike) -> int | None:
-    """The block end kept by kref's earlier JSON file, None when there is none."""
+def read_legacy_file(directory: str | os.PathLike, fs: FileSystem | None = None) -> int | None:
+    """The block end kept by kref's earlier JSON file, None when there is none
+    (read through the file-system port `fs`; the real disk when omitted)."""
     path = Path(directory) / LEGACY_STATE_FILE
     try:
-        state = json.loads(path.read_text())
+        state = json.loads((fs or RealFileSystem()).read_bytes(str(path)))
         value = int(state["next_block_start"])
     except FileNotFoundError:
         return None

@@ -17,6 +17,6 @@ trio.testing.MockClock replaces for virtual time, so no timer port is added.
 """
 
 from kref.ports.clock import Clock, ManualClock, SystemClock
-from kref.ports.fs import FileSystem, MemoryFileSystem, RealFileSystem
+from kref.ports.fs import FileHandle, FileSystem, MemoryFileSystem, PowerCut, RealFileSystem
 
-__all__ = ["Clock", "SystemClock", "ManualClock", "FileSystem", "RealFileSystem", "MemoryFileSystem"]
+__all__ = ["Clock", "SystemClock", "ManualClock", "FileHandle", "FileSystem", "RealFileSystem", "MemoryFileSystem", "PowerCut"]

@@ -17,7 +17,10 @@ Writes go to `<name>.tmp`, are fsynced, then renamed over the old file and
 the directory is fsynced, so a crash leaves either the old or the new file,
 never a torn one. A file that does not parse raises CheckpointError: callers
 treat it as absent (recovery then simply starts from further back), because
-a checkpoint is only ever an optimisation over rescanning the log.
+a checkpoint is only ever an optimisation over rescanning the log. Every
+function takes the file-system port (`fs`, kref/ports/fs.py; the real disk
+when omitted), so the same code runs on MemoryFileSystem, whose crash()
+shows that a crash mid-write leaves the old or the new file.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ import os
 import uuid
 from typing import Iterable
 
+from kref.ports.fs import FileSystem, RealFileSystem
+
+_REAL = RealFileSystem()
+
 VERSION = 0
 MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024  # a bound on what we are willing to parse
 
@@ -35,35 +42,32 @@ class CheckpointError(ValueError):
     """A checkpoint file exists but does not parse."""
 
 
-def fsync_dir(path: str) -> None:
+def fsync_dir(path: str, fs: FileSystem | None = None) -> None:
+    """Make the names in `path` durable; a directory already gone is no error
+    (it is being deleted, and its names with it)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+        (fs or _REAL).fsync_dir(path)
     except OSError:
         pass
-    finally:
-        os.close(fd)
 
 
-def write_atomically(path: str, text: str, *, sync: bool = True) -> None:
+def write_atomically(path: str, text: str, *, sync: bool = True, fs: FileSystem | None = None) -> None:
+    fs = fs or _REAL
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    fs.write_bytes(tmp, text.encode("utf-8"))
     if sync:
-        fsync_dir(os.path.dirname(path) or ".")
+        fs.fsync(tmp)
+    fs.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".", fs)
 
 
-def _read_text(path: str) -> str | None:
+def _read_text(path: str, fs: FileSystem | None = None) -> str | None:
+    fs = fs or _REAL
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CHECKPOINT_BYTES + 1)
+        if fs.file_size(path) > MAX_CHECKPOINT_BYTES:
+            raise CheckpointError(f"{path}: larger than {MAX_CHECKPOINT_BYTES} bytes")
+        data = fs.read_bytes(path)
     except FileNotFoundError:
         return None
     if len(data) > MAX_CHECKPOINT_BYTES:
@@ -102,9 +106,9 @@ def _format_versioned(rows: list[str]) -> str:
     return f"{VERSION}\n{len(rows)}\n" + "".join(r + "\n" for r in rows)
 
 
-def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
+def read_offset_checkpoint(path: str, fs: FileSystem | None = None) -> dict[tuple[str, int], int]:
     """{(topic, partition): offset}; {} if the file does not exist."""
-    text = _read_text(path)
+    text = _read_text(path, fs)
     if text is None:
         return {}
     out: dict[tuple[str, int], int] = {}
@@ -116,22 +120,22 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def read_offset_checkpoint_or_empty(path: str) -> dict[tuple[str, int], int]:
+def read_offset_checkpoint_or_empty(path: str, fs: FileSystem | None = None) -> dict[tuple[str, int], int]:
     """Like read_offset_checkpoint, but an unreadable file counts as absent."""
     try:
-        return read_offset_checkpoint(path)
+        return read_offset_checkpoint(path, fs)
     except (CheckpointError, OSError):
         return {}
 
 
-def write_offset_checkpoint(path: str, offsets: dict[tuple[str, int], int], *, sync: bool = True) -> None:
+def write_offset_checkpoint(path: str, offsets: dict[tuple[str, int], int], *, sync: bool = True, fs: FileSystem | None = None) -> None:
     rows = [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-    write_atomically(path, _format_versioned(rows), sync=sync)
+    write_atomically(path, _format_versioned(rows), sync=sync, fs=fs)
 
 
-def read_leader_epoch_checkpoint(path: str) -> list[tuple[int, int]]:
+def read_leader_epoch_checkpoint(path: str, fs: FileSystem | None = None) -> list[tuple[int, int]]:
     """[(epoch, start_offset)] in file order; [] if the file does not exist."""
-    text = _read_text(path)
+    text = _read_text(path, fs)
     if text is None:
         return []
     out = []
@@ -143,8 +147,8 @@ def read_leader_epoch_checkpoint(path: str) -> list[tuple[int, int]]:
     return out
 
 
-def write_leader_epoch_checkpoint(path: str, entries: Iterable[tuple[int, int]], *, sync: bool = True) -> None:
-    write_atomically(path, _format_versioned([f"{e} {o}" for e, o in entries]), sync=sync)
+def write_leader_epoch_checkpoint(path: str, entries: Iterable[tuple[int, int]], *, sync: bool = True, fs: FileSystem | None = None) -> None:
+    write_atomically(path, _format_versioned([f"{e} {o}" for e, o in entries]), sync=sync, fs=fs)
 
 
 def topic_id_to_string(topic_id: uuid.UUID) -> str:
@@ -165,13 +169,13 @@ def topic_id_from_string(text: str) -> uuid.UUID:
 PARTITION_METADATA_FILE = "partition.metadata"
 
 
-def write_partition_metadata(partition_dir: str, topic_id: uuid.UUID) -> None:
+def write_partition_metadata(partition_dir: str, topic_id: uuid.UUID, fs: FileSystem | None = None) -> None:
     text = f"version: {VERSION}\ntopic_id: {topic_id_to_string(topic_id)}"
-    write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE), text)
+    write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE), text, fs=fs)
 
 
-def read_partition_metadata(partition_dir: str) -> uuid.UUID | None:
-    text = _read_text(os.path.join(partition_dir, PARTITION_METADATA_FILE))
+def read_partition_metadata(partition_dir: str, fs: FileSystem | None = None) -> uuid.UUID | None:
+    text = _read_text(os.path.join(partition_dir, PARTITION_METADATA_FILE), fs)
     if text is None:
         return None
     fields = {}

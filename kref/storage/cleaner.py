@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import crc32c
 
+from kref.ports.fs import FileSystem
 from kref.records import header as h
 from kref.records.batch import build_batch, decode_records, records_section
 from kref.records.compression import CompressionType, compress
@@ -68,7 +69,7 @@ from kref.storage.cleaner_planner import (
     retain_deletes,
     retain_mask,
 )
-from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, REAL_FILE_SYSTEM, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -169,6 +170,7 @@ class LogPicture:
     index_interval_bytes: int
     delete_retention_ms: int
     producer_last_offsets: frozenset[int] | None  # None: unknown, scan for them
+    fs: FileSystem = REAL_FILE_SYSTEM  # the log's file-system port: the worker reads and writes through it
 
 
 def summarize(log) -> LogSummary:
@@ -218,6 +220,7 @@ def capture(log) -> LogPicture:
         index_interval_bytes=cfg.index_interval_bytes,
         delete_retention_ms=cfg.delete_retention_ms,
         producer_last_offsets=last_offsets,
+        fs=log.fs,
     )
 
 
@@ -227,11 +230,11 @@ def capture(log) -> LogPicture:
 
 
 class _Reader:
-    """Sequential reader over one segment file with its own descriptor, one read buffer at a time."""
+    """Sequential reader over one segment file with its own handle, one read buffer at a time."""
 
-    def __init__(self, path: str, size: int, buffer_size: int, account: Callable[[int], None]) -> None:
+    def __init__(self, path: str, size: int, buffer_size: int, account: Callable[[int], None], fs: FileSystem = REAL_FILE_SYSTEM) -> None:
         try:
-            self.fd = os.open(path, os.O_RDONLY)
+            self.fh = fs.open(path)
         except FileNotFoundError:
             raise CleaningAbortedError(f"{path} was removed while cleaning") from None
         self.size = size
@@ -239,7 +242,7 @@ class _Reader:
         self.account = account
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.fh.close()
 
     def chunks(self) -> Iterator[tuple[memoryview, "np.ndarray", list[BatchHeader], int]]:
         """(buffer, the same as a padded uint8 array, headers of the whole batches in
@@ -256,11 +259,11 @@ class _Reader:
         view = memoryview(store)
         while position < self.size:
             want = min(self.buffer_size, self.size - position)
-            n = os.preadv(self.fd, [view[:want]], position)
+            n = self.fh.readinto(view[:want], position)
             self.account(n)
             # The next buffers' bytes start coming from disk while this one is parsed
             # (a few ahead: the disk's pace varies; the kernel skips what it holds).
-            _will_need(self.fd, position + n, _PREFETCH_BUFFERS * self.buffer_size)
+            _will_need(self.fh, position + n, _PREFETCH_BUFFERS * self.buffer_size)
             data = view[:n]
             headers = []
             p = 0
@@ -273,12 +276,12 @@ class _Reader:
             if p == 0:
                 if self.size - position < h.HEADER_SIZE:
                     raise CorruptRecordError(f"torn batch header at position {position}", position)
-                length = unpack_length(os.pread(self.fd, 12, position), 8)[0]
+                length = unpack_length(self.fh.pread(12, position), 8)[0]
                 total = h.LOG_OVERHEAD + length
                 if total > self.size - position or length < h.HEADER_SIZE - h.LOG_OVERHEAD:
                     raise CorruptRecordError(f"batch at position {position} runs past the segment", position)
                 big = bytearray(total + PAD)
-                got = os.preadv(self.fd, [memoryview(big)[:total]], position)
+                got = self.fh.readinto(memoryview(big)[:total], position)
                 self.account(got)
                 if got != total:
                     raise CleaningAbortedError(f"{self.size - position} bytes announced at {position}, {got} read")
@@ -293,7 +296,10 @@ class _Reader:
 _PREFETCH_BUFFERS = 4
 
 
-def _will_need(fd: int, offset: int, length: int) -> None:
+def _will_need(fh, offset: int, length: int) -> None:
+    fd = getattr(fh, "fd", None)  # a real descriptor (RealFileSystem); the in-memory disk needs no hint
+    if fd is None:
+        return
     try:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
     except (AttributeError, OSError):  # not on every platform; only a hint
@@ -505,12 +511,21 @@ class _CleanedWriter:
 
     buffer_limit = 1 << 20  # bytes gathered before one write
 
-    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int, max_index_size: int, account: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_size: int,
+        account: Callable[[int], None],
+        fs: FileSystem = REAL_FILE_SYSTEM,
+    ) -> None:
+        self.fs = fs
         self.base_offset = base_offset
         self.path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
         self.index_path = os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX) + CLEANED_SUFFIX)
         self.time_index_path = os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX) + CLEANED_SUFFIX)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fh = fs.open(self.path, create=True, truncate=True)
         self.index_interval_bytes = index_interval_bytes
         self.max_entries_offset = max(1, max_index_size // _OFFSET_ENTRY.size)
         self.max_entries_time = max(1, max_index_size // _TIME_ENTRY.size)
@@ -552,7 +567,7 @@ class _CleanedWriter:
         view = memoryview(self.pending)
         written = 0
         while written < len(view):
-            written += os.pwrite(self.fd, view[written:], self.size + written)
+            written += self.fh.pwrite(view[written:], self.size + written)
         self.account(len(view))
         self.size += len(view)
         self.pending = bytearray()
@@ -561,28 +576,23 @@ class _CleanedWriter:
         """Write the rest and both indexes, fsync all three (before any rename)."""
         self._write()
         self._time_entry()  # the segment's final max timestamp, as on roll
-        os.fsync(self.fd)
-        os.close(self.fd)
+        self.fh.fsync()
+        self.fh.close()
         for path, entries, entry in (
             (self.index_path, self.offset_entries, _OFFSET_ENTRY),
             (self.time_index_path, self.time_entries, _TIME_ENTRY),
         ):
-            data = b"".join(entry.pack(a, b) for a, b in entries)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            self.fs.write_bytes(path, b"".join(entry.pack(a, b) for a, b in entries))
+            self.fs.fsync(path)
 
     def abandon(self) -> None:
         try:
-            os.close(self.fd)
+            self.fh.close()
         except OSError:
             pass
         for path in (self.path, self.index_path, self.time_index_path):
             try:
-                os.unlink(path)
+                self.fs.unlink(path)
             except FileNotFoundError:
                 pass
 
@@ -648,7 +658,7 @@ class Cleaner:
                 continue
             if seg.base_offset >= first_uncleanable_offset:
                 break
-            reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
+            reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read, picture.fs)
             try:
                 for data, padded, headers, where in reader.chunks():
                     mapped = [hd for hd in headers if hd.last_offset >= first_dirty_offset and hd.base_offset < first_uncleanable_offset]
@@ -696,7 +706,7 @@ class Cleaner:
         if active_path is not None:
             files.append((active_path, active_size))
         for path, size in files:
-            reader = _Reader(path, size, self.io_buffer_size, self._account_read)
+            reader = _Reader(path, size, self.io_buffer_size, self._account_read, picture.fs)
             try:
                 for _, _, headers, _ in reader.chunks():
                     for header in headers:
@@ -720,11 +730,13 @@ class Cleaner:
 
         Returns the group and the earliest delete horizon it carries (-1: none).
         """
-        writer = _CleanedWriter(picture.dir, group[0].base_offset, picture.index_interval_bytes, picture.max_index_size, self._account_write)
+        writer = _CleanedWriter(
+            picture.dir, group[0].base_offset, picture.index_interval_bytes, picture.max_index_size, self._account_write, picture.fs
+        )
         earliest_horizon = -1
         try:
             for seg in group:
-                reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read)
+                reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read, picture.fs)
                 try:
                     for data, padded, headers, where in reader.chunks():
                         horizon = self._clean_buffer(writer, data, padded, headers, where, now_ms, picture.delete_retention_ms, producer_last)
@@ -838,18 +850,18 @@ class Cleaner:
 # ---------------------------------------------------------------------------
 
 
-def _rename_suffix(base_path_no_suffix: str, old: str, new: str) -> bool:
+def _rename_suffix(base_path_no_suffix: str, old: str, new: str, fs: FileSystem | None = None) -> bool:
     try:
-        os.rename(base_path_no_suffix + old, base_path_no_suffix + new)
+        (fs or REAL_FILE_SYSTEM).replace(base_path_no_suffix + old, base_path_no_suffix + new)
         return True
     except FileNotFoundError:
         return False
 
 
-def discard_cleaned(directory: str, base_offset: int) -> None:
+def discard_cleaned(directory: str, base_offset: int, fs: FileSystem | None = None) -> None:
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
         try:
-            os.unlink(os.path.join(directory, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX))
+            (fs or REAL_FILE_SYSTEM).unlink(os.path.join(directory, segment_file_name(base_offset, suffix) + CLEANED_SUFFIX))
         except FileNotFoundError:
             pass
 
@@ -874,20 +886,21 @@ def swap_in(log, group: CleanedGroup, *, step: Callable[[str], None] | None = No
     `step(name)` is called between the protocol's steps (tests crash there).
     """
     directory = log.dir
+    fs = log.fs
     base = group.base_offset
     if not still_holds(log, group):
-        discard_cleaned(directory, base)
+        discard_cleaned(directory, base, fs)
         return False
     note = step or (lambda name: None)
     stem = {suffix: os.path.join(directory, segment_file_name(base, suffix)) for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)}
-    fsync_dir(directory)
+    fsync_dir(directory, fs)
     note("cleaned-written")
     # The log file's rename is the commit point: recovery completes the swap from here on.
-    _rename_suffix(stem[LOG_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX)
+    _rename_suffix(stem[LOG_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX, fs)
     note("log-swap-renamed")
-    _rename_suffix(stem[INDEX_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX)
-    _rename_suffix(stem[TIME_INDEX_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX)
-    fsync_dir(directory)
+    _rename_suffix(stem[INDEX_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX, fs)
+    _rename_suffix(stem[TIME_INDEX_SUFFIX], CLEANED_SUFFIX, SWAP_SUFFIX, fs)
+    fsync_dir(directory, fs)
     note("swap-renamed")
     old = [f.segment for f in group.replaced]
     replace_segments(log, old, lambda: _open_swapped(log, base, stem, note))
@@ -917,15 +930,15 @@ def _open_swapped(log, base: int, stem: dict[str, str], note: Callable[[str], No
     """After the old segments became `.deleted`: drop the `.swap` suffixes and open the segment."""
     note("old-deleted")
     for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
-        _rename_suffix(stem[suffix], SWAP_SUFFIX, "")
+        _rename_suffix(stem[suffix], SWAP_SUFFIX, "", log.fs)
         if suffix == INDEX_SUFFIX:
             note("index-renamed")
-    fsync_dir(log.dir)
-    return open_segment(log.dir, base, log.config, log._now_ms)
+    fsync_dir(log.dir, log.fs)
+    return open_segment(log.dir, base, log.config, log._now_ms, log.fs)
 
 
-def open_segment(directory: str, base: int, config, now_ms: int) -> LogSegment:
-    args = (directory, base, config.max_index_size, config.index_interval_bytes, now_ms)
+def open_segment(directory: str, base: int, config, now_ms: int, fs: FileSystem | None = None) -> LogSegment:
+    args = (directory, base, config.max_index_size, config.index_interval_bytes, now_ms, fs)
     try:
         return LogSegment.load(*args)
     except Exception:  # an index that fails its sanity check is rebuilt, as on load
@@ -935,7 +948,7 @@ def open_segment(directory: str, base: int, config, now_ms: int) -> LogSegment:
         return seg
 
 
-def recover_swap_files(directory: str) -> list[int]:
+def recover_swap_files(directory: str, fs: FileSystem | None = None) -> list[int]:
     """The loader's first step in a partition directory: finish or roll back a swap.
 
     Deletes every `.cleaned` file; for each `<base>.log.swap`, deletes the
@@ -945,49 +958,50 @@ def recover_swap_files(directory: str) -> list[int]:
     (a crash between the final renames), else deleted. Returns the bases of
     swaps completed.
     """
-    names = os.listdir(directory)
+    fs = fs or REAL_FILE_SYSTEM
+    names = fs.listdir(directory)
     for name in names:
         if name.endswith(CLEANED_SUFFIX):
-            os.unlink(os.path.join(directory, name))
+            fs.unlink(os.path.join(directory, name))
     log_swaps = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX) and n[:20].isdigit())
     completed = []
     for base in log_swaps:
         swap_path = os.path.join(directory, segment_file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
-        next_offset = _next_offset_of(swap_path, base)
-        for name in os.listdir(directory):
+        next_offset = _next_offset_of(swap_path, base, fs)
+        for name in fs.listdir(directory):
             stem, ext = os.path.splitext(name)
             if ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX) and len(stem) == 20 and stem.isdigit():
                 offset = int(stem)
                 if offset == base or base <= offset < next_offset:
-                    os.unlink(os.path.join(directory, name))
+                    fs.unlink(os.path.join(directory, name))
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            _rename_suffix(os.path.join(directory, segment_file_name(base, suffix)), SWAP_SUFFIX, "")
+            _rename_suffix(os.path.join(directory, segment_file_name(base, suffix)), SWAP_SUFFIX, "", fs)
         completed.append(base)
         logger.info("%s: completed the swap of cleaned segment %020d (offsets %d..%d) after a crash", directory, base, base, next_offset)
-    for name in os.listdir(directory):
+    for name in fs.listdir(directory):
         if name.endswith(SWAP_SUFFIX):
             stem = name[:20]
             final = os.path.join(directory, name[: -len(SWAP_SUFFIX)])
-            if stem.isdigit() and os.path.exists(os.path.join(directory, stem + LOG_SUFFIX)) and int(stem) in completed:
-                os.rename(os.path.join(directory, name), final)
+            if stem.isdigit() and fs.exists(os.path.join(directory, stem + LOG_SUFFIX)) and int(stem) in completed:
+                fs.replace(os.path.join(directory, name), final)
             else:
                 # An index whose log's rename was the last thing done: the log is
                 # in place and an index is only a cache — rebuilding beats guessing.
-                os.unlink(os.path.join(directory, name))
+                fs.unlink(os.path.join(directory, name))
     if log_swaps:
-        fsync_dir(directory)
+        fsync_dir(directory, fs)
     return completed
 
 
-def _next_offset_of(path: str, base: int) -> int:
+def _next_offset_of(path: str, base: int, fs: FileSystem | None = None) -> int:
     """The offset after the last whole batch of a segment file (headers only)."""
     next_offset = base
-    size = os.path.getsize(path)
-    fd = os.open(path, os.O_RDONLY)
+    fh = (fs or REAL_FILE_SYSTEM).open(path)
     try:
+        size = fh.size()
         position = 0
         while position + h.HEADER_SIZE <= size:
-            data = os.pread(fd, h.HEADER_SIZE, position)
+            data = fh.pread(h.HEADER_SIZE, position)
             base_offset, length = struct.unpack_from(">qi", data, 0)
             total = h.LOG_OVERHEAD + length
             if length < h.HEADER_SIZE - h.LOG_OVERHEAD or position + total > size:
@@ -996,7 +1010,7 @@ def _next_offset_of(path: str, base: int) -> int:
             next_offset = max(next_offset, base_offset + last_delta + 1)
             position += total
     finally:
-        os.close(fd)
+        fh.close()
     return next_offset
 
 
@@ -1005,20 +1019,23 @@ def _next_offset_of(path: str, base: int) -> int:
 # ---------------------------------------------------------------------------
 
 
-def read_cleaner_checkpoints(log_dirs: list[str]) -> dict[tuple[str, int], int]:
+def read_cleaner_checkpoints(log_dirs: list[str], fs: FileSystem | None = None) -> dict[tuple[str, int], int]:
     out: dict[tuple[str, int], int] = {}
     for d in log_dirs:
-        out.update(read_offset_checkpoint_or_empty(os.path.join(d, CLEANER_CHECKPOINT_FILE)))
+        out.update(read_offset_checkpoint_or_empty(os.path.join(d, CLEANER_CHECKPOINT_FILE), fs))
     return out
 
 
-def write_cleaner_checkpoints(log_dirs_of: dict[tuple[str, int], str], offsets: dict[tuple[str, int], int], log_dirs: list[str]) -> None:
+def write_cleaner_checkpoints(
+    log_dirs_of: dict[tuple[str, int], str], offsets: dict[tuple[str, int], int], log_dirs: list[str], fs: FileSystem | None = None
+) -> None:
     """One cleaner-offset-checkpoint per log dir, holding that dir's partitions."""
+    fs = fs or REAL_FILE_SYSTEM
     for d in log_dirs:
         mine = {k: v for k, v in offsets.items() if log_dirs_of.get(k) == d}
         path = os.path.join(d, CLEANER_CHECKPOINT_FILE)
-        if mine or os.path.exists(path):
-            write_offset_checkpoint(path, mine)
+        if mine or fs.exists(path):
+            write_offset_checkpoint(path, mine, fs=fs)
 
 
 # ---------------------------------------------------------------------------

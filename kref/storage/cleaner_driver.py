@@ -73,7 +73,7 @@ class LogCleaner:
         # (the rate and backoff) or by restarting the cleaner tasks (threads, map, buffers).
         self.config_source = config if callable(config) else (lambda: config)
         self.now_ms = now_ms
-        self.core = CleanerManagerCore(checkpoints=read_cleaner_checkpoints(log_manager.log_dirs))
+        self.core = CleanerManagerCore(checkpoints=read_cleaner_checkpoints(log_manager.log_dirs, getattr(log_manager, "fs", None)))
         # A follower truncating below the checkpoint (TruncateToEpochEndOffset)
         # makes the records past the new end dirty again (Kafka's
         # LogCleanerManager.maybeTruncateCheckpoint); a cleaning in progress
@@ -156,7 +156,7 @@ class LogCleaner:
         for log in self.log_manager.all_logs():
             dirs[(log.topic, log.partition)] = os.path.dirname(os.path.normpath(log.dir))
         try:
-            write_cleaner_checkpoints(dirs, offsets, self.log_manager.log_dirs)
+            write_cleaner_checkpoints(dirs, offsets, self.log_manager.log_dirs, getattr(self.log_manager, "fs", None))
         except OSError as e:
             logger.error("cannot write cleaner-offset-checkpoint: %s", e)
 

@@ -25,7 +25,8 @@ memory-maps its indexes so that a segment costs one descriptor (its log);
 here appended entries stay pending in memory and are written, with a
 descriptor opened only for that, when the segment flushes, rolls (trim),
 truncates or closes. An entry that never reached the file is harmless for
-the same reason deleting an index is: the log holds the facts. A clean stop
+the same reason deleting an index is: the log holds the facts. Files are
+reached only through the file-system port (kref/ports/fs.py) handed in. A clean stop
 writes every entry; after an unclean stop the segments past the recovery
 point are rebuilt anyway, and the flushed ones had their entries written by
 the flush that moved the recovery point past them.
@@ -34,10 +35,10 @@ the flush that moved the recovery point past them.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from typing import Callable
 
+from kref.ports.fs import FileHandle, FileSystem, RealFileSystem
 from kref.storage.errors import CorruptIndexError
 
 NO_TIMESTAMP = -1
@@ -48,10 +49,19 @@ _TIME_ENTRY = struct.Struct(">qi")
 class _Index:
     entry: struct.Struct
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int, opener: Callable[[str, int], int] | None = None) -> None:
-        # `opener` is os.open or the segment files' open, which can free
-        # descriptors of old segments when the process runs out.
-        self._open_file = opener or (lambda path, flags: os.open(path, flags, 0o644))
+    def __init__(
+        self,
+        path: str,
+        base_offset: int,
+        max_index_size: int,
+        opener: Callable[..., FileHandle] | None = None,
+        *,
+        fs: FileSystem | None = None,
+    ) -> None:
+        self.fs: FileSystem = fs if fs is not None else RealFileSystem()
+        # `opener(path, create=...)` is fs.open or the segment files' open,
+        # which can free descriptors of old segments when the process runs out.
+        self._open_file = opener or self.fs.open
         self.path = path
         self.base_offset = base_offset
         self.entry_size = self.entry.size
@@ -66,11 +76,11 @@ class _Index:
 
     def open(self, *, preallocate: bool, strict: bool = True, load: bool = True) -> None:
         """Create if missing and load entries; CorruptIndexError if they fail sanity checks."""
-        self.existed = os.path.exists(self.path)
-        fd = self._open_file(self.path, os.O_RDWR | os.O_CREAT)
+        self.existed = self.fs.exists(self.path)
+        fh = self._open_file(self.path, create=True)
         try:
-            size = os.fstat(fd).st_size
-            data = os.pread(fd, size, 0) if size and load else b""
+            size = fh.size()
+            data = fh.pread(size, 0) if size and load else b""
             if data:
                 try:
                     self._load(data)
@@ -82,14 +92,14 @@ class _Index:
             if size > len(self._keys) * self.entry_size and (not load or data.count(0, len(self._keys) * self.entry_size) != size - len(self._keys) * self.entry_size):
                 # Entries we do not hold (not loaded, or refused): zero them,
                 # so the file is always our entries followed by zeros.
-                os.ftruncate(fd, len(self._keys) * self.entry_size)
-                os.ftruncate(fd, size)
+                fh.truncate(len(self._keys) * self.entry_size)
+                fh.truncate(size)
                 self._dirty = True
             if preallocate:
-                os.ftruncate(fd, self.max_entries * self.entry_size)
+                fh.truncate(self.max_entries * self.entry_size)
                 self._dirty = True
         finally:
-            os.close(fd)
+            fh.close()
         self._persisted = len(self._keys)
 
     def _load(self, data: bytes) -> None:
@@ -114,24 +124,24 @@ class _Index:
     def _entry_follows(self, key: int, value: int) -> bool:
         raise NotImplementedError
 
-    def _write_pending(self, fd: int) -> None:
+    def _write_pending(self, fh: FileHandle) -> None:
         """Write the entries appended since the last write (one pwrite)."""
         n = len(self._keys)
         if n > self._persisted:
             pack = self.entry.pack
             data = b"".join(pack(k, v) for k, v in zip(self._keys[self._persisted :], self._values[self._persisted :]))
-            os.pwrite(fd, data, self._persisted * self.entry_size)
+            fh.pwrite(data, self._persisted * self.entry_size)
             self._persisted = n
             self._dirty = True
 
     def _resize(self, size: int) -> None:
-        fd = self._open_file(self.path, os.O_RDWR)
+        fh = self._open_file(self.path)
         try:
-            self._write_pending(fd)
-            os.ftruncate(fd, size)
+            self._write_pending(fh)
+            fh.truncate(size)
             self._dirty = True
         finally:
-            os.close(fd)
+            fh.close()
 
     def resize_to_max(self) -> None:
         self._resize(self.max_entries * self.entry_size)
@@ -143,13 +153,13 @@ class _Index:
         """Write pending entries and fsync, opening the file only if it changed."""
         if not self._dirty and len(self._keys) == self._persisted:
             return
-        fd = self._open_file(self.path, os.O_RDWR)
+        fh = self._open_file(self.path)
         try:
-            self._write_pending(fd)
-            os.fsync(fd)
+            self._write_pending(fh)
+            fh.fsync()
             self._dirty = False
         finally:
-            os.close(fd)
+            fh.close()
 
     def close(self) -> None:
         """Nothing is held open; entries not yet written are dropped (a crash loses them too)."""
@@ -157,7 +167,7 @@ class _Index:
         del self._values[self._persisted :]
 
     def rename(self, path: str) -> None:
-        os.rename(self.path, path)
+        self.fs.replace(self.path, path)
         self.path = path
 
     # -- entries ------------------------------------------------------------
@@ -178,13 +188,13 @@ class _Index:
         del self._values[count:]
         if count < self._persisted:
             # Zero the dropped entries; the preallocated tail must stay zeros.
-            fd = self._open_file(self.path, os.O_RDWR)
+            fh = self._open_file(self.path)
             try:
-                size = os.fstat(fd).st_size
-                os.ftruncate(fd, count * self.entry_size)
-                os.ftruncate(fd, max(size, count * self.entry_size))
+                size = fh.size()
+                fh.truncate(count * self.entry_size)
+                fh.truncate(max(size, count * self.entry_size))
             finally:
-                os.close(fd)
+                fh.close()
             self._persisted = count
             self._dirty = True
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import os
 
+from kref.ports.fs import FileSystem
 from kref.storage.checkpoint import (
     CheckpointError,
     read_leader_epoch_checkpoint,
@@ -33,8 +34,9 @@ LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 
 
 class LeaderEpochFileCache:
-    def __init__(self, path: str | None, entries: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, path: str | None, entries: list[tuple[int, int]] | None = None, fs: FileSystem | None = None) -> None:
         self.path = path
+        self.fs = fs  # the file-system port (None: the real disk)
         self._epochs: list[int] = []
         self._starts: list[int] = []
         for epoch, start in entries or []:
@@ -43,15 +45,15 @@ class LeaderEpochFileCache:
             self._assign(epoch, start)
 
     @classmethod
-    def load(cls, partition_dir: str) -> "LeaderEpochFileCache":
+    def load(cls, partition_dir: str, fs: FileSystem | None = None) -> "LeaderEpochFileCache":
         path = os.path.join(partition_dir, LEADER_EPOCH_CHECKPOINT_FILE)
         try:
-            entries = read_leader_epoch_checkpoint(path)
+            entries = read_leader_epoch_checkpoint(path, fs)
         except CheckpointError:
             # The cache is rebuilt from the batches during recovery; a bad
             # file only costs precision for epochs older than the log.
             entries = []
-        return cls(path, [(e, o) for e, o in entries if e >= 0 and o >= 0])
+        return cls(path, [(e, o) for e, o in entries if e >= 0 and o >= 0], fs)
 
     # -- queries -----------------------------------------------------------
 
@@ -153,7 +155,7 @@ class LeaderEpochFileCache:
 
     def flush(self) -> None:
         if self.path is not None:
-            write_leader_epoch_checkpoint(self.path, self.entries())
+            write_leader_epoch_checkpoint(self.path, self.entries(), fs=self.fs)
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self.entries()})"

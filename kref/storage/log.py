@@ -26,8 +26,10 @@ rebuilds indexes on the way; any index that fails its sanity check is
 rebuilt too, since an index is only a cache of the log. A fully written and
 flushed batch therefore always survives a crash, a torn tail never does.
 
-The log is synchronous, single-threaded and does plain file I/O: the broker
-calls it directly and serialises access per partition. Everything it keeps in
+The log is synchronous, single-threaded and reaches files only through the
+file-system port it is opened with (kref/ports/fs.py: RealFileSystem in the
+broker, MemoryFileSystem with its crash() in tests and the simulator): the
+broker calls it directly and serialises access per partition. Everything it keeps in
 memory is bounded by the number of segments and index entries.
 """
 
@@ -38,7 +40,6 @@ import dataclasses
 import functools
 import logging
 import os
-import shutil
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from kref.records.header import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from kref.ports.fs import FileSystem
 from kref.storage.checkpoint import fsync_dir
 from kref.storage.cleaner import has_keyless_record
 from kref.storage.config import LogConfig
@@ -74,7 +76,7 @@ from kref.storage.errors import (
 from kref.storage.index import NO_TIMESTAMP
 from kref.storage.leader_epoch import LeaderEpochFileCache
 from kref.storage.retention import SegmentSummary, segments_to_delete
-from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from kref.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, REAL_FILE_SYSTEM, TIME_INDEX_SUFFIX, LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +185,16 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
 
 
 class Log:
-    def __init__(self, directory: str, config: LogConfig, now_ms: int, topic_id: uuid.UUID | None, producer_state: Any):
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        now_ms: int,
+        topic_id: uuid.UUID | None,
+        producer_state: Any,
+        fs: FileSystem | None = None,
+    ):
+        self.fs: FileSystem = fs if fs is not None else REAL_FILE_SYSTEM
         self.dir = directory
         self.topic, self.partition = parse_partition_dir_name(os.path.basename(os.path.normpath(directory)))
         self.config = config
@@ -200,6 +211,11 @@ class Log:
         # (offset, segment, position) just after the last fast read; a hint only,
         # checked against the segment object and its size before use.
         self._read_hint: tuple[int, LogSegment, int] | None = None
+        # (first offset, segment, position) of the last append: every follower
+        # fetches next from there, and with two followers the read hint above
+        # names where the first one's read ended, not where the second's starts.
+        # A hint only, checked like the read hint.
+        self._append_hint: tuple[int, LogSegment, int] | None = None
         self.leader_epoch_cache = LeaderEpochFileCache(None)
         self.closed = False
         # Called as listener(topic, partition, new log_end_offset) after a
@@ -224,18 +240,20 @@ class Log:
         log_start_offset: int | None = None,
         high_watermark: int | None = None,
         had_clean_shutdown: bool | None = None,
+        fs: FileSystem | None = None,
     ) -> "Log":
         """Open (creating if needed) the partition log in `directory`.
 
         Unless given, recovery point, log start offset and whether the last
         stop was clean come from the log dir (the parent directory): its
         checkpoint files and the clean-shutdown marker that LogManager
-        writes. Without them the whole log is re-validated.
+        writes. Without them the whole log is re-validated. `fs` is the
+        file-system port (the real disk when omitted).
         """
         from kref.storage import log_loader  # the loader builds on Log's segment helpers
 
-        os.makedirs(directory, exist_ok=True)
-        log = cls(directory, config or LogConfig(), now_ms, topic_id, producer_state)
+        log = cls(directory, config or LogConfig(), now_ms, topic_id, producer_state, fs)
+        log.fs.makedirs(directory)
         log_loader.load(
             log,
             now_ms,
@@ -295,7 +313,7 @@ class Log:
 
     def _create_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         cfg = self.config
-        seg = LogSegment.create(self.dir, base_offset, cfg.max_index_size, cfg.index_interval_bytes, now_ms)
+        seg = LogSegment.create(self.dir, base_offset, cfg.max_index_size, cfg.index_interval_bytes, now_ms, self.fs)
         if cfg.segment_jitter_ms > 0:
             # Kafka draws the jitter at random; a function of the base offset
             # spreads rolls just as well and keeps runs reproducible.
@@ -443,6 +461,7 @@ class Log:
             if h.max_timestamp > max_ts:
                 max_ts, offset_of_max = h.max_timestamp, h.last_offset
         seg = self._maybe_roll(len(buf), max_ts, first, last, now_ms)
+        self._append_hint = (first, seg, seg.size)
         cache = self.leader_epoch_cache
         for h in headers:
             epoch = h.partition_leader_epoch
@@ -527,8 +546,11 @@ class Log:
             seg = self.segments[i]
             i += 1
             budget = max_bytes - total
-            hint = self._read_hint
-            known = hint[2] if hint is not None and hint[0] == target and hint[1] is seg else None
+            known = None
+            for hint in (self._read_hint, self._append_hint):
+                if hint is not None and hint[0] == target and hint[1] is seg:
+                    known = hint[2]
+                    break
             fast = self._read_in_one_go(seg, target, budget, limit, known)
             if fast is not None:
                 chunk, chunk_first, chunk_next, whole = fast
@@ -601,6 +623,8 @@ class Log:
             return None
         # Remember where the next batch starts: sequential consumers ask for it next.
         self._read_hint = (next_offset, seg, position + p)
+        if start == 0 and p == len(data):
+            return data, first, next_offset, whole  # the read is the answer: no copy of a megabyte
         return bytes(view[start:p]), first, next_offset, whole
 
     @staticmethod
@@ -691,7 +715,7 @@ class Log:
             # sending it as last_fetched_epoch and diverges forever.
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
-        self._read_hint = None
+        self._read_hint = self._append_hint = None
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
@@ -735,7 +759,7 @@ class Log:
         self._notify_truncated()
 
     def _truncate_fully(self, offset: int, now_ms: int) -> None:
-        self._read_hint = None
+        self._read_hint = self._append_hint = None
         doomed = self.segments[:]
         self.segments.clear()
         self._base_offsets.clear()
@@ -822,7 +846,7 @@ class Log:
     def _delete_segment_files_now(self, base_offset: int) -> None:
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             try:
-                os.unlink(os.path.join(self.dir, f"{base_offset:020d}{suffix}"))
+                self.fs.unlink(os.path.join(self.dir, f"{base_offset:020d}{suffix}"))
             except FileNotFoundError:
                 pass
 
@@ -843,7 +867,7 @@ class Log:
             return
         i = self._segment_for(self.recovery_point)
         self._flush_segments([s for s in self.segments[i:] if s.base_offset < offset])
-        fsync_dir(self.dir)
+        fsync_dir(self.dir, self.fs)
         self.recovery_point = offset
 
     @staticmethod
@@ -878,7 +902,7 @@ class Log:
                 seg.close(trim=False)
             self.delete_pending_segments(self._now_ms, force=True)
             self.closed = True
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.fs.rmtree(self.dir)
 
     def _ensure_open(self) -> None:
         if self.closed:

@@ -9,7 +9,8 @@ everything from the segment holding the recovery point after an unclean one
 dropping later segments, because bytes after a torn batch cannot be trusted.
 Indexes and the epoch cache are caches of the log and are rebuilt when they
 fail a sanity check. Loading is the one place that reads the checkpoints of
-the log dir; everything after it is the local log's business (log.py).
+the log dir; everything after it is the local log's business (log.py). All
+file access goes through the log's file-system port (`log.fs`).
 """
 
 from __future__ import annotations
@@ -61,16 +62,17 @@ def load(
     was clean default to the log dir's checkpoint files and the clean-shutdown
     marker that LogManager writes. Without them the whole log is re-validated.
     """
+    fs = log.fs
     parent = os.path.dirname(os.path.normpath(log.dir))
     key = (log.topic, log.partition)
     if recovery_point is None:
-        recovery_point = read_offset_checkpoint_or_empty(os.path.join(parent, RECOVERY_POINT_CHECKPOINT_FILE)).get(key, 0)
+        recovery_point = read_offset_checkpoint_or_empty(os.path.join(parent, RECOVERY_POINT_CHECKPOINT_FILE), fs).get(key, 0)
     if log_start_offset is None:
-        log_start_offset = read_offset_checkpoint_or_empty(os.path.join(parent, LOG_START_OFFSET_CHECKPOINT_FILE)).get(key, 0)
+        log_start_offset = read_offset_checkpoint_or_empty(os.path.join(parent, LOG_START_OFFSET_CHECKPOINT_FILE), fs).get(key, 0)
     if high_watermark is None:
-        high_watermark = read_offset_checkpoint_or_empty(os.path.join(parent, REPLICATION_OFFSET_CHECKPOINT_FILE)).get(key)
+        high_watermark = read_offset_checkpoint_or_empty(os.path.join(parent, REPLICATION_OFFSET_CHECKPOINT_FILE), fs).get(key)
     if had_clean_shutdown is None:
-        had_clean_shutdown = os.path.exists(os.path.join(parent, CLEAN_SHUTDOWN_FILE))
+        had_clean_shutdown = fs.exists(os.path.join(parent, CLEAN_SHUTDOWN_FILE))
     _check_topic_id(log)
     _load_segments(log, now_ms, recovery_point, log_start_offset, had_clean_shutdown)
     if high_watermark is not None:
@@ -79,7 +81,7 @@ def load(
 
 def _check_topic_id(log: Log) -> None:
     try:
-        stored = read_partition_metadata(log.dir)
+        stored = read_partition_metadata(log.dir, log.fs)
     except CheckpointError:
         stored = None  # rewritten below when we know the id
     if stored is not None and log.topic_id is not None and stored != log.topic_id:
@@ -87,36 +89,37 @@ def _check_topic_id(log: Log) -> None:
     if log.topic_id is None:
         log.topic_id = stored
     elif stored is None:
-        write_partition_metadata(log.dir, log.topic_id)
+        write_partition_metadata(log.dir, log.topic_id, log.fs)
 
 
 def _load_segments(log: Log, now_ms: int, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
     cfg = log.config
+    fs = log.fs
     # A crash mid-swap of cleaned segments: complete it (or roll it back)
     # before the segments are listed (Kafka's .cleaned/.swap protocol).
-    recover_swap_files(log.dir)
+    recover_swap_files(log.dir, fs)
     base_offsets = []
-    for name in os.listdir(log.dir):
+    for name in fs.listdir(log.dir):
         path = os.path.join(log.dir, name)
         if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp") or name.endswith(".cleaned") or name.endswith(".swap"):
             # Leftovers of a deletion or a half-written file: the rename
             # already decided their fate.
-            if os.path.isfile(path):
-                os.unlink(path)
+            if fs.is_file(path):
+                fs.unlink(path)
             continue
         stem, ext = os.path.splitext(name)
         if ext == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
             base_offsets.append(int(stem))
     base_offsets.sort()
-    for name in os.listdir(log.dir):
+    for name in fs.listdir(log.dir):
         stem, ext = os.path.splitext(name)
         if ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_offsets:
-            os.unlink(os.path.join(log.dir, name))  # an index without its log
+            fs.unlink(os.path.join(log.dir, name))  # an index without its log
 
     cache_path = os.path.join(log.dir, LEADER_EPOCH_CHECKPOINT_FILE)
     try:
-        entries = read_leader_epoch_checkpoint(cache_path)
-        cache_was_readable = os.path.exists(cache_path)
+        entries = read_leader_epoch_checkpoint(cache_path, fs)
+        cache_was_readable = fs.exists(cache_path)
     except (CheckpointError, OSError):
         entries, cache_was_readable = [], False  # rebuilt from the batches below
     try:
@@ -132,7 +135,7 @@ def _load_segments(log: Log, now_ms: int, recovery_point: int, log_start_offset:
         recover_from_index = max(0, bisect.bisect_right(base_offsets, recovery_point) - 1)
     recovered: list[LogSegment] = []
     for i, base in enumerate(base_offsets):
-        args = (log.dir, base, cfg.max_index_size, cfg.index_interval_bytes, now_ms)
+        args = (log.dir, base, cfg.max_index_size, cfg.index_interval_bytes, now_ms, fs)
         seg = None
         if i < recover_from_index:
             try:
@@ -182,12 +185,13 @@ def _load_segments(log: Log, now_ms: int, recovery_point: int, log_start_offset:
     log.leader_epoch_cache.truncate_from_end(leo, flush=False)
     log.leader_epoch_cache.truncate_from_start(log.log_start_offset, flush=False)
     log.leader_epoch_cache.path = cache_path
+    log.leader_epoch_cache.fs = fs
     if not cache_was_readable or log.leader_epoch_cache.entries() != entries:
         log.leader_epoch_cache.flush()
 
     if recovered:
         log._flush_segments([s for s in log.segments if s in recovered])
-        fsync_dir(log.dir)
+        fsync_dir(log.dir, fs)
         log.recovery_point = leo
     else:
         log.recovery_point = min(max(recovery_point, log.log_start_offset), leo)

@@ -23,20 +23,23 @@ broker on a log dir in use must refuse to start.
 `cleanup(now_ms)` is the periodic housekeeping the broker schedules:
 retention, flush.ms, and removal of segments renamed to `.deleted` once
 file.delete.delay.ms has passed.
+
+Every file is reached through the file-system port the manager is given
+(`fs`, kref/ports/fs.py) and handed down to each Log: the broker passes
+RealFileSystem, crash tests pass MemoryFileSystem.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import uuid
 from typing import Any, Callable, Mapping
 
+from kref.ports.fs import FileHandle, FileSystem
 from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomically, write_offset_checkpoint
 from kref.storage.config import LogConfig
-from kref.storage.segment import open_segment_files
+from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.log import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -55,18 +58,12 @@ class LogDirInUseError(OSError):
     """Another process holds the log dir's `.lock`."""
 
 
-def lock_log_dir(log_dir: str) -> int:
-    """Hold `<log_dir>/.lock` exclusively; returns the fd (close it to release)."""
-    fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+def lock_log_dir(log_dir: str, fs: FileSystem | None = None) -> FileHandle:
+    """Hold `<log_dir>/.lock` exclusively; returns its handle (close it to release)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return (fs or REAL_FILE_SYSTEM).lock(os.path.join(log_dir, LOCK_FILE))
     except BlockingIOError:
-        os.close(fd)
         raise LogDirInUseError(f"{log_dir} is in use by another process (its {LOCK_FILE} is locked)") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 ConfigSource = Callable[[str], LogConfig | None] | Mapping[str, LogConfig] | None
@@ -83,7 +80,9 @@ class LogManager:
         now_ms: int = 0,
         *,
         producer_state_factory: Callable[[str, int, str], Any] | None = None,
+        fs: FileSystem | None = None,
     ) -> None:
+        self.fs: FileSystem = fs if fs is not None else REAL_FILE_SYSTEM
         self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
         if not self.log_dirs:
             raise ValueError("at least one log dir is required")
@@ -96,7 +95,7 @@ class LogManager:
         self._now_ms = now_ms
         self.had_clean_shutdown: dict[str, bool] = {}
         for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
+            self.fs.makedirs(d)
 
     # -- loading ------------------------------------------------------------
 
@@ -105,17 +104,18 @@ class LogManager:
         self._now_ms = now_ms
         loaded = []
         for log_dir in self.log_dirs:
-            clean = os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+            fs = self.fs
+            clean = fs.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
             self.had_clean_shutdown[log_dir] = clean
-            recovery_points = read_offset_checkpoint_or_empty(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE))
-            log_starts = read_offset_checkpoint_or_empty(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE))
-            high_watermarks = read_offset_checkpoint_or_empty(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE))
-            for name in sorted(os.listdir(log_dir)):
+            recovery_points = read_offset_checkpoint_or_empty(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE), fs)
+            log_starts = read_offset_checkpoint_or_empty(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE), fs)
+            high_watermarks = read_offset_checkpoint_or_empty(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), fs)
+            for name in fs.listdir(log_dir):
                 path = os.path.join(log_dir, name)
-                if not os.path.isdir(path):
+                if not fs.is_dir(path):
                     continue
                 if name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(path, ignore_errors=True)
+                    fs.rmtree(path)
                     continue
                 if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
                     continue
@@ -136,12 +136,13 @@ class LogManager:
                     log_start_offset=log_starts.get(key, 0),
                     high_watermark=high_watermarks.get(key),
                     had_clean_shutdown=clean,
+                    fs=fs,
                 )
                 log.truncation_listeners = self.truncation_listeners
                 self._logs[key] = log
                 loaded.append(log)
             if clean:
-                os.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+                fs.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
         self.checkpoint()
         return loaded
 
@@ -178,7 +179,7 @@ class LogManager:
             raise ValueError(f"invalid partition {topic!r}-{partition}")
         log_dir = self._next_log_dir()
         path = os.path.join(log_dir, f"{topic}-{partition}")
-        existed = os.path.exists(path)
+        existed = self.fs.exists(path)
         try:
             log = Log.open(
                 path,
@@ -189,13 +190,14 @@ class LogManager:
                 recovery_point=0,
                 log_start_offset=0,
                 had_clean_shutdown=True,
+                fs=self.fs,
             )
         except BaseException:
             # Out of descriptors or space half-way: leave no directory
             # behind that the topic image does not account for.
             if not existed:
                 with open_segment_files.spares():  # listing a directory takes descriptors
-                    shutil.rmtree(path, ignore_errors=True)
+                    self.fs.rmtree(path)
             raise
         log.truncation_listeners = self.truncation_listeners
         self._logs[(topic, partition)] = log
@@ -220,8 +222,8 @@ class LogManager:
             log.closed = True
         parent = os.path.dirname(os.path.normpath(log.dir))
         doomed = os.path.join(parent, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.rename(log.dir, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        self.fs.replace(log.dir, doomed)
+        self.fs.rmtree(doomed)
         self.checkpoint()
         return True
 
@@ -232,14 +234,14 @@ class LogManager:
         for log_dir in self.log_dirs:
             logs = [(k, log) for k, log in self._logs.items() if os.path.dirname(os.path.normpath(log.dir)) == log_dir]
             write_offset_checkpoint(
-                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE), {k: log.recovery_point for k, log in logs}
+                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE), {k: log.recovery_point for k, log in logs}, fs=self.fs
             )
             write_offset_checkpoint(
-                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE), {k: log.log_start_offset for k, log in logs}
+                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE), {k: log.log_start_offset for k, log in logs}, fs=self.fs
             )
             hws = {k: log.high_watermark for k, log in logs if log.high_watermark is not None}
-            if hws or os.path.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
-                write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws)
+            if hws or self.fs.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
+                write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws, fs=self.fs)
 
     def cleanup(self, now_ms: int) -> int:
         """Retention, flush.ms and delayed file deletion for every log; returns segments deleted."""
@@ -264,4 +266,4 @@ class LogManager:
             log.close()
         self.checkpoint()
         for log_dir in self.log_dirs:
-            write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), json.dumps({"version": 0, "brokerEpoch": -1}))
+            write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), json.dumps({"version": 0, "brokerEpoch": -1}), fs=self.fs)

@@ -46,8 +46,11 @@ from pathlib import Path
 
 import crc32c
 
+from kref.ports.fs import FileSystem, RealFileSystem
 from kref.records.header import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from kref.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+
+_REAL = RealFileSystem()
 
 # A producer may have up to 5 requests in flight; remembering 5 batches lets
 # every retry of them be answered as a duplicate (Kafka's NUM_BATCHES_TO_RETAIN).
@@ -115,14 +118,28 @@ def snapshot_path(log_dir: Path, offset: int) -> Path:
     return Path(log_dir) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
-def list_snapshots(log_dir: Path) -> list[tuple[int, Path]]:
+def list_snapshots(log_dir: Path, fs: FileSystem | None = None) -> list[tuple[int, Path]]:
     """(offset, path) of every snapshot file in the directory, oldest first."""
+    fs = fs or _REAL
     out = []
-    for path in Path(log_dir).glob(f"*{SNAPSHOT_SUFFIX}"):
-        stem = path.name[: -len(SNAPSHOT_SUFFIX)]
+    try:
+        names = fs.listdir(str(log_dir))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if not name.endswith(SNAPSHOT_SUFFIX):
+            continue
+        stem = name[: -len(SNAPSHOT_SUFFIX)]
         if len(stem) == 20 and stem.isdigit():
-            out.append((int(stem), path))
+            out.append((int(stem), Path(log_dir) / name))
     return sorted(out)
+
+
+def _unlink_if_exists(fs: FileSystem, path: Path) -> None:
+    try:
+        fs.unlink(str(path))
+    except FileNotFoundError:
+        pass
 
 
 def encode_snapshot(entries: list[ProducerStateEntry]) -> bytes:
@@ -180,7 +197,9 @@ class ProducerStateManager:
         *,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         load_snapshot: bool = True,
+        fs: FileSystem | None = None,
     ) -> None:
+        self.fs: FileSystem = fs or _REAL  # the file-system port (kref/ports/fs.py)
         self.log_dir = Path(log_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
@@ -195,11 +214,11 @@ class ProducerStateManager:
 
     def _load_latest_snapshot(self) -> None:
         """Adopt the newest readable snapshot; corrupt ones are deleted on the way."""
-        for offset, path in reversed(list_snapshots(self.log_dir)):
+        for offset, path in reversed(list_snapshots(self.log_dir, self.fs)):
             try:
-                entries = decode_snapshot(path.read_bytes())
+                entries = decode_snapshot(self.fs.read_bytes(str(path)))
             except (CorruptSnapshotError, OSError):
-                path.unlink(missing_ok=True)
+                _unlink_if_exists(self.fs, path)
                 continue
             self.producers = {e.producer_id: e for e in entries}
             self.map_end_offset = offset
@@ -263,9 +282,9 @@ class ProducerStateManager:
 
     def truncate_to(self, offset: int) -> None:
         """Forget batches at or above `offset` and snapshots that describe them."""
-        for snapshot_offset, path in list_snapshots(self.log_dir):
+        for snapshot_offset, path in list_snapshots(self.log_dir, self.fs):
             if snapshot_offset > offset:
-                path.unlink(missing_ok=True)
+                _unlink_if_exists(self.fs, path)
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]
@@ -276,16 +295,16 @@ class ProducerStateManager:
         self.map_end_offset = min(self.map_end_offset, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        for _, path in list_snapshots(self.log_dir):
-            path.unlink(missing_ok=True)
+        for _, path in list_snapshots(self.log_dir, self.fs):
+            _unlink_if_exists(self.fs, path)
         self.producers.clear()
         self.map_end_offset = offset
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         """Retention or DeleteRecords moved the log start: older snapshots describe nothing left."""
-        for snapshot_offset, path in list_snapshots(self.log_dir):
+        for snapshot_offset, path in list_snapshots(self.log_dir, self.fs):
             if snapshot_offset < log_start_offset:
-                path.unlink(missing_ok=True)
+                _unlink_if_exists(self.fs, path)
         if self.map_end_offset < log_start_offset:
             self.producers.clear()
             self.map_end_offset = log_start_offset
@@ -294,17 +313,16 @@ class ProducerStateManager:
         """Write the state as of `offset` (default: map_end_offset), atomically."""
         offset = self.map_end_offset if offset is None else offset
         path = snapshot_path(self.log_dir, offset)
-        if path.exists():
+        fs = self.fs
+        if fs.exists(str(path)):
             return path
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(encode_snapshot(list(self.producers.values())))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        for _, old in list_snapshots(self.log_dir)[:-SNAPSHOTS_TO_RETAIN]:
-            old.unlink(missing_ok=True)
+        fs.makedirs(str(self.log_dir))
+        tmp = str(path) + ".tmp"
+        fs.write_bytes(tmp, encode_snapshot(list(self.producers.values())))
+        fs.fsync(tmp)
+        fs.replace(tmp, str(path))
+        for _, old in list_snapshots(self.log_dir, fs)[:-SNAPSHOTS_TO_RETAIN]:
+            _unlink_if_exists(fs, old)
         return path
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:

@@ -16,8 +16,11 @@ offsets only grow, rebuilds both indexes on the way, and truncates the file
 at the first batch that fails — a torn tail after a crash loses only the
 bytes that were never completely written.
 
-Descriptors. All I/O is positional (pread/pwrite) on the `.log` file's
-descriptor; the indexes hold none (see index.py), so a segment costs at most
+Files. The segment reaches its files only through the file-system port
+(kref/ports/fs.py) it is given: RealFileSystem in the broker,
+MemoryFileSystem (a disk that loses unsynced bytes on crash()) in tests and
+the simulator. All I/O is positional (pread/pwrite) on the `.log` file's
+handle; the indexes hold none (see index.py), so a segment costs at most
 one. Those descriptors live in one process-wide bounded LRU
 (`open_segment_files`): a segment opens its file on first use and may be
 closed again when the least recently used descriptors are evicted, so old
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import resource
 from collections import OrderedDict
@@ -48,6 +52,7 @@ from typing import Callable, Iterator
 from kref.records.errors import CorruptRecordError, TruncatedBatchError
 from kref.records.header import HEADER_SIZE, BatchHeader, read_header, verify_crc
 from kref.storage.errors import CorruptIndexError
+from kref.ports.fs import FileHandle, FileSystem, RealFileSystem
 from kref.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -76,17 +81,21 @@ class _Peek(bytes):
         return self.claimed
 
 
-class SegmentFiles:
-    """A bounded LRU of open segment `.log` descriptors (one per open segment).
+REAL_FILE_SYSTEM = RealFileSystem()  # the default port of a segment (and a Log) given none
 
-    Single-threaded by design (the broker is one trio thread): a descriptor
-    handed out by `fd()` is only used until the caller's next await-free
-    stretch ends, and nothing evicts in between.
+
+class SegmentFiles:
+    """A bounded LRU of open segment `.log` handles (one per open segment).
+
+    Single-threaded by design (the broker is one trio thread): a handle
+    handed out by `handle()` is only used until the caller's next await-free
+    stretch ends, and nothing evicts in between. The spares below are real
+    descriptors whatever the port: they exist for the process's limit.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
-        self._open: OrderedDict[LogSegment, int] = OrderedDict()
+        self._open: OrderedDict[LogSegment, FileHandle] = OrderedDict()
         self.opens = 0  # descriptors opened, for tests and benches
         self._spares: list[int] = []
         self._spare_count = 0
@@ -95,34 +104,34 @@ class SegmentFiles:
     def __len__(self) -> int:
         return len(self._open)
 
-    def fd(self, segment: "LogSegment", flags: int = os.O_RDWR) -> int:
-        fd = segment._fd
-        if fd is not None:
+    def handle(self, segment: "LogSegment", *, create: bool = False, truncate: bool = False) -> FileHandle:
+        fh = segment._fd
+        if fh is not None:
             self._open.move_to_end(segment)
-            return fd
+            return fh
         if segment.closed:
             raise OSError(errno.EBADF, f"segment {segment.log_path} is closed")
         while len(self._open) >= self.capacity:
             self._evict_one()
-        fd = self.open(segment.log_path, flags)
+        fh = self.open(segment.fs, segment.log_path, create=create, truncate=truncate)
         self.opens += 1
-        segment._fd = fd
-        self._open[segment] = fd
-        return fd
+        segment._fd = fh
+        self._open[segment] = fh
+        return fh
 
-    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
-        """os.open that, out of descriptors, first gives back half of ours.
+    def open(self, fs: FileSystem, path: str, *, create: bool = False, truncate: bool = False) -> FileHandle:
+        """fs.open that, out of descriptors, first gives back half of ours.
 
-        Also used by the indexes for their short-lived descriptors: old
+        Also used by the indexes for their short-lived handles: old
         segments need theirs less than a roll or a connection does.
         """
         try:
-            return os.open(path, flags, mode)
+            return fs.open(path, create=create, truncate=truncate)
         except OSError as e:
             if e.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
                 raise
         self.shed()
-        return os.open(path, flags, mode)
+        return fs.open(path, create=create, truncate=truncate)
 
     def shed(self) -> int:
         """Close the least recently used half of our descriptors; how many were closed.
@@ -165,16 +174,16 @@ class SegmentFiles:
                 self.hold_spares(self._spare_count)
 
     def _evict_one(self) -> None:
-        segment, fd = self._open.popitem(last=False)
+        segment, fh = self._open.popitem(last=False)
         segment._fd = None
         self.evictions += 1
-        os.close(fd)
+        fh.close()
 
     def release(self, segment: "LogSegment") -> None:
-        fd = self._open.pop(segment, None)
+        fh = self._open.pop(segment, None)
         segment._fd = None
-        if fd is not None:
-            os.close(fd)
+        if fh is not None:
+            fh.close()
 
     def resize(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
@@ -193,16 +202,25 @@ open_segment_files = SegmentFiles(default_open_segment_files())
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, created_ms: int):
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        max_index_size: int,
+        index_interval_bytes: int,
+        created_ms: int,
+        fs: FileSystem | None = None,
+    ):
+        self.fs: FileSystem = fs if fs is not None else REAL_FILE_SYSTEM
         self.dir = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
-        opener = open_segment_files.open
-        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset, max_index_size, opener)
-        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, max_index_size, opener)
-        self._fd: int | None = None  # owned by open_segment_files
+        opener = functools.partial(open_segment_files.open, self.fs)
+        self.offset_index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)), base_offset, max_index_size, opener, fs=self.fs)
+        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)), base_offset, max_index_size, opener, fs=self.fs)
+        self._fd: FileHandle | None = None  # owned by open_segment_files
         self.closed = False
         self.size = 0
         self.next_offset = base_offset
@@ -215,25 +233,25 @@ class LogSegment:
     # -- opening ----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int) -> "LogSegment":
-        seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms)
+    def create(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int, fs: FileSystem | None = None) -> "LogSegment":
+        seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms, fs)
         for path in (seg.offset_index.path, seg.time_index.path):
-            if os.path.exists(path):
-                os.unlink(path)  # a stale index of an earlier incarnation must not be trusted
-        open_segment_files.fd(seg, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            if seg.fs.exists(path):
+                seg.fs.unlink(path)  # a stale index of an earlier incarnation must not be trusted
+        open_segment_files.handle(seg, create=True, truncate=True)
         seg.offset_index.open(preallocate=True)
         seg.time_index.open(preallocate=True)
         return seg
 
     @classmethod
-    def load(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int) -> "LogSegment":
+    def load(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int, fs: FileSystem | None = None) -> "LogSegment":
         """Open an existing segment trusting its indexes after a sanity check.
 
         Raises CorruptIndexError (or CorruptRecordError from the tail scan)
         when the indexes cannot be trusted; the caller then runs `recover`.
         """
-        seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms)
-        seg.size = os.fstat(seg._file()).st_size
+        seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms, fs)
+        seg.size = seg._file().size()
         try:
             seg.offset_index.open(preallocate=False)
             seg.time_index.open(preallocate=False)
@@ -244,9 +262,9 @@ class LogSegment:
         return seg
 
     @classmethod
-    def open_for_recovery(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int) -> "LogSegment":
-        seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms)
-        seg.size = os.fstat(seg._file()).st_size
+    def open_for_recovery(cls, directory: str, base_offset: int, max_index_size: int, index_interval_bytes: int, now_ms: int, fs: FileSystem | None = None) -> "LogSegment":
+        seg = cls(directory, base_offset, max_index_size, index_interval_bytes, now_ms, fs)
+        seg.size = seg._file().size()
         # recover() rebuilds both indexes: their old entries are not even read.
         seg.offset_index.open(preallocate=False, load=False)
         seg.time_index.open(preallocate=False, load=False)
@@ -292,14 +310,14 @@ class LogSegment:
         self.time_index.check_bounds(self.next_offset)
         self.bytes_since_last_index_entry = bytes_since
 
-    def _file(self) -> int:
-        return open_segment_files.fd(self)
+    def _file(self) -> FileHandle:
+        return open_segment_files.handle(self)
 
     # -- header access ----------------------------------------------------
 
     def peek_header(self, position: int) -> BatchHeader:
         """The header of the batch at `position`, checking it fits in the file."""
-        data = os.pread(self._file(), HEADER_SIZE, position)
+        data = self._file().pread(HEADER_SIZE, position)
         peek = _Peek(data)
         peek.claimed = max(len(data), self.size - position)
         header = read_header(peek, 0)
@@ -327,7 +345,7 @@ class LogSegment:
         buffer = bytearray(min(chunk_size, max(end - position, 0)))
         while position < end:
             want = min(chunk_size, end - position)
-            got = os.preadv(self._file(), [memoryview(buffer)[:want]], position)
+            got = self._file().readinto(memoryview(buffer)[:want], position)
             view = memoryview(buffer)[:got]
             p = 0
             while p < len(view):
@@ -344,7 +362,7 @@ class LogSegment:
                             p = big.size_in_bytes
                             break
                         # A batch larger than one chunk: read exactly that batch.
-                        view = memoryview(os.pread(self._file(), big.size_in_bytes, position))
+                        view = memoryview(self._file().pread(big.size_in_bytes, position))
                         continue
                     break
                 except CorruptRecordError as e:
@@ -361,17 +379,17 @@ class LogSegment:
             position += p
 
     def read_at(self, position: int, length: int) -> bytes:
-        return os.pread(self._file(), length, position)
+        return self._file().pread(length, position)
 
     # -- append -----------------------------------------------------------
 
     def append(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """Write the batches in `buf` (headers give their positions in `buf`) at the end."""
-        fd = self._file()
+        pwrite = self._file().pwrite
         start = self.size
-        written = os.pwrite(fd, buf, start)
+        written = pwrite(buf, start)
         while written < len(buf):
-            written += os.pwrite(fd, memoryview(buf)[written:], start + written)
+            written += pwrite(memoryview(buf)[written:], start + written)
         if self.rolling_based_timestamp is None and headers:
             self.rolling_based_timestamp = headers[0].max_timestamp
         for h in headers:
@@ -452,7 +470,7 @@ class LogSegment:
 
     @property
     def last_modified_ms(self) -> int:
-        return int(os.stat(self.log_path).st_mtime * 1000)
+        return self.fs.mtime_ms(self.log_path)
 
     # -- recovery and truncation ------------------------------------------
 
@@ -487,7 +505,7 @@ class LogSegment:
             pass
         truncated = self.size - valid
         if truncated:
-            os.ftruncate(self._file(), valid)
+            self._file().truncate(valid)
             self.size = valid
         return truncated
 
@@ -513,7 +531,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self.size - position
-        os.ftruncate(self._file(), position)
+        self._file().truncate(position)
         self.size = position
         # Recompute the tail state from what is left.
         self.next_offset = self.base_offset
@@ -542,7 +560,7 @@ class LogSegment:
         self.time_index.resize_to_max()
 
     def flush(self) -> None:
-        os.fsync(self._file())
+        self._file().fsync()
         self.offset_index.flush()
         self.time_index.flush()
 
@@ -557,17 +575,17 @@ class LogSegment:
 
     def rename_to_deleted(self) -> None:
         """Step one of asynchronous deletion; the descriptor stays valid for readers."""
-        os.rename(self.log_path, self.log_path + DELETED_SUFFIX)
+        self.fs.replace(self.log_path, self.log_path + DELETED_SUFFIX)
         self.log_path += DELETED_SUFFIX
         for index in (self.offset_index, self.time_index):
-            if os.path.exists(index.path):
+            if self.fs.exists(index.path):
                 index.rename(index.path + DELETED_SUFFIX)
 
     def delete_files(self) -> None:
         self.close(trim=False)
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             try:
-                os.unlink(path)
+                self.fs.unlink(path)
             except FileNotFoundError:
                 pass
 

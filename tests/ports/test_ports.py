@@ -92,3 +92,42 @@ def test_the_metadata_source_survives_power_cuts():
     last = LocalMetadataSource("/data", 1, fs=fs)
     last.open()
     assert last.image.partition("t", 0).leader_epoch == 1
+
+
+def test_controller_files_are_old_or_new_after_a_power_cut_at_any_write():
+    from kref.controller import meta_properties
+    from kref.controller.metadata_log import QuorumState, read_quorum_state, write_quorum_state
+    from kref.ports.fs import PowerCut
+
+    old_meta = meta_properties.MetaProperties("Xy3Q2mJrQh2pQk5h7YfVwA", 1, None, 1)
+    new_meta = meta_properties.MetaProperties("Xy3Q2mJrQh2pQk5h7YfVwA", 1, "AAAAAAAAAAAAAAAAAAAAAQ", 1)
+    old_state, new_state = QuorumState(3, 2, 2), QuorumState(4, 1, -1)
+    for cut in range(1, 6):
+        fs = MemoryFileSystem()
+        meta_properties.write("/data", old_meta, fs)
+        write_quorum_state("/data", old_state, [1, 2, 3], fs)
+        fs.cut_power_after(cut)
+        try:
+            meta_properties.write("/data", new_meta, fs)
+            write_quorum_state("/data", new_state, [1, 2, 3], fs)
+        except PowerCut:
+            pass
+        fs.crash(keep_torn_bytes=3)
+        assert meta_properties.read("/data", fs) in (old_meta, new_meta), cut
+        assert read_quorum_state("/data", fs) in (old_state, new_state), cut
+
+
+def test_a_log_dir_lock_is_exclusive_until_closed_or_crashed(tmp_path):
+    from kref.storage.log_manager import LogDirInUseError, lock_log_dir
+
+    for fs, root in ((RealFileSystem(), str(tmp_path)), (MemoryFileSystem(), "/logs")):
+        fs.makedirs(root)
+        held = lock_log_dir(root, fs)
+        with pytest.raises(LogDirInUseError):  # flock is per open file: even this process is refused
+            lock_log_dir(root, fs)
+        held.close()
+        again = lock_log_dir(root, fs)
+        if isinstance(fs, MemoryFileSystem):
+            fs.crash()  # the holder died: its lock went with it
+            lock_log_dir(root, fs).close()
+        again.close()

@@ -282,7 +282,7 @@ def test_disk_errors_become_kafka_storage_error(tmp_path):
     # The disk goes away under the log: its descriptor now names a directory,
     # which refuses both pwrite and pread.
     gone = os.open(str(tmp_path), os.O_RDONLY)
-    os.dup2(gone, log.active_segment._fd)
+    os.dup2(gone, log.active_segment._fd.fd)
     os.close(gone)
     with pytest.raises(KafkaStorageError) as e:
         log.append_as_leader(make_batch([b"b"]), 0, 1)
