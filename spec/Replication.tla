@@ -618,6 +618,12 @@ UnfenceBroker(r) ==
 \* log is an unclean shutdown the broker notices at restart; one that lost
 \* nothing counts as clean (Kafka would call it unclean too, which only
 \* makes it drop more replicas from the ELR: the model is the riskier case).
+\* CrashKeeps is TRUE: every prefix and checkpoint above may be kept.  It is
+\* a hook for trace validation only, whose .cfg replaces it (TLC's `<-`) by
+\* the one choice the trace shows (TraceReplication's TCrashKeeps), so that
+\* TLC does not build a state for every other choice only to discard it.
+CrashKeeps(r, keep, checkpoint) == TRUE
+
 Crash(r) ==
     /\ role[r] # "Offline"
     /\ LET last == /\ r \in controller.isr
@@ -626,6 +632,7 @@ Crash(r) ==
        IN /\ last => \A s \in controller.isr \ {r} : HoldsCommitted(s, r)
           /\ \E keep \in (IF last THEN {Len(log[r])} ELSE 0..Len(log[r])) :
              \E checkpoint \in 0..Min2(high_watermark[r], keep) :
+                /\ CrashKeeps(r, keep, checkpoint)
                 /\ log' = [log EXCEPT ![r] = Prefix(@, keep)]
                 /\ high_watermark' = [high_watermark EXCEPT ![r] = checkpoint]
                 /\ faults' = [faults EXCEPT

@@ -285,6 +285,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             mine = mine[:i]
             break
     mine = _restart_when_it_counts(mine)
+    mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
@@ -345,6 +346,30 @@ def _restart_when_it_counts(mine):
                 continue  # out[i] is now the event after the old position
         i += 1
     return out
+
+
+def _lives_never_registered(mine, skipped):
+    """Drop a Restart whose life ends in a Crash before the replica took any step, and that Crash.
+
+    A broker restarted within broker.session.timeout.ms has its registration
+    refused until the controller fences its previous life; crashing again
+    before that, the new life never registered, fetched or was seen by the
+    controller. The spec's Restart is that registration, so such a life is
+    no step of the spec: the two crashes are one (the first keeps what the
+    replica shows after the second; _what_crashes_kept). Runs after
+    _restart_when_it_counts, which puts each Restart right before the
+    replica's next own event.
+    """
+    drop: set[int] = set()
+    for i, (e, _) in enumerate(mine):
+        if e["type"] != "Restart" or i + 1 >= len(mine):
+            continue
+        nxt = mine[i + 1][0]
+        if nxt["type"] == "Crash" and nxt.get("replica") == e["replica"]:
+            drop.update((i, i + 1))
+    if drop:
+        skipped["Restart+Crash of a life that never registered"] = len(drop) // 2
+    return [x for i, x in enumerate(mine) if i not in drop]
 
 
 def _same_leader_updates(mine):

@@ -147,6 +147,7 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         f"    MinInsyncReplicas = {min_insync_replicas}",
         f"    UncleanLeaderElectionEnable = {'TRUE' if batch[0].unclean else 'FALSE'}",
         "    TruncateToHighWatermarkOnBecomeFollower = FALSE",
+        "    CrashKeeps <- TCrashKeeps",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",
@@ -225,8 +226,8 @@ def check_batch(batch: list[Steps], *, min_insync_replicas: int = 1, timeout_s: 
     accepted: dict[int, str] = {}
     for m in _ACCEPTED.finditer(output):
         accepted[int(m.group(1)) - 1] = m.group(2) or ""
-    distinct = _DISTINCT.search(output)
-    distinct_states = int(distinct.group(1).replace(",", "")) if distinct else 0
+    distinct = _DISTINCT.findall(output)  # the last: progress reports come before the final count
+    distinct_states = int(distinct[-1].replace(",", "")) if distinct else 0
     complete = "No error has been found" in output or "Model checking completed" in output
     if proc.returncode != 0 or not (complete or len(accepted) == len(batch)):
         tail = "\n".join(output.splitlines()[-25:])
