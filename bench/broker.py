@@ -89,6 +89,13 @@ def start_tansu():
 
 @contextlib.contextmanager
 def start_kref():
+    with start_kref_process() as (bootstrap, _proc):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def start_kref_process(env: dict[str, str] | None = None):
+    """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU)."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="kref-bench-")
     proc = subprocess.Popen(
@@ -96,11 +103,11 @@ def start_kref():
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"log.dirs={data}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )
     try:
         wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -2,6 +2,17 @@
 
 What it measures (issue 10's "Measured"; figures are printed, nothing is asserted):
 
+- CPU per 1000 acknowledged records, per process (the leader, each
+  follower, the client, and the single broker), from /proc/PID/stat and
+  getrusage over each throughput run: with several agents on 2 cores the
+  wall-clock rate is noisy, and three brokers compete for the same cores, so
+  the brokers' total CPU per record is what decides the ratio;
+- the background CPU of every process (ms per second while no record is
+  produced: KRaft fetches, heartbeats, idle long polls), measured before the
+  rounds, and the per-record figures net of it;
+- with `--cprofile DIR`: one more throughput run of each setup with
+  cProfile on the process CPU clock in every broker (stats in DIR, the
+  costliest functions printed);
 - throughput: `--messages` records of `--value-bytes` through one
   confluent-kafka producer (linger.ms=5, no compression) to a one-partition
   topic, until the last delivery report: the single broker `kref broker`
@@ -29,6 +40,7 @@ median and min-max of the per-round ratios are printed. Every phase has a
 deadline.
 
     .venv/bin/python bench/cluster.py [--messages 20000] [--rounds 3] [--rates 100,300] [--catchup-mb 20]
+        [--cprofile DIR] [--only-throughput]
 """
 
 from __future__ import annotations
@@ -36,13 +48,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -51,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.broker import start_kref  # noqa: E402
+from bench.broker import start_kref_process  # noqa: E402
 from kref.controller import local_cluster, meta_properties  # noqa: E402
 
 PHASE_DEADLINE_S = 120
@@ -68,13 +80,13 @@ CLUSTER_SETTINGS = {
 
 
 @contextlib.contextmanager
-def start_cluster(base: Path):
+def start_cluster(base: Path, env: dict[str, str] | None = None):
     specs = local_cluster.plan(base, 3, 3, overrides=CLUSTER_SETTINGS)
     local_cluster.format_nodes(specs, meta_properties.random_uuid())
-    processes = {s.node_id: local_cluster.start_node(s) for s in specs}
+    processes = {s.node_id: local_cluster.start_node(s, env=env) for s in specs}
 
     def restart(node_id):
-        processes[node_id] = local_cluster.start_node(next(s for s in specs if s.node_id == node_id))
+        processes[node_id] = local_cluster.start_node(next(s for s in specs if s.node_id == node_id), env=env)
 
     try:
         deadline = time.monotonic() + 60
@@ -108,15 +120,97 @@ def create_topic(bootstrap: str, name: str, rf: int) -> dict:
     raise RuntimeError(f"topic {name} has no leader after 30 s")
 
 
-def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: bytes) -> float:
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> tuple[float, float, int]:
+    """(user, system) CPU seconds of a process so far and its minor page faults
+    (utime, stime, minflt: fields 14, 15 and 10 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS, int(fields[7])
+
+
+def client_cpu_s() -> tuple[float, float, int]:
+    """This process: the producer's Python thread and librdkafka's threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime, usage.ru_minflt
+
+
+class CpuMeter:
+    """CPU seconds each named process spent between start() and per_1000(), per 1000 acknowledged records.
+
+    Each figure is (user + system, system, user + system net of the process's
+    background) in seconds per 1000 records; `background` is each process's
+    CPU seconds per wall second with no records flowing (background_cpu).
+    """
+
+    def __init__(self, pids: dict[str, int], background: dict[str, float] | None = None) -> None:
+        self.pids = pids
+        self.background = background or {}
+
+    def _now(self) -> dict[str, tuple[float, float, int]]:
+        out = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        out["client"] = client_cpu_s()
+        return out
+
+    def start(self) -> None:
+        self.before = self._now()
+        self.started = time.perf_counter()
+
+    def per_1000(self, acknowledged: int) -> dict[str, tuple[float, float, float]]:
+        after = self._now()
+        elapsed = time.perf_counter() - self.started
+        scale = 1000 / max(1, acknowledged)
+        out = {}
+        self.faults = {}
+        for name, (user, system, faults) in after.items():
+            user0, system0, faults0 = self.before[name]
+            spent = user - user0 + system - system0
+            net = max(0.0, spent - self.background.get(name, 0.0) * elapsed)
+            out[name] = (spent * scale, (system - system0) * scale, net * scale)
+            self.faults[name] = (faults - faults0) * scale
+        return out
+
+
+def background_cpu(pids: dict[str, int], seconds: float = 2.0) -> dict[str, float]:
+    """Each process's CPU seconds per second while no record flows (KRaft, heartbeats, idle long polls)."""
+    meter = CpuMeter(pids)
+    meter.start()
+    time.sleep(seconds)
+    return {name: spent / seconds for name, (spent, _, _) in meter.per_1000(1000).items()}
+
+
+def cpu_line(cpu: dict[str, tuple[float, float, float]]) -> str:
+    """CPU ms per 1000 records: each process (system share; net of background), then the brokers' sums."""
+    parts = ", ".join(f"{k} {v * 1000:.2f} [sys {s * 1000:.2f}; net {n * 1000:.2f}]" for k, (v, s, n) in cpu.items())
+    return (f"CPU ms/1000 rec: {parts}; brokers {brokers_cpu(cpu) * 1000:.2f} "
+            f"(net {brokers_cpu(cpu, net=True) * 1000:.2f})")
+
+
+def brokers_cpu(cpu: dict[str, tuple[float, float, float]], net: bool = False) -> float:
+    return sum(n if net else v for k, (v, _, n) in cpu.items() if k != "client")
+
+
+def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: bytes,
+               meter: CpuMeter | None = None, idempotence: bool | None = None) -> tuple[float, dict]:
+    """Records/s until the last delivery report, and the meter's CPU per 1000 records.
+
+    The producer is idempotent with acks=all unless `idempotence` says otherwise."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                         "enable.idempotence": acks == "all", "queue.buffering.max.messages": 200000})
+                         "enable.idempotence": acks == "all" if idempotence is None else idempotence,
+                         "queue.buffering.max.messages": 200000})
     done = [0]
 
     def on_delivery(err, _msg):
         if err is None:
             done[0] += 1
 
+    # Connect and learn the leader before the clocks start (start-up is not throughput).
+    producer.produce(topic, value)
+    producer.flush(30)
+    if meter is not None:
+        meter.start()
     start = time.perf_counter()
     for _ in range(messages):
         while True:
@@ -128,9 +222,49 @@ def throughput(bootstrap: str, topic: str, acks: str, messages: int, value: byte
         producer.poll(0)
     producer.flush(PHASE_DEADLINE_S)
     elapsed = time.perf_counter() - start
+    cpu = meter.per_1000(done[0]) if meter is not None else {}
     if done[0] < messages:
         print(f"  ({messages - done[0]} of {messages} not acknowledged)")
-    return done[0] / elapsed
+    return done[0] / elapsed, cpu
+
+
+def profile_run(out_dir: Path, label: str, pids: dict[str, int], run) -> None:
+    """Run `run()` with each broker's cProfile on (SIGUSR1/SIGUSR2, kref/broker/main.py's
+    KREF_CPROFILE hook, process CPU clock); print each one's costliest functions."""
+    for pid in pids.values():
+        os.kill(pid, signal.SIGUSR1)
+    try:
+        run()
+    finally:
+        for pid in pids.values():
+            os.kill(pid, signal.SIGUSR2)
+    time.sleep(1.0)  # the stats files are written from the brokers' signal handlers
+    for name, pid in pids.items():
+        stats = out_dir / f"{label}.{pid}"
+        print(f"  cProfile {label} {name} ({stats}), CPU seconds:")
+        for line in summarize_profile(stats):
+            print(f"    {line}")
+
+
+def summarize_profile(path: Path, top: int = 30) -> list[str]:
+    """The functions with the most CPU of their own, then the most including callees."""
+    import pstats
+
+    if not path.exists():
+        return ["(no stats written)"]
+    stats = pstats.Stats(str(path)).stats  # {(file, line, name): (cc, nc, tottime, cumtime, callers)}
+    total = sum(v[2] for v in stats.values())
+
+    def name(key) -> str:
+        file, line, func = key
+        return f"{func} ({Path(file).name}:{line})" if line else func
+
+    lines = [f"{total:.3f} s CPU profiled"]
+    for key, (_, calls, own, _, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]:
+        lines.append(f"self {own:7.3f} s {own * 100 / max(total, 1e-9):5.1f}% {calls:8d} calls  {name(key)}")
+    for key, (_, calls, _, cum, _) in sorted(stats.items(), key=lambda kv: -kv[1][3])[:top]:
+        lines.append(f"incl {cum:7.3f} s {cum * 100 / max(total, 1e-9):5.1f}% {calls:8d} calls  {name(key)}")
+    return lines
 
 
 def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes) -> tuple[float, float, int]:
@@ -243,6 +377,10 @@ def main() -> int:
     parser.add_argument("--rates", default="100,300", help="records/s for the latency phases, comma-separated")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each latency phase")
     parser.add_argument("--catchup-mb", type=int, default=20)
+    parser.add_argument("--cprofile", type=Path, default=None, metavar="DIR",
+                        help="after the rounds, one more throughput run of each setup with cProfile in every broker")
+    parser.add_argument("--only-throughput", action="store_true",
+                        help="the paired throughput rounds (and --cprofile) only: no latency, acks=1, catch-up")
     parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
     args = parser.parse_args()
@@ -258,22 +396,79 @@ def main() -> int:
 
     base = Path(tempfile.mkdtemp(prefix="kref-bench-cluster-"))
     try:
-        with start_kref() as single, start_cluster(base) as (specs, processes, restart):
+        if args.cprofile is not None:
+            args.cprofile.mkdir(parents=True, exist_ok=True)
+        single_env = {"KREF_CPROFILE": str(args.cprofile.resolve() / "single")} if args.cprofile else None
+        cluster_env = {"KREF_CPROFILE": str(args.cprofile.resolve() / "cluster")} if args.cprofile else None
+        with start_kref_process(single_env) as (single, single_proc), \
+                start_cluster(base, cluster_env) as (specs, processes, restart):
             bootstrap = local_cluster.bootstrap_servers(specs)
             create_topic(single, "bench", 1)
             placement = create_topic(bootstrap, "bench", 3)
             print(f"cluster topic placement {placement}")
-            ratios: list[float] = []
+            leader = placement["leader"]
+            followers = [n for n in placement["replicas"] if n != leader]
+            pids = {
+                "single": {"broker": single_proc.pid},
+                "cluster": {f"leader({leader})": processes[leader].pid,
+                            **{f"follower({n})": processes[n].pid for n in followers}},
+            }
+            # Warm both (first connections, the producer id) before anything is measured.
+            throughput(single, "bench", "1", min(args.messages, 20000), value)
+            throughput(bootstrap, "bench", "all", min(args.messages, 20000), value)
+            def measure_background() -> dict[str, float]:
+                # Both setups at once: what each process burns with no records flowing.
+                found = background_cpu({f"{setup}/{k}": pid for setup, where in pids.items() for k, pid in where.items()})
+                print("    background CPU (no records flowing), ms per s: "
+                      + ", ".join(f"{k} {v * 1000:.1f}" for k, v in found.items() if k != "client"))
+                return {k.split("/", 1)[1]: v for k, v in found.items() if k != "client"}
+            # "cluster": acks=all with the idempotent producer (librdkafka's
+            # enable.idempotence, Kafka's default for acks=all); "plain": the
+            # same producer settings as the single broker's but acks=all, so
+            # the two differ only in acks and replication.
+            setups = {"single": (single, "1", False), "cluster": (bootstrap, "all", True),
+                      "plain": (bootstrap, "all", False)}
+            ratios: dict[str, list[float]] = {"cluster": [], "plain": []}
+            cpu_ratios: dict[str, list[float]] = {"cluster": [], "plain": []}
+            cpus: dict[str, list[dict]] = {name: [] for name in setups}
+            faults: dict[str, list[dict]] = {name: [] for name in setups}
             for i in range(args.rounds):
-                runs = [("single", single, "1"), ("cluster", bootstrap, "all")]
-                if i % 2:
-                    runs.reverse()
-                got = {name: throughput(where, "bench", acks, args.messages, value) for name, where, acks in runs}
-                ratios.append(got["cluster"] / got["single"])
-                print(f"  round {i + 1}: single acks=1 RF=1 {got['single']:,.0f} msg/s, cluster acks=all RF=3 "
-                      f"{got['cluster']:,.0f} msg/s ({got['cluster'] * len(value) / 1e6:.1f} MB/s): {ratios[-1]:.2f}x"
-                      f" (load {os.getloadavg()[0]:.1f})")
-            print(f"throughput acks=all RF=3 / single acks=1: {spread(ratios)} (anchor: Kafka 0.51x; goal >= 0.5x)")
+                # Measured next to each round: on a shared machine it moves with the load.
+                background = measure_background()
+                order = list(setups) if i % 2 == 0 else list(reversed(setups))
+                got, cpu = {}, {}
+                for name in order:
+                    where, acks, idempotence = setups[name]
+                    meter = CpuMeter(pids["single" if name == "single" else "cluster"], background)
+                    got[name], cpu[name] = throughput(where, "bench", acks, args.messages, value, meter, idempotence)
+                    cpus[name].append(cpu[name])
+                    faults[name].append(meter.faults)
+                for name in ("cluster", "plain"):
+                    ratios[name].append(got[name] / got["single"])
+                    cpu_ratios[name].append(brokers_cpu(cpu[name], net=True) / max(1e-9, brokers_cpu(cpu["single"], net=True)))
+                print(f"  round {i + 1}: single acks=1 RF=1 {got['single']:,.0f} msg/s; cluster acks=all RF=3 "
+                      f"idempotent {got['cluster']:,.0f} msg/s ({got['cluster'] * len(value) / 1e6:.1f} MB/s): "
+                      f"{ratios['cluster'][-1]:.2f}x; not idempotent {got['plain']:,.0f} msg/s: "
+                      f"{ratios['plain'][-1]:.2f}x (load {os.getloadavg()[0]:.1f})")
+                for name in setups:
+                    print(f"    {name:7s} {cpu_line(cpu[name])}")
+            print(f"throughput acks=all RF=3 / single acks=1: {spread(ratios['cluster'])} idempotent, "
+                  f"{spread(ratios['plain'])} not idempotent (anchor: Kafka 0.51x; goal >= 0.5x)")
+            for name in setups:
+                med = {k: tuple(statistics.median(c[k][j] for c in cpus[name]) for j in range(3)) for k in cpus[name][0]}
+                print(f"median {name:7s} {cpu_line(med)}")
+                whole = brokers_cpu(med) + med["client"][0]
+                faulted = ", ".join(f"{k} {statistics.median(f[k] for f in faults[name]):.0f}" for k in faults[name][0])
+                print(f"        brokers + client {whole * 1000:.2f} ms/1000 rec; minor page faults/1000 rec: {faulted}")
+            print(f"brokers' CPU per record net of background, cluster / single: {spread(cpu_ratios['cluster'])} "
+                  f"idempotent, {spread(cpu_ratios['plain'])} not idempotent")
+            if args.cprofile is not None:
+                profile_run(args.cprofile, "single", pids["single"],
+                            lambda: throughput(single, "bench", "1", args.messages, value))
+                profile_run(args.cprofile, "cluster", pids["cluster"],
+                            lambda: throughput(bootstrap, "bench", "all", args.messages, value))
+            if args.only_throughput:
+                return 0
             for rate in rates:
                 topic = f"bench-lat-{int(rate)}"
                 create_topic(single, topic, 1)
@@ -293,8 +488,8 @@ def main() -> int:
             # The same RF=3 partition with acks=1 (replication asynchronous): what the
             # cluster costs without waiting for followers (Kreps' 0.96x row).
             create_topic(bootstrap, "bench-async", 3)
-            async_tput = throughput(bootstrap, "bench-async", "1", args.messages, value)
-            single_again = throughput(single, "bench", "1", args.messages, value)
+            async_tput, _ = throughput(bootstrap, "bench-async", "1", args.messages, value)
+            single_again, _ = throughput(single, "bench", "1", args.messages, value)
             print(f"3 nodes, acks=1, RF=3: {async_tput:,.0f} msg/s ({async_tput / single_again:.2f}x single; anchor 0.96x)")
             c = catch_up(specs, processes, restart, bootstrap, "catchup", args.catchup_mb, value)
             if c["catchup_mb_s"] is None:

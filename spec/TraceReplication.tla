@@ -4,7 +4,7 @@
 (*                                                                         *)
 (* Trace validation of one partition against spec/Replication.tla: is a    *)
 (* trace that kref logged (NDJSON, converted by trace_check/ into the      *)
-(* constant TraceLog, a sequence of records) a behaviour of the real spec? *)
+(* sequence TraceLog of records) a behaviour of the real spec?          *)
 (*                                                                         *)
 (* A cursor `tl` walks TraceLog.  Each step of TraceNext takes the event   *)
 (* under the cursor and performs the spec action of the same name on the   *)
@@ -19,12 +19,16 @@
 (* an empty fetch response (kref logs FollowerAppend only when it appended *)
 (* something).                                                             *)
 (*                                                                         *)
-(* TLC explores the behaviours that follow the trace; the state           *)
-(* constraint TraceProgress stops it with "kref-trace-accepted" as soon as *)
-(* one has taken every event.  A search that ends without it means no      *)
-(* behaviour takes them all; TraceProgress printed how far the deepest got *)
-(* (trace_check then reports that event, and the state before it by       *)
-(* checking the prefix up to it).                                          *)
+(* Many traces are checked in one TLC run (a JVM start costs more than   *)
+(* checking a trace): TraceLogs holds them all, and TraceInit chooses the  *)
+(* one a behaviour follows (ti).  TLC explores the behaviours that follow  *)
+(* each trace; the state constraint TraceProgress prints                   *)
+(* "kref-trace-accepted" for a trace as soon as one of them has taken     *)
+(* every event, and stops TLC when every trace is accepted.  A search     *)
+(* that ends without it for a trace means no behaviour takes all of its   *)
+(* events; TraceProgress printed how far the deepest got (trace_check     *)
+(* then reports that event, and the state before it by checking the      *)
+(* prefix up to it).                                                       *)
 (*                                                                         *)
 (* Where the code knows more than the spec (documented in                  *)
 (* docs/trace-validation.md): kref, like Kafka, answers a follower's fetch *)
@@ -34,13 +38,21 @@
 (***************************************************************************)
 EXTENDS Replication, TLC
 
-CONSTANT TraceLog   \* << [type |-> "LeaderAppend", replica |-> 1, ...], ... >>
+CONSTANT TraceLogs  \* the traces of a batch: << << [type |-> "LeaderAppend", replica |-> 1, ...], ... >>, ... >>
+CONSTANT TraceShowState  \* indices of the traces whose last spec state is printed when accepted
 
-VARIABLE tl         \* the cursor: index of the next event to take
+VARIABLE ti         \* which trace of the batch this behaviour follows (chosen in TraceInit)
+VARIABLE tl         \* the cursor: index of the next event of that trace to take
 VARIABLE pe_shift   \* spec partition epoch - kref's (see ElectionShift)
 
-trace_vars == <<vars, tl, pe_shift>>
+trace_vars == <<vars, ti, tl, pe_shift>>
 
+\* A zero-arity constant definition: TLC evaluates it once, at its start.
+\* Read through the CONSTANT itself, the generated module's literal (which
+\* the .cfg substitutes for it) would be built again at every use.
+Traces == TraceLogs
+
+TraceLog == Traces[ti]
 Ev == TraceLog[tl]
 
 \* Fresh record values for a batch of n: values are 1..Len(produced), in order.
@@ -48,9 +60,11 @@ FreshBatch(n) == [k \in 1..n |-> Cardinality(produced) + k]
 
 TraceInit ==
     /\ Init
+    /\ ti \in DOMAIN Traces
     /\ tl = 1
     /\ pe_shift = 0
-    /\ TLCSet(1, 1)
+    /\ TLCSet(1 + ti, 1)  \* see TraceProgress
+    /\ TLCSet(1, 0)
 
 -----------------------------------------------------------------------------
 (* One matcher per event type: the spec action, constrained by the event. *)
@@ -218,6 +232,7 @@ TraceStep ==
          [] Ev.type = "Crash"                        -> TCrash
          [] Ev.type = "Restart"                      -> TRestart
          [] OTHER                                    -> FALSE
+    /\ ti' = ti
     /\ tl' = tl + 1
     /\ pe_shift' = pe_shift + (IF Ev.type \in {"ElectLeader", "UncleanElectLeader"} THEN ElectionShift ELSE 0)
 
@@ -228,7 +243,7 @@ SilentStep ==
              /\ fetch[f].type = "FetchResponse"
              /\ fetch[f].records = << >>
              /\ FollowerAppend(f)
-    /\ UNCHANGED <<tl, pe_shift>>
+    /\ UNCHANGED <<ti, tl, pe_shift>>
 
 TraceNext == TraceStep \/ SilentStep
 
@@ -254,16 +269,25 @@ StateView ==
      alter_partition |-> alter_partition,
      controller |-> controller]
 
-\* A state constraint that is always TRUE. On the way it records (TLC
-\* register 1) and prints the deepest cursor reached, for the report of a
-\* rejected trace; and when a behaviour has taken every event it prints
-\* the state there and stops TLC: the trace is accepted. (TLC 2.15 has no
-\* POSTCONDITION; an invariant violation would print the whole behaviour.)
+\* The state constraint. TLC register 1 counts the traces accepted so far;
+\* register 1 + i holds the deepest cursor trace i reached, printed at every
+\* new depth (for the report of a rejected trace). A behaviour that took
+\* every event of its trace accepts it: "kref-trace-accepted" is printed
+\* (with the spec state there for the traces in TraceShowState), and every
+\* later state of that trace is pruned (FALSE: not explored further), so
+\* that the batch's search ends when its last trace is decided; when all
+\* are accepted TLC stops at once. (TLC 2.15 has no POSTCONDITION; an
+\* invariant violation would print the whole behaviour.)
 TraceProgress ==
-    /\ IF tl > TLCGet(1)
-       THEN TLCSet(1, tl) /\ PrintT(<<"kref-trace-reached", tl>>)
-       ELSE TRUE
-    /\ IF tl > Len(TraceLog)
-       THEN PrintT(<<"kref-trace-accepted", StateView>>) /\ TLCSet("exit", TRUE)
-       ELSE TRUE
+    LET deepest == TLCGet(1 + ti) IN
+    /\ deepest <= Len(TraceLog)
+    /\ tl > deepest => /\ TLCSet(1 + ti, tl)
+                       /\ PrintT(<<"kref-trace-reached", ti, tl>>)
+    /\ tl > Len(TraceLog) =>
+          /\ IF ti \in TraceShowState
+             THEN PrintT(<<"kref-trace-accepted", ti, StateView>>)
+             ELSE PrintT(<<"kref-trace-accepted", ti>>)
+          /\ LET accepted == TLCGet(1) + 1 IN
+             /\ TLCSet(1, accepted)
+             /\ accepted = Len(Traces) => TLCSet("exit", TRUE)
 =============================================================================

@@ -171,29 +171,17 @@ CATALOGUE: list[Mutation] = [
     Mutation("KRaft: brokers read the metadata log to the LEO", K,
              "    /\\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = high_watermark[l]]",
              "    /\\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = LogEndOffset(l)]"),
+    # Caught by MCKRaftEpoch4 (4 epochs; the safety models above stop at 2): in the
+    # default set since session 6 for this mutation.
     Mutation("KRaft: commit an older epoch's entry by counting replicas (Figure 8)", K,
              "           /\\ CommitOnlyOwnEpoch => log[l][n].epoch = leader_epoch[l]\n",
-             "           /\\ TRUE\n",
-             uncatchable="not equivalent, too big for the default set: a passing "
-                         "model needs 4 epochs (the default safety models stop at 2). "
-                         "MCKRaftEpoch4 (tlc-full) catches it; restricted to the two "
-                         "leaders of the Figure-8 scenario the mutant fails "
-                         "LeaderCompleteness at 69,326 states (44 CPU-s), but the "
-                         "passing run has 191,042 states (122 CPU-s). MCKRaftFigure8 "
-                         "(must fail, default) shows the bug itself"),
+             "           /\\ TRUE\n"),
+    # Invisible to safety (a truncation that cuts nothing is a stuttering step);
+    # caught by liveness: MCKRaftTruncationLiveness (two leader crashes,
+    # TruncationEnds), in the default set since session 6 for this mutation.
     Mutation("KRaft: truncation ignores the node's own epoch end", K,
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]",
-             "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]",
-             uncatchable="invisible to safety (the truncation that cuts nothing is a "
-                         "stuttering step: no invariant or action property sees it), "
-                         "caught by liveness outside the default set: "
-                         "MCKRaftTruncationLiveness (tlc-full: two leader crashes, "
-                         "TruncationEnds) fails at 89,182 states (69 CPU-s), a "
-                         "follower holding [epoch 2] diverging for ever from "
-                         "[epoch 1, epoch 3] (its passing run: 273,874 states, 253 CPU-s); "
-                         "the default MCKRaftLiveness allows one "
-                         "crash, which under its timing assumption never leaves a "
-                         "follower with an epoch its leader lacks"),
+             "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]"),
     Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
              "Max(@, Min(high_watermark[l], upto))]",
              "Max(@, high_watermark[l])]"),

@@ -1,6 +1,11 @@
-"""`kref trace check FILE...`: validate a trace against spec/Replication.tla with TLC.
+"""`kref trace check FILE...`: validate a trace against spec/Replication.tla or spec/KRaft.tla with TLC.
 
     kref trace check broker1.ndjson broker2.ndjson broker3.ndjson [--topic t --partition 0]
+    kref trace check node-1.ndjson node-2.ndjson node-3.ndjson [--spec kraft]
+
+The spec is picked by the events (a trace of the controller quorum's
+events only, and no user partition's, is checked against spec/KRaft.tla;
+trace_check.kraft.is_kraft_trace) or by --spec.
 
 Exit status: 0 when the trace is a behaviour of the spec; 1 when it is not
 (the first event no action can take is named, with the spec state before
@@ -16,31 +21,46 @@ import sys
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="trace_command", required=True)
-    c = sub.add_parser("check", help="check NDJSON trace file(s) (one per node) against spec/Replication.tla")
+    c = sub.add_parser("check", help="check NDJSON trace file(s) (one per node) against spec/Replication.tla "
+                                     "or spec/KRaft.tla")
     c.add_argument("files", nargs="+", metavar="FILE")
     c.add_argument("--topic", help="the partition's topic (needed when the trace holds several)")
     c.add_argument("--partition", type=int, help="the partition (with --topic)")
     c.add_argument("--min-insync-replicas", type=int, default=1,
                    help="the topic's min.insync.replicas (default 1: the spec then never holds the HW back)")
     c.add_argument("--timeout", type=float, default=600.0, help="seconds TLC may take (default 600)")
+    c.add_argument("--spec", choices=("auto", "replication", "kraft"), default="auto",
+                   help="the spec to check against (default: picked by the events)")
+    c.add_argument("--voters", type=lambda s: [int(x) for x in s.split(",") if x],
+                   help="the controller quorum's voter ids, e.g. 1,2,3 (--spec kraft; default: as the trace shows them)")
 
 
 def run(args: argparse.Namespace) -> int:
     code, text = validate(args.files, topic=args.topic, partition=args.partition,
-                          min_insync_replicas=args.min_insync_replicas, timeout_s=args.timeout)
+                          min_insync_replicas=args.min_insync_replicas, timeout_s=args.timeout,
+                          spec=args.spec, voters=args.voters)
     print(text, file=sys.stderr if code == 2 else sys.stdout)
     return code
 
 
 def validate(files, *, topic: str | None = None, partition: int | None = None, min_insync_replicas: int = 1,
-             timeout_s: float = 600.0) -> tuple[int, str]:
-    """Check trace files (one per node) against spec/Replication.tla: (exit status, report).
+             timeout_s: float = 600.0, spec: str = "auto", voters=None) -> tuple[int, str]:
+    """Check trace files (one per node) against spec/Replication.tla or spec/KRaft.tla: (exit status, report).
 
     The command line's whole decision, also called by the tests that run
     real broker processes and validate their traces."""
     # Imported here: building the command-line parser must stay cheap (every broker builds it).
+    from trace_check import kraft
     from trace_check.replication import TraceError, load_events, normalise
     from trace_check.tlc import TlcError, check_and_explain
+
+    if spec == "auto":
+        try:
+            spec = "kraft" if kraft.is_kraft_trace(load_events(files)) else "replication"
+        except TraceError as exc:
+            return 2, f"kref trace check: {exc}"
+    if spec == "kraft":
+        return _validate_kraft(files, voters=voters, timeout_s=timeout_s)
 
     try:
         steps = normalise(load_events(files), topic, partition)
@@ -52,12 +72,15 @@ def validate(files, *, topic: str | None = None, partition: int | None = None, m
     where = f"{steps.topic}-{steps.partition}, replicas {steps.replicas}"
     skipped = ", ".join(f"{k} x{n}" for k, n in sorted(steps.skipped.items())) or "none"
     stopped = f"; checked up to the {steps.stopped} (not in the spec)" if steps.stopped else ""
+    return _report(steps, verdict, "spec/Replication.tla", where, f"{stopped}; not in the spec, left out: {skipped}")
+
+def _report(steps, verdict, spec: str, where: str, note: str) -> tuple[int, str]:
+    """The verdict as `kref trace check` prints it: OK, or REJECTED with the first event no action can take."""
     if verdict.accepted:
-        return 0, (f"OK: {len(steps.steps)} steps of {where} are a behaviour of spec/Replication.tla "
-                   f"({verdict.distinct_states} spec states explored, {verdict.seconds:.1f} s){stopped}; "
-                   f"not in the spec, left out: {skipped}")
+        return 0, (f"OK: {len(steps.steps)} steps of {where} are a behaviour of {spec} "
+                   f"({verdict.distinct_states} spec states explored, {verdict.seconds:.1f} s){note}")
     i = verdict.reached - 1
-    lines = [f"REJECTED: no behaviour of spec/Replication.tla takes step {verdict.reached} of {len(steps.steps)} "
+    lines = [f"REJECTED: no behaviour of {spec} takes step {verdict.reached} of {len(steps.steps)} "
              f"({where}; {verdict.seconds:.1f} s)",
              f"  event:  {steps.origin[i]}",
              f"  step:   {steps.steps[i]}"]
@@ -67,3 +90,21 @@ def validate(files, *, topic: str | None = None, partition: int | None = None, m
                  f"    {verdict.state or '(not shown)'}")
     lines.append("  docs/trace-validation.md explains how to read this.")
     return 1, "\n".join(lines)
+
+
+def _validate_kraft(files, *, voters, timeout_s: float) -> tuple[int, str]:
+    """The quorum's events against spec/KRaft.tla (trace_check.kraft, spec/TraceKRaft.tla)."""
+    from trace_check import kraft
+    from trace_check.replication import TraceError
+    from trace_check.tlc import TlcError
+
+    try:
+        steps = kraft.normalise(kraft.load(files), voters)
+        verdict = kraft.check_and_explain(steps, timeout_s=timeout_s)
+    except (TraceError, TlcError) as exc:
+        return 2, f"kref trace check: {exc}"
+    skipped = ", ".join(f"{k} x{n}" for k, n in sorted(steps.skipped.items())) or "none"
+    stopped = f"; checked up to the {steps.stopped} (not in the spec)" if steps.stopped else ""
+    note = (f"{stopped}; {steps.moved} late deliveries taken before their timestamp; not in the spec, left out: "
+            f"{skipped}")
+    return _report(steps, verdict, "spec/KRaft.tla", steps.where(), note)

@@ -223,6 +223,20 @@ class BrokerConfig:
     )
     controller_quorum_fetch_timeout_ms: int = _prop("controller.quorum.fetch.timeout.ms", _int(1, _I32), "2000")
     controller_quorum_retry_backoff_ms: int = _prop("controller.quorum.retry.backoff.ms", _int(1, _I32), "20")
+    # Metadata snapshots and retention (kref/controller/snapshot.py). Kafka's
+    # floor for metadata.log.segment.bytes is 8 MiB; kref allows small ones for tests.
+    # KIP-1219 (Kafka 4.3): the most one FetchSnapshot answer carries.
+    controller_quorum_fetch_snapshot_max_bytes: int = _prop(
+        "controller.quorum.fetch.snapshot.max.bytes", _int(1, _I32), "1048576"
+    )
+    metadata_log_max_record_bytes_between_snapshots: int = _prop(
+        "metadata.log.max.record.bytes.between.snapshots", _int(1, _I64), "20971520"
+    )
+    metadata_log_max_snapshot_interval_ms: int = _prop("metadata.log.max.snapshot.interval.ms", _int(0, _I64), "3600000")
+    metadata_max_retention_bytes: int = _prop("metadata.max.retention.bytes", _int(-1, _I64), "104857600")
+    metadata_max_retention_ms: int = _prop("metadata.max.retention.ms", _int(-1, _I64), "604800000")
+    metadata_log_segment_bytes: int = _prop("metadata.log.segment.bytes", _int(14, _I32), "1073741824")
+    metadata_log_segment_ms: int = _prop("metadata.log.segment.ms", _int(1, _I64), "604800000")
     # The CONTROLLER listeners of `listeners` (not served to clients).
     controller_listeners: tuple[Listener, ...] = ()
 

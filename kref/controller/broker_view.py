@@ -85,6 +85,7 @@ class ClusterView:
         if lifecycle is not None:
             broker.serving_gate = self.serving
         raft.on_commit.append(self._on_commit)
+        raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
 
     @property
@@ -100,6 +101,14 @@ class ClusterView:
                 decoded.append(serde.decode(value))
             except Exception as exc:  # noqa: BLE001 - a record we cannot read is skipped, loudly
                 log.error("node %d: metadata record at offset %d unreadable: %s", self.broker.node_id, offset, exc)
+        self._apply(decoded)
+
+    def _on_snapshot(self, load) -> None:
+        """A snapshot (at start, or from the leader): the records that turn what
+        this broker applied into the snapshot's image go the way committed ones do."""
+        self._apply(list(load.changes))
+
+    def _apply(self, decoded: list) -> None:
         delta = self.broker.apply_cluster_records(decoded, publish=self.caught_up)
         self.cluster_topics.update(delta.created_topics)
         self.cluster_topics.difference_update(delta.deleted_topics)

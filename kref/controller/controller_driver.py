@@ -77,6 +77,7 @@ class ControllerDriver:
         # request id -> [last offset of its batch, reply, trio.Event]
         self.pending: dict[int, list] = {}
         raft.on_commit.append(self._on_commit)
+        raft.on_snapshot.append(self._on_snapshot)
         raft.on_high_watermark.append(self._on_high_watermark)
         raft.on_leader_change.append(self._on_leader_change)
 
@@ -107,6 +108,17 @@ class ControllerDriver:
         if not self.core.active:
             self._replay(records)
 
+    def _on_snapshot(self, load) -> None:
+        """A snapshot replaces what this standby had applied: start from it."""
+        if not self.core.active:
+            self._rebuild(load.records, load.end_offset)
+
+    def _rebuild(self, records: list, end_offset: int) -> None:
+        self.core = self._new_core()
+        if records:
+            self.core.step(c.Replay(max(0, end_offset - len(records)), tuple(records)), self.now_ms())
+        self.replayed_to = end_offset
+
     def _on_high_watermark(self, high_watermark: int) -> None:
         for request_id, entry in list(self.pending.items()):
             if entry[0] < high_watermark:
@@ -125,9 +137,8 @@ class ControllerDriver:
         elif self.core.active:
             # Rebuild from what is committed: the optimistic state may hold
             # records that the next leader truncates.
-            self.core = self._new_core()
-            self.replayed_to = 0
-            self._replay(self.raft.metadata_log.committed_records(0, self.raft.applied_offset))
+            # The raft node's image is exactly what is committed (snapshot + log).
+            self._rebuild(self.raft.image.to_records(), self.raft.applied_offset)
             for entry in self.pending.values():
                 entry[1] = _with_error(entry[1], ErrorCode.NOT_CONTROLLER)
                 entry[2].set()

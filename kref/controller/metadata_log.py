@@ -15,6 +15,12 @@ records for the metadata image. Every append and truncation is flushed
 (fsync) before the driver carries out the next effect: the quorum core
 counts an offset as replicated as soon as the node fetches past it.
 
+Snapshots (kref/controller/snapshot.py) let the log start later than 0:
+the start offset advances to a snapshot's end offset and whole segments
+below it are deleted at once (file.delete.delay.ms 0: nothing reads them
+after the start moved). A follower that loaded a snapshot from the leader
+drops its whole log and continues at the snapshot's end offset.
+
 The log is opened with recovery point 0 (full validation of every batch
 at every start; the metadata log is small): its recovery state is not in
 the log dir's checkpoint files, which belong to the LogManager of the data
@@ -119,11 +125,20 @@ def parse_leader_change_value(value: bytes) -> int:
 
 
 class MetadataLog:
-    def __init__(self, metadata_log_dir: str, now_ms: int) -> None:
+    def __init__(self, metadata_log_dir: str, now_ms: int, *, segment_bytes: int = 1 << 30,
+                 segment_ms: int = 604_800_000) -> None:
         self.dir = os.path.join(metadata_log_dir, METADATA_PARTITION_DIR)
-        # Never roll by time and never delete: snapshots (not yet here) are
-        # what would let the metadata log start later than offset 0.
-        config = LogConfig.from_properties({"retention.ms": "-1", "retention.bytes": "-1"})
+        # Retention here is only "below the log start offset": the start moves
+        # with snapshots (kref/controller/snapshot.py decides how far). The
+        # segment size is metadata.log.segment.bytes, but rolled here after an
+        # append rather than refused before it: one controller batch (every
+        # partition of a fenced broker moving at once) may be larger than a
+        # small test segment, and it must never be split or refused.
+        self.segment_bytes = segment_bytes
+        config = LogConfig.from_properties({
+            "retention.ms": "-1", "retention.bytes": "-1", "file.delete.delay.ms": "0",
+            "segment.ms": str(segment_ms),
+        })
         self.log = Log.open(
             self.dir, config, now_ms, recovery_point=0, log_start_offset=0, had_clean_shutdown=False, high_watermark=0
         )
@@ -132,25 +147,65 @@ class MetadataLog:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.log.size_in_bytes
+
+    def oldest_timestamp(self) -> int:
+        """The largest timestamp of the oldest segment (retention by time looks at it)."""
+        return self.log.segments[0].largest_timestamp
+
+    def update_high_watermark(self, high_watermark: int) -> None:
+        self.log.update_high_watermark(high_watermark)
+
+    def advance_log_start(self, offset: int, now_ms: int) -> None:
+        """Start the log at `offset` (a snapshot's end) and delete whole segments below it.
+        The quorum core only asks for a committed offset: the log's high watermark
+        (which bounds its start) may lag the core's right after a restart."""
+        if (self.log.high_watermark or 0) < offset:
+            self.log.update_high_watermark(offset)
+        if self.log.maybe_increment_log_start_offset(offset):
+            self.log.delete_old_segments(now_ms)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log: it continues at `offset` (after a snapshot from the leader)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.log.flush()
+        self.log.delete_pending_segments(0, force=True)
+
     def epochs(self) -> list[tuple[int, int]]:
         return self.log.leader_epoch_cache.entries()
 
-    def append_as_leader(self, values: list[bytes], leader_epoch: int, now_ms: int, *, control_value: bytes | None = None) -> int:
+    def append_as_leader(self, values: list[bytes], leader_epoch: int, now_ms: int, *, control_value: bytes | None = None,
+                         timestamp_ms: int | None = None) -> int:
+        """`timestamp_ms`: the records' wall-clock time (metadata.max.retention.ms
+        compares it with the wall clock); `now_ms` drives the log's own timers."""
+        timestamp = now_ms if timestamp_ms is None else timestamp_ms
         if control_value is not None:
             batch = build_batch(
-                [Record(timestamp=now_ms, key=control_record_key(ControlRecordType.LEADER_CHANGE), value=control_value)],
+                [Record(timestamp=timestamp, key=control_record_key(ControlRecordType.LEADER_CHANGE), value=control_value)],
                 is_control_batch=True,
                 partition_leader_epoch=leader_epoch,
             )
         else:
-            batch = build_batch([Record(timestamp=now_ms, value=v) for v in values], partition_leader_epoch=leader_epoch)
+            batch = build_batch([Record(timestamp=timestamp, value=v) for v in values], partition_leader_epoch=leader_epoch)
         info = self.log.append_as_leader(batch, leader_epoch, now_ms)
         self.log.flush(now_ms)
+        self._maybe_roll(now_ms)
         return info.first_offset
+
+    def _maybe_roll(self, now_ms: int) -> None:
+        if self.log.active_segment.size >= self.segment_bytes:
+            self.log.roll(now_ms)
 
     def append_as_follower(self, records: bytes, now_ms: int) -> None:
         self.log.append_as_follower(records, now_ms)
         self.log.flush(now_ms)
+        self._maybe_roll(now_ms)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

@@ -52,6 +52,24 @@ name, kref/trace/kraft.py):
 - EndQuorumEpochRequest             -> the follower's election timer is cut
   short, by its place in the preferred successors.
 
+Snapshots (KIP-630; files and policy in kref/controller/snapshot.py): every
+node snapshots its applied image at a committed offset on its own and tells
+the core (SnapshotCreated); the driver's retention asks to move the log start
+up to the latest snapshot (AdvanceLogStart), and the core drops the older
+snapshots (DeleteSnapshot). The core decides the two protocol questions:
+
+- FetchRequest below the leader's log start (or at it, in another epoch
+  than the snapshot there) -> answered with the latest snapshot's id
+  (Fetch's SnapshotId) instead of records;
+- a follower told so fetches that snapshot with FetchSnapshot, chunk by
+  chunk (position, bounded size; AppendSnapshotChunk), and when the chunks
+  reach the snapshot's size asks the driver to InstallSnapshot (validate,
+  freeze, truncate the log fully to the snapshot's end offset, load the
+  image); SnapshotInstalled (or SnapshotFetchFailed) resumes Fetch after it.
+
+spec/KRaft.tla has no snapshots: installing one is a jump of the log end
+offset that no spec action explains (docs/kraft.md says what it would need).
+
 Observers (brokers, process.roles without controller) run the same core
 with `node_id not in voters`: they never vote or stand, fetch from the leader
 (or, not knowing one, from the voters in turn until one names the leader),
@@ -107,6 +125,8 @@ class QuorumConfig:
     # Bound on the batches one Fetch response may carry (the driver also
     # bounds bytes): a follower far behind catches up in several round trips.
     max_fetch_batches: int = 64
+    # Bound on one FetchSnapshot chunk (Kafka asks for at most 8 MiB).
+    max_snapshot_chunk_bytes: int = 1024 * 1024
     # spec/KRaft.tla's CheckLogUpToDate: TRUE in Kafka; False only for the
     # must-fail test that shows the randomized schedules catch a lost commit.
     check_log_up_to_date: bool = True
@@ -195,6 +215,32 @@ class FetchResponse:
     # the driver knows from the connection; a response to any Fetch but the
     # one in flight is ignored.
     fetch_offset: int = -1
+    # Fetch's SnapshotId: the fetch offset lies before the leader's log start,
+    # fetch this snapshot instead (-1: none).
+    snapshot_end_offset: int = -1
+    snapshot_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_end_offset: int
+    snapshot_epoch: int
+    position: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    snapshot_end_offset: int
+    snapshot_epoch: int
+    size: int = -1
+    position: int = -1
+    data: bytes = b""  # the chunk at `position` (the leader's driver fills it in)
 
 
 Message = (
@@ -206,6 +252,8 @@ Message = (
     | EndQuorumEpochResponse
     | FetchRequest
     | FetchResponse
+    | FetchSnapshotRequest
+    | FetchSnapshotResponse
 )
 
 
@@ -245,7 +293,42 @@ class SendFailed:
     destination: int
 
 
-Event = Received | Tick | Propose | Shutdown | SendFailed
+@dataclass(frozen=True, slots=True)
+class SnapshotIdentified:
+    """Names one snapshot by its id: (end_offset, epoch), as Kafka's OffsetAndEpoch."""
+
+    end_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotCreated(SnapshotIdentified):
+    """The driver wrote (durably) a snapshot of its applied image."""
+
+    size_in_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceLogStart:
+    """Retention (kref/controller/snapshot.py) would start the log here."""
+
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInstalled(SnapshotIdentified):
+    """The driver carried out InstallSnapshot: the log now starts at end_offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFetchFailed(SnapshotIdentified):
+    """The fetched snapshot did not validate; the driver removed it."""
+
+
+Event = (
+    Received | Tick | Propose | Shutdown | SendFailed | SnapshotCreated | AdvanceLogStart | SnapshotInstalled
+    | SnapshotFetchFailed
+)
 
 
 # ---------------------------------------------------------------- effects
@@ -298,6 +381,45 @@ class SendFetchResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class SendFetchSnapshotResponse:
+    """Answer a FetchSnapshot: the driver reads `length` bytes of the snapshot from `position`."""
+
+    destination: int
+    response: FetchSnapshotResponse
+    position: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartSnapshotFetch(SnapshotIdentified):
+    """Create (empty) the partial file of the snapshot being fetched."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendSnapshotChunk(SnapshotIdentified):
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class InstallSnapshot(SnapshotIdentified):
+    """Every chunk is in: validate and freeze the snapshot, truncate the log
+    fully to end_offset, load the snapshot into the image; then step
+    SnapshotInstalled (or SnapshotFetchFailed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogStartAdvanced:
+    """Move the log start offset; segments wholly below it may go."""
+
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSnapshot(SnapshotIdentified):
+    """Remove a snapshot below the new log start."""
+
+
+@dataclass(frozen=True, slots=True)
 class HighWatermarkAdvanced:
     """Records below high_watermark are committed: hand them to the metadata image."""
 
@@ -334,6 +456,12 @@ Effect = (
     | TruncateTo
     | Send
     | SendFetchResponse
+    | SendFetchSnapshotResponse
+    | StartSnapshotFetch
+    | AppendSnapshotChunk
+    | InstallSnapshot
+    | LogStartAdvanced
+    | DeleteSnapshot
     | HighWatermarkAdvanced
     | LeaderChanged
     | ProposeRejected
@@ -354,6 +482,26 @@ def _mix(*values: int) -> int:
 # ---------------------------------------------------------------- state
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotRef:
+    """A snapshot this node holds: its id (end_offset, epoch) and size."""
+
+    end_offset: int
+    epoch: int
+    size_in_bytes: int
+
+
+@dataclass(slots=True)
+class SnapshotFetch:
+    """The snapshot a follower is fetching and how far it got."""
+
+    end_offset: int
+    epoch: int
+    position: int = 0
+    size: int = -1
+    installing: bool = False
+
+
 @dataclass(slots=True)
 class QuorumCore:
     config: QuorumConfig
@@ -364,6 +512,10 @@ class QuorumCore:
     # the log, as offsets: [(epoch, start_offset)] ascending, and the end
     epochs: list[tuple[int, int]] = field(default_factory=list)
     log_end_offset: int = 0
+    log_start_offset: int = 0
+    snapshots: list[SnapshotRef] = field(default_factory=list)  # ascending by end offset
+    fetching_snapshot: SnapshotFetch | None = None
+    snapshot_in_flight: tuple[int, int] | None = None  # (destination, position)
     # volatile
     state: State = State.UNATTACHED
     high_watermark: int = 0
@@ -396,8 +548,10 @@ class QuorumCore:
         log_end_offset: int,
         now_ms: int,
         tracing: bool = True,
+        log_start_offset: int = 0,
+        snapshots: list[SnapshotRef] | None = None,
     ) -> QuorumCore:
-        """The node as it starts from quorum-state and its log (Kafka's QuorumState.initialize)."""
+        """The node as it starts from quorum-state, its snapshots and its log (Kafka's QuorumState.initialize)."""
         core = cls(
             config,
             leader_epoch=leader_epoch,
@@ -405,8 +559,14 @@ class QuorumCore:
             leader_id=leader_id,
             epochs=[(e, o) for e, o in epochs if o < log_end_offset],
             log_end_offset=log_end_offset,
+            log_start_offset=log_start_offset,
+            snapshots=sorted(snapshots or [], key=lambda s: s.end_offset),
             tracing=tracing,
         )
+        # What a snapshot holds is committed (it is only ever taken below the high watermark).
+        core.high_watermark = min(max((s.end_offset for s in core.snapshots), default=0), log_end_offset)
+        if core.snapshots and core.snapshots[-1].epoch > leader_epoch:
+            raise InvariantViolation(f"snapshot epoch {core.snapshots[-1].epoch} above quorum-state's {leader_epoch}")
         if core.epochs and core.epochs[-1][0] > leader_epoch:
             raise InvariantViolation(f"log has epoch {core.epochs[-1][0]} above quorum-state's {leader_epoch}")
         if leader_id == config.node_id:
@@ -441,7 +601,20 @@ class QuorumCore:
 
     @property
     def last_epoch(self) -> int:
-        return self.epochs[-1][0] if self.epochs else 0
+        if self.epochs:
+            return self.epochs[-1][0]
+        base = self.base_snapshot()
+        return base.epoch if base is not None else 0
+
+    def base_snapshot(self) -> SnapshotRef | None:
+        """The snapshot the log starts at (log_start_offset == its end offset), if any."""
+        for s in self.snapshots:
+            if s.end_offset == self.log_start_offset:
+                return s
+        return None
+
+    def latest_snapshot(self) -> SnapshotRef | None:
+        return self.snapshots[-1] if self.snapshots else None
 
     def is_leader(self) -> bool:
         return self.state is State.LEADER
@@ -450,8 +623,14 @@ class QuorumCore:
         return len(self.config.voters) // 2 + 1
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """(largest epoch <= `epoch` in the log, its end offset): OffsetForLeaderEpoch on this log."""
+        """(largest epoch <= `epoch` in the log, its end offset): OffsetForLeaderEpoch on this log.
+
+        Epochs wholly inside the snapshot the log starts at count as that
+        snapshot's epoch ending at its end offset (Kafka's KafkaMetadataLog)."""
         found_epoch, end = NO_EPOCH, 0
+        base = self.base_snapshot()
+        if base is not None and epoch >= base.epoch:
+            found_epoch, end = base.epoch, base.end_offset
         for i, (e, start) in enumerate(self.epochs):
             if e > epoch:
                 return (found_epoch, start) if found_epoch != NO_EPOCH else (NO_EPOCH, 0)
@@ -483,6 +662,14 @@ class QuorumCore:
                 self._on_shutdown(now_ms, out)
             case SendFailed():
                 self._on_send_failed(event, now_ms, out)
+            case SnapshotCreated():
+                self._on_snapshot_created(event)
+            case AdvanceLogStart():
+                self._on_advance_log_start(event, out)
+            case SnapshotInstalled():
+                self._on_snapshot_installed(event, now_ms, out)
+            case SnapshotFetchFailed():
+                self._on_snapshot_fetch_failed(event, now_ms, out)
             case _:
                 raise TypeError(f"not a quorum event: {event!r}")
         return out
@@ -546,6 +733,7 @@ class QuorumCore:
         return True
 
     def _become_unattached(self, epoch: int, source: int, now_ms: int, out: list[Effect]) -> None:
+        self._abandon_snapshot_fetch()
         self.leader_epoch = epoch
         self.voted_for = NO_ID
         self.leader_id = NO_ID
@@ -565,6 +753,7 @@ class QuorumCore:
             raise InvariantViolation(f"two leaders in epoch {epoch}: {self.node_id} and {leader}")
         if epoch > self.leader_epoch:
             self.voted_for = NO_ID
+        self._abandon_snapshot_fetch()
         self.leader_epoch = epoch
         self.leader_id = leader
         self.state = State.FOLLOWER
@@ -632,6 +821,18 @@ class QuorumCore:
             voters = sorted(self.config.voters)
             destination = voters[self.bootstrap_index % len(voters)]
             self.bootstrap_index += 1
+        fetch = self.fetching_snapshot
+        if fetch is not None:
+            if fetch.installing or self.state is not State.FOLLOWER:
+                return
+            self.fetch_due_ms = None
+            self.fetch_sent_ms = now_ms
+            self.snapshot_in_flight = (destination, fetch.position)
+            out.append(Send(destination, FetchSnapshotRequest(
+                self.node_id, self.leader_epoch, fetch.end_offset, fetch.epoch, fetch.position,
+                self.config.max_snapshot_chunk_bytes,
+            )))
+            return
         self.fetch_due_ms = None
         self.fetch_sent_ms = now_ms
         self.fetch_in_flight = (destination, self.log_end_offset)
@@ -645,6 +846,7 @@ class QuorumCore:
     # ------------------------------------------------------------ election
 
     def _request_vote(self, now_ms: int, out: list[Effect]) -> None:
+        self._abandon_snapshot_fetch()
         self.leader_epoch += 1
         self.voted_for = self.node_id
         self.leader_id = NO_ID
@@ -788,6 +990,21 @@ class QuorumCore:
         if r.current_leader_epoch < self.leader_epoch:
             answer(ErrorCode.FENCED_LEADER_EPOCH)
             return
+        snapshot = self.latest_snapshot()
+        if snapshot is not None and self.log_start_offset > 0 and (
+            r.fetch_offset < self.log_start_offset
+            or (r.fetch_offset == self.log_start_offset and r.last_fetched_epoch != self.last_epoch_at_start())
+            # Its last epoch ends before the log start: it diverges inside what is gone.
+            or r.last_fetched_epoch < self.last_epoch_at_start()
+        ):
+            # What the fetcher needs next is gone from the log: it must load a
+            # snapshot (Kafka's validateOffsetAndEpoch -> SNAPSHOT).
+            if source in self.config.voters:
+                self.last_fetch_ms[source] = now_ms
+            else:
+                self.observer_offsets[source] = r.fetch_offset
+            answer(ErrorCode.NONE, snapshot_end_offset=snapshot.end_offset, snapshot_epoch=snapshot.epoch)
+            return
         # Diverging-epoch check (KIP-595, as KIP-320): does (last_fetched_epoch,
         # fetch_offset) lie on this log?
         if r.fetch_offset > 0 or r.last_fetched_epoch > 0:
@@ -808,6 +1025,50 @@ class QuorumCore:
             ErrorCode.NONE, self.leader_id, self.leader_epoch, self.high_watermark, fetch_offset=r.fetch_offset
         )
         out.append(SendFetchResponse(source, response, r.fetch_offset, self.config.max_fetch_batches))
+
+    def last_epoch_at_start(self) -> int:
+        """The epoch of the entry just before the log start (the base snapshot's)."""
+        base = self.base_snapshot()
+        return base.epoch if base is not None else self.epoch_at(self.log_start_offset - 1)
+
+    def _on_fetch_snapshot_request(self, source: int, r: FetchSnapshotRequest, now_ms: int, out: list[Effect]) -> None:
+        def answer(code: int, **kw) -> None:
+            response = FetchSnapshotResponse(
+                code, self.leader_id, self.leader_epoch, r.snapshot_end_offset, r.snapshot_epoch, **kw
+            )
+            out.append(SendFetchSnapshotResponse(source, response, -1, 0))
+
+        if r.replica_id != source or r.max_bytes <= 0:
+            answer(ErrorCode.INVALID_REQUEST)
+            return
+        if r.current_leader_epoch > self.leader_epoch:
+            self._become_unattached(r.current_leader_epoch, source, now_ms, out)
+            answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
+            return
+        if self.state is not State.LEADER:
+            answer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return
+        if r.current_leader_epoch < self.leader_epoch:
+            answer(ErrorCode.FENCED_LEADER_EPOCH)
+            return
+        snapshot = next(
+            (s for s in self.snapshots if (s.end_offset, s.epoch) == (r.snapshot_end_offset, r.snapshot_epoch)), None
+        )
+        if snapshot is None:
+            answer(ErrorCode.SNAPSHOT_NOT_FOUND)
+            return
+        if r.position < 0 or r.position >= snapshot.size_in_bytes:
+            answer(ErrorCode.POSITION_OUT_OF_RANGE)
+            return
+        if source in self.config.voters:
+            # A voter loading a snapshot is alive for check quorum.
+            self.last_fetch_ms[source] = now_ms
+        length = min(r.max_bytes, self.config.max_snapshot_chunk_bytes, snapshot.size_in_bytes - r.position)
+        response = FetchSnapshotResponse(
+            ErrorCode.NONE, self.leader_id, self.leader_epoch, snapshot.end_offset, snapshot.epoch,
+            size=snapshot.size_in_bytes, position=r.position,
+        )
+        out.append(SendFetchSnapshotResponse(source, response, r.position, length))
 
     def _maybe_advance_high_watermark(self, now_ms: int, out: list[Effect]) -> None:
         offsets = sorted(
@@ -854,7 +1115,9 @@ class QuorumCore:
             return
         self.election_attempt = 0
         self._reset_election_timer(now_ms)
-        if r.diverging_epoch != NO_EPOCH or r.diverging_end_offset >= 0:
+        if r.snapshot_end_offset >= 0:
+            self._start_snapshot_fetch(r, now_ms, out)
+        elif r.diverging_epoch != NO_EPOCH or r.diverging_end_offset >= 0:
             self._truncate_to_epoch_end_offset(r, now_ms, out)
             self.fetch_due_ms = now_ms
         elif r.batches:
@@ -864,6 +1127,106 @@ class QuorumCore:
             self._follow_high_watermark(r.high_watermark, out)
             self.fetch_due_ms = now_ms + self.config.fetch_backoff_ms
         self._maybe_send_fetch(now_ms, out)
+
+    # ------------------------------------------------------------ snapshots, follower side
+
+    def _start_snapshot_fetch(self, r: FetchResponse, now_ms: int, out: list[Effect]) -> None:
+        if r.snapshot_epoch < 0 or r.snapshot_end_offset < self.high_watermark or r.snapshot_epoch > self.leader_epoch:
+            # Kafka treats these as a broken leader answer: ask again later.
+            self.fetch_due_ms = now_ms + self.config.retry_backoff_ms
+            return
+        self.fetching_snapshot = SnapshotFetch(r.snapshot_end_offset, r.snapshot_epoch)
+        out.append(StartSnapshotFetch(r.snapshot_end_offset, r.snapshot_epoch))
+        self.fetch_due_ms = now_ms
+
+    def _on_fetch_snapshot_response(self, source: int, r: FetchSnapshotResponse, now_ms: int, out: list[Effect]) -> None:
+        fetch = self.fetching_snapshot
+        if fetch is None or self.snapshot_in_flight is None or self.snapshot_in_flight[0] != source:
+            return
+        self.snapshot_in_flight = None
+        if self._response_epoch_check(source, r.leader_id, r.leader_epoch, now_ms, out):
+            return
+        if r.error_code != ErrorCode.NONE:
+            if r.error_code in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE):
+                # The leader moved on (a newer snapshot): Fetch again to learn which.
+                self.fetching_snapshot = None
+            self.fetch_due_ms = now_ms + self.config.retry_backoff_ms
+            return
+        if self.state is not State.FOLLOWER or source != self.leader_id or r.leader_epoch != self.leader_epoch:
+            return
+        self.election_attempt = 0
+        self._reset_election_timer(now_ms)
+        self.fetch_due_ms = now_ms
+        if (r.snapshot_end_offset, r.snapshot_epoch) != (fetch.end_offset, fetch.epoch) or r.position != fetch.position:
+            self._maybe_send_fetch(now_ms, out)  # an old answer: ask for the chunk we need
+            return
+        if r.size <= 0 or (fetch.size >= 0 and r.size != fetch.size) or r.position + len(r.data) > r.size or not r.data:
+            self.fetching_snapshot = None  # inconsistent sizes: start over from a Fetch
+            self.fetch_due_ms = now_ms + self.config.retry_backoff_ms
+            return
+        fetch.size = r.size
+        out.append(AppendSnapshotChunk(fetch.end_offset, fetch.epoch, r.data))
+        fetch.position += len(r.data)
+        if fetch.position == fetch.size:
+            # Complete: the driver installs it and steps SnapshotInstalled; no fetch until then.
+            fetch.installing = True
+            self.fetch_due_ms = None
+            out.append(InstallSnapshot(fetch.end_offset, fetch.epoch))
+            return
+        self._maybe_send_fetch(now_ms, out)
+
+    def _on_snapshot_installed(self, e: SnapshotInstalled, now_ms: int, out: list[Effect]) -> None:
+        fetch = self.fetching_snapshot
+        if fetch is None or not fetch.installing or (fetch.end_offset, fetch.epoch) != (e.end_offset, e.epoch):
+            raise InvariantViolation(f"snapshot {e} installed but not fetched (fetching {fetch})")
+        if e.end_offset < self.high_watermark:
+            raise InvariantViolation(f"snapshot end {e.end_offset} below the high watermark {self.high_watermark}")
+        self.fetching_snapshot = None
+        self.log_end_offset = e.end_offset
+        self.log_start_offset = e.end_offset
+        self.epochs = []
+        self.snapshots = [s for s in self.snapshots if s.end_offset < e.end_offset]
+        for s in self.snapshots:
+            out.append(DeleteSnapshot(s.end_offset, s.epoch))
+        self.snapshots = [SnapshotRef(e.end_offset, e.epoch, fetch.size)]
+        self._follow_high_watermark(e.end_offset, out)
+        if self.state in (State.FOLLOWER, State.UNATTACHED):
+            self.fetch_due_ms = now_ms
+            self._maybe_send_fetch(now_ms, out)
+
+    def _on_snapshot_fetch_failed(self, e: SnapshotFetchFailed, now_ms: int, out: list[Effect]) -> None:
+        fetch = self.fetching_snapshot
+        if fetch is not None and (fetch.end_offset, fetch.epoch) == (e.end_offset, e.epoch):
+            self.fetching_snapshot = None
+            if self.state in (State.FOLLOWER, State.UNATTACHED):
+                self.fetch_due_ms = now_ms + self.config.retry_backoff_ms
+
+    def _abandon_snapshot_fetch(self) -> None:
+        """A new leader or epoch: the snapshot fetch starts over (unless it is being installed)."""
+        if self.fetching_snapshot is not None and not self.fetching_snapshot.installing:
+            self.fetching_snapshot = None
+        self.snapshot_in_flight = None
+
+    # ------------------------------------------------------------ snapshots, every node
+
+    def _on_snapshot_created(self, e: SnapshotCreated) -> None:
+        if e.end_offset > self.high_watermark:
+            raise InvariantViolation(f"snapshot at {e.end_offset} above the high watermark {self.high_watermark}")
+        if all(s.end_offset != e.end_offset for s in self.snapshots):
+            self.snapshots = sorted([*self.snapshots, SnapshotRef(e.end_offset, e.epoch, e.size_in_bytes)],
+                                    key=lambda s: s.end_offset)
+
+    def _on_advance_log_start(self, e: AdvanceLogStart, out: list[Effect]) -> None:
+        latest = self.latest_snapshot()
+        # Never past the latest snapshot, nor past what is committed.
+        target = min(e.log_start_offset, latest.end_offset if latest else 0, self.high_watermark)
+        if target <= self.log_start_offset:
+            return
+        self.log_start_offset = target
+        out.append(LogStartAdvanced(target))
+        for s in [s for s in self.snapshots if s.end_offset < target]:
+            out.append(DeleteSnapshot(s.end_offset, s.epoch))
+        self.snapshots = [s for s in self.snapshots if s.end_offset >= target]
 
     def _truncate_to_epoch_end_offset(self, r: FetchResponse, now_ms: int, out: list[Effect]) -> None:
         own_epoch, own_end = self.end_offset_for_epoch(r.diverging_epoch)
@@ -924,6 +1287,10 @@ class QuorumCore:
                 self._on_fetch_request(source, message, now_ms, out)
             case FetchResponse():
                 self._on_fetch_response(source, message, now_ms, out)
+            case FetchSnapshotRequest():
+                self._on_fetch_snapshot_request(source, message, now_ms, out)
+            case FetchSnapshotResponse():
+                self._on_fetch_snapshot_response(source, message, now_ms, out)
             case _:
                 raise TypeError(f"not a quorum message: {message!r}")
 
@@ -956,4 +1323,7 @@ class QuorumCore:
     def _on_send_failed(self, e: SendFailed, now_ms: int, out: list[Effect]) -> None:
         if self.fetch_in_flight is not None and self.fetch_in_flight[0] == e.destination:
             self.fetch_in_flight = None
+            self.fetch_due_ms = now_ms + self.config.retry_backoff_ms
+        if self.snapshot_in_flight is not None and self.snapshot_in_flight[0] == e.destination:
+            self.snapshot_in_flight = None
             self.fetch_due_ms = now_ms + self.config.retry_backoff_ms

@@ -28,10 +28,21 @@ metadata image (and the active controller) read the log through them.
 
 A Fetch is answered at once (no long poll); a follower that got nothing
 fetches again after `fetch_backoff_ms`.
+
+Snapshots (kref/controller/snapshot.py): the driver keeps its own
+MetadataImage of what is committed (fed by the same records as on_commit).
+At start it loads the newest valid snapshot (a torn one is logged and
+skipped) and hands it to the `on_snapshot` callbacks before the first tick;
+after each delivery of committed records it asks `snapshot_due` and writes
+the image as a snapshot, then asks `retention_log_start` and steps the core
+with AdvanceLogStart. FetchSnapshot (API 59) is served and sent here; the
+core's InstallSnapshot effect is carried out here (validate, freeze, truncate
+the log fully, load the image) and answered with SnapshotInstalled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import sys
@@ -41,7 +52,7 @@ from typing import Any
 
 import trio
 
-from kref.broker.config import BrokerConfig, Voter
+from kref.broker.config import BrokerConfig, ConfigError, Voter
 from kref.broker.router import RequestContext, Router
 from kref.controller import quorum as q
 from kref.controller.metadata_log import (
@@ -53,6 +64,10 @@ from kref.controller.metadata_log import (
     read_quorum_state,
     write_quorum_state,
 )
+from kref.controller import snapshot as snap
+from kref.metadata import serde
+from kref.metadata.image import MetadataImage
+from kref.ports.fs import RealFileSystem
 from kref.protocol.codec import decode_response, encode_request, request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder
@@ -64,7 +79,24 @@ TRACE_FLUSH_TICKS = 10  # the trace reaches the file within ~100 ms (kill -9 los
 MAX_QUEUED_PER_PEER = 64
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
-VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM = 52, 1, 53, 54, 55
+VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52, 1, 53, 54, 55, 59
+RETENTION_CHECK_TICKS = 100  # metadata.max.retention.ms is checked about once a second
+
+
+class MetadataLogError(ConfigError):
+    """The metadata log cannot be used as found (it starts after every valid snapshot)."""
+
+
+class SnapshotLoad:
+    """A snapshot handed to the on_snapshot callbacks: the whole image's records,
+    and the records that turn what was applied before into it."""
+
+    __slots__ = ("end_offset", "records", "changes")
+
+    def __init__(self, end_offset: int, records: list, changes: list) -> None:
+        self.end_offset = end_offset
+        self.records = records
+        self.changes = changes
 FETCH_VERSION = 12
 
 
@@ -92,7 +124,20 @@ class RaftNode:
         self.trace_sink = trace_sink
         self.log_dir = metadata_log_dir
         now = self.now_ms()
-        self.metadata_log = MetadataLog(metadata_log_dir, now)
+        self.metadata_log = MetadataLog(
+            metadata_log_dir, now, segment_bytes=config.metadata_log_segment_bytes,
+            segment_ms=config.metadata_log_segment_ms,
+        )
+        self.snapshot_policy = snap.SnapshotPolicy(
+            max_bytes_between_snapshots=config.metadata_log_max_record_bytes_between_snapshots,
+            max_interval_ms=config.metadata_log_max_snapshot_interval_ms,
+            retention_bytes=config.metadata_max_retention_bytes,
+            retention_ms=config.metadata_max_retention_ms,
+        )
+        self.snapshots = snap.SnapshotStore(RealFileSystem(), self.metadata_log.dir)
+        self.snapshots.remove_partial()
+        loaded = self.snapshots.latest_valid()
+        self._load_at_start(loaded)
         self.quorum_config = q.QuorumConfig(
             config.node_id,
             frozenset(self.voters),
@@ -100,6 +145,7 @@ class RaftNode:
             fetch_timeout_ms=config.controller_quorum_fetch_timeout_ms,
             retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
             fetch_backoff_ms=fetch_backoff_ms,
+            max_snapshot_chunk_bytes=config.controller_quorum_fetch_snapshot_max_bytes,
             jitter_seed=random.getrandbits(63) if jitter_seed is None else jitter_seed,
         )
         state = read_quorum_state(self.metadata_log.dir)
@@ -112,9 +158,30 @@ class RaftNode:
             log_end_offset=self.metadata_log.log_end_offset,
             now_ms=now,
             tracing=trace_sink is not None and getattr(trace_sink, "enabled", False),
+            log_start_offset=self.metadata_log.log_start_offset,
+            snapshots=[snap_ref(loaded)] if loaded is not None else [],
         )
+        self.metadata_log.update_high_watermark(self.core.high_watermark)
+        # What is committed and applied: the image (snapshot + records) and its offset.
+        self.image = MetadataImage()
         self.applied_offset = 0
+        self._pending_load: SnapshotLoad | None = None
+        if loaded is not None:
+            records = self._decode(loaded.records, loaded.snapshot_id.end_offset)
+            self.image.apply(records, on_invalid=self._skip_invalid)
+            self.applied_offset = loaded.snapshot_id.end_offset
+            self._pending_load = SnapshotLoad(self.applied_offset, records, records)
+            log.info("node %d: loaded snapshot %s (%d records)", self.node_id,
+                     self.snapshots.path(loaded.snapshot_id), len(records))
+        # Snapshot triggers: record bytes committed since the latest snapshot, and its time.
+        self.bytes_since_snapshot = 0
+        self.last_snapshot_ms = now
+        self.snapshot_chunks = 0  # of the snapshot being fetched (for the log line)
+        self._followups: list[q.Event] = []
         self.on_commit: list[Callable[[list[tuple[int, bytes]]], None]] = []
+        # Called with a SnapshotLoad when a snapshot replaces what was applied
+        # (at start, before the first tick; and after a FetchSnapshot).
+        self.on_snapshot: list[Callable[[SnapshotLoad], None]] = []
         self.on_leader_change: list[Callable[[int, int, q.State], None]] = []
         # Called with the new high watermark after on_commit (pending replies wait on it).
         self.on_high_watermark: list[Callable[[int], None]] = []
@@ -130,6 +197,108 @@ class RaftNode:
     def now_ms() -> int:
         # The monotonic clock: the core's timers must not jump with the wall clock.
         return time.monotonic_ns() // 1_000_000
+
+    # ------------------------------------------------------------ snapshots
+
+    def _load_at_start(self, loaded: snap.Snapshot | None) -> None:
+        log_start = self.metadata_log.log_start_offset
+        if loaded is not None and loaded.snapshot_id.end_offset > self.metadata_log.log_end_offset:
+            # A snapshot fetched from the leader, then a crash before the log was cut.
+            self.metadata_log.truncate_fully_and_start_at(loaded.snapshot_id.end_offset)
+        elif log_start > 0 and (loaded is None or loaded.snapshot_id.end_offset < log_start):
+            raise MetadataLogError(
+                f"{self.metadata_log.dir}: the metadata log starts at offset {log_start} but no valid snapshot "
+                f"reaches it; the records before it are lost (restore the snapshot or remove the directory)"
+            )
+        if loaded is not None:
+            # Older snapshots below the log start are of no use (Kafka deletes them too).
+            for old in self.snapshots.ids():
+                if old.end_offset < min(self.metadata_log.log_start_offset, loaded.snapshot_id.end_offset):
+                    self.snapshots.delete(old)
+
+    def _decode(self, values, where: int) -> list:
+        out = []
+        for value in values:
+            try:
+                out.append(serde.decode(value))
+            except Exception as exc:  # noqa: BLE001 - consumers skip an unreadable record too, loudly
+                log.error("node %d: metadata record near offset %d unreadable: %s", self.node_id, where, exc)
+        return out
+
+    def _skip_invalid(self, record: object, exc: Exception) -> None:
+        log.warning("node %d: metadata record not applied to the snapshot image: %s", self.node_id, exc)
+
+    def _deliver_pending_load(self) -> None:
+        load, self._pending_load = self._pending_load, None
+        if load is not None:
+            for callback in self.on_snapshot:
+                callback(load)
+
+    def _snapshot_epoch(self, end_offset: int) -> int:
+        epoch = self.core.epoch_at(end_offset - 1)
+        if epoch == q.NO_EPOCH:
+            base = self.core.base_snapshot()
+            epoch = base.epoch if base is not None else 0
+        return epoch
+
+    def _maybe_snapshot(self, now: int) -> None:
+        latest = self.core.latest_snapshot()
+        if not snap.snapshot_due(
+            self.snapshot_policy, new_bytes=self.bytes_since_snapshot, applied_offset=self.applied_offset,
+            latest_end_offset=latest.end_offset if latest else 0, ms_since_latest=now - self.last_snapshot_ms,
+        ):
+            return
+        snapshot_id = snap.SnapshotId(self.applied_offset, self._snapshot_epoch(self.applied_offset))
+        data = snap.encode_snapshot(
+            snapshot_id, [serde.encode(r) for r in self.image.to_records()], wall_ms(),
+            wall_ms(),
+        )
+        self.snapshots.write(snapshot_id, data)
+        self.bytes_since_snapshot = 0
+        self.last_snapshot_ms = now
+        log.info("node %d: wrote snapshot %s (%d bytes)", self.node_id, self.snapshots.path(snapshot_id), len(data))
+        self._followups.append(q.SnapshotCreated(snapshot_id.end_offset, snapshot_id.epoch, len(data)))
+        # The core learns of it with the followup; retention may already count it.
+        self._maybe_clean(now, q.SnapshotRef(snapshot_id.end_offset, snapshot_id.epoch, len(data)))
+
+    def _maybe_clean(self, now: int, new: q.SnapshotRef | None = None) -> None:
+        snapshots = [*self.core.snapshots, *([new] if new is not None else [])]
+        if not snapshots:
+            return
+        latest = max(snapshots, key=lambda s: s.end_offset)
+        start = snap.retention_log_start(
+            self.snapshot_policy, log_size_bytes=self.metadata_log.size_in_bytes,
+            snapshot_bytes=sum(s.size_in_bytes for s in snapshots),
+            oldest_timestamp=self.metadata_log.oldest_timestamp(), latest_snapshot_end=latest.end_offset,
+            log_start_offset=self.core.log_start_offset, now_ms=wall_ms(),
+        )
+        if start > self.core.log_start_offset:
+            self._followups.append(q.AdvanceLogStart(start))
+
+    def _install_snapshot(self, effect: q.InstallSnapshot) -> None:
+        snapshot_id = snap.SnapshotId(effect.end_offset, effect.epoch)
+        try:
+            data = self.snapshots.fs.read_bytes(self.snapshots.partial_path(snapshot_id))
+            loaded = snap.decode_snapshot(snapshot_id, data)
+        except (snap.SnapshotError, OSError) as exc:
+            log.error("node %d: snapshot %s from the leader ignored: %s", self.node_id, snapshot_id.file_name, exc)
+            self.snapshots.fs.unlink(self.snapshots.partial_path(snapshot_id))
+            self._followups.append(q.SnapshotFetchFailed(effect.end_offset, effect.epoch))
+            return
+        self.snapshots.freeze(snapshot_id)  # durable before the log it replaces is cut
+        self.metadata_log.truncate_fully_and_start_at(effect.end_offset)
+        records = self._decode(loaded.records, effect.end_offset)
+        image = MetadataImage()
+        image.apply(records, on_invalid=self._skip_invalid)
+        changes = self.image.changes_to(image)
+        self.image = image
+        self.applied_offset = effect.end_offset
+        self.bytes_since_snapshot = 0
+        log.info("node %d: loaded snapshot %s from the leader (%d bytes in %d FetchSnapshot chunks, %d records, %d changes)",
+                 self.node_id, snapshot_id.file_name, len(data), self.snapshot_chunks, len(records), len(changes))
+        for callback in self.on_snapshot:
+            callback(SnapshotLoad(effect.end_offset, records, changes))
+        self._followups.append(q.SnapshotInstalled(effect.end_offset, effect.epoch))
 
     # ------------------------------------------------------------ stepping
 
@@ -154,9 +323,11 @@ class RaftNode:
                 case q.AppendAsLeader():
                     if effect.control:
                         value = leader_change_value(self.node_id, list(self.voters), sorted(self.voters))
-                        self.metadata_log.append_as_leader([], effect.leader_epoch, now, control_value=value)
+                        self.metadata_log.append_as_leader([], effect.leader_epoch, now, control_value=value,
+                                                           timestamp_ms=wall_ms())
                     else:
-                        self.metadata_log.append_as_leader(list(effect.payload), effect.leader_epoch, now)
+                        self.metadata_log.append_as_leader(list(effect.payload), effect.leader_epoch, now,
+                                                           timestamp_ms=wall_ms())
                     if self.metadata_log.log_end_offset != effect.base_offset + effect.records_count:
                         raise q.InvariantViolation(
                             f"metadata log end {self.metadata_log.log_end_offset} after appending at {effect.base_offset}"
@@ -171,6 +342,32 @@ class RaftNode:
                         reply = effect.message
                     else:
                         self._enqueue(effect.destination, effect.message)
+                case q.SendFetchSnapshotResponse():
+                    response = effect.response
+                    if effect.length > 0:
+                        snapshot_id = snap.SnapshotId(response.snapshot_end_offset, response.snapshot_epoch)
+                        data = self.snapshots.read_chunk(snapshot_id, effect.position, effect.length)
+                        response = dataclasses.replace(response, data=data)
+                    if reply_to is not None and effect.destination == reply_to:
+                        reply = response
+                    else:
+                        self._enqueue(effect.destination, response)
+                case q.StartSnapshotFetch():
+                    self.snapshots.start_partial(snap.SnapshotId(effect.end_offset, effect.epoch))
+                    self.snapshot_chunks = 0
+                case q.AppendSnapshotChunk():
+                    self.snapshots.append_partial(snap.SnapshotId(effect.end_offset, effect.epoch), effect.data)
+                    self.snapshot_chunks += 1
+                case q.InstallSnapshot():
+                    self._install_snapshot(effect)
+                case q.LogStartAdvanced():
+                    self.metadata_log.advance_log_start(effect.log_start_offset, now)
+                    log.info("node %d: metadata log starts at offset %d now", self.node_id, effect.log_start_offset)
+                case q.DeleteSnapshot():
+                    try:
+                        self.snapshots.delete(snap.SnapshotId(effect.end_offset, effect.epoch))
+                    except FileNotFoundError:
+                        pass
                 case q.SendFetchResponse():
                     response = effect.response
                     if effect.from_offset >= 0:
@@ -195,18 +392,26 @@ class RaftNode:
                     pass
                 case _:
                     raise AssertionError(f"unknown effect {effect!r}")
+        # Events the effects produced (a snapshot written, installed, ...), in order.
+        while self._followups:
+            event = self._followups.pop(0)
+            self._apply(self.core.step(event, now), now, None)
         return reply
 
     def _deliver_committed(self, high_watermark: int) -> None:
+        self.metadata_log.update_high_watermark(high_watermark)
         if high_watermark <= self.applied_offset:
             return
         records = self.metadata_log.committed_records(self.applied_offset, high_watermark)
         self.applied_offset = high_watermark
         if records:
+            self.image.apply(self._decode([v for _, v in records], records[0][0]), on_invalid=self._skip_invalid)
+            self.bytes_since_snapshot += sum(len(v) for _, v in records)
             for callback in self.on_commit:
                 callback(records)
         for callback in self.on_high_watermark:
             callback(high_watermark)
+        self._maybe_snapshot(self.now_ms())
 
     def propose(self, values: list[bytes]) -> int | None:
         """Append metadata records as leader; the base offset, or None when not the leader."""
@@ -221,12 +426,18 @@ class RaftNode:
         async with trio.open_nursery() as nursery:
             for peer in self._receivers:
                 nursery.start_soon(self._sender, peer)
+            self._deliver_pending_load()
             task_status.started()
             ticks = 0
             try:
                 while True:
                     self.step(q.Tick())
                     ticks += 1
+                    if ticks % RETENTION_CHECK_TICKS == 0 and not self.closed:
+                        now = self.now_ms()
+                        self._maybe_snapshot(now)
+                        self._maybe_clean(now)
+                        self._apply([], now, None)
                     if ticks % TRACE_FLUSH_TICKS == 0 and self.trace_sink is not None:
                         self.trace_sink.flush()
                     await trio.sleep(TICK_MS / 1000)
@@ -336,6 +547,16 @@ class RaftNode:
                     ),)),),
                     forgotten_topics_data=(),
                 )
+            case q.FetchSnapshotRequest():
+                cls, m = _kio(FETCH_SNAPSHOT, 0, "request")
+                return cls(
+                    cluster_id=self.cluster_id, replica_id=message.replica_id, max_bytes=message.max_bytes,
+                    topics=(m.TopicSnapshot(name=METADATA_TOPIC, partitions=(m.PartitionSnapshot(
+                        partition=0, current_leader_epoch=message.current_leader_epoch,
+                        snapshot_id=m.SnapshotId(end_offset=message.snapshot_end_offset, epoch=message.snapshot_epoch),
+                        position=message.position,
+                    ),)),),
+                )
         return None  # responses never travel on the sender's connection
 
     def _from_kio_response(self, request: q.Message, response: Any) -> q.Message | None:
@@ -360,6 +581,12 @@ class RaftNode:
                 return q.FetchResponse(
                     int(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch, p.high_watermark,
                     p.diverging_epoch.epoch, p.diverging_epoch.end_offset, batches, request.fetch_offset,
+                    p.snapshot_id.end_offset, p.snapshot_id.epoch,
+                )
+            case q.FetchSnapshotRequest():
+                return q.FetchSnapshotResponse(
+                    int(p.error_code), p.current_leader.leader_id, p.current_leader.leader_epoch,
+                    p.snapshot_id.end_offset, p.snapshot_id.epoch, p.size, p.position, bytes(p.unaligned_records or b""),
                 )
         return None
 
@@ -371,6 +598,8 @@ class RaftNode:
         router.register(END_QUORUM_EPOCH, 0, 0, self._handle_end_quorum_epoch)
         router.register(FETCH, FETCH_VERSION, FETCH_VERSION, self._handle_fetch)
         router.register(DESCRIBE_QUORUM, 0, 0, self._handle_describe_quorum)
+        # v1 (KIP-853) adds tagged fields only (replica directory id, node endpoints).
+        router.register(FETCH_SNAPSHOT, 0, 1, self._handle_fetch_snapshot)
 
     def _wrong_cluster(self, request: Any) -> bool:
         cluster_id = getattr(request, "cluster_id", None)
@@ -434,10 +663,7 @@ class RaftNode:
     async def _handle_fetch(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(FETCH, FETCH_VERSION, "response")
         topics = request.topics
-        valid = (
-            len(topics) == 1 and topics[0].topic == METADATA_TOPIC
-            and len(topics[0].partitions) == 1 and topics[0].partitions[0].partition == 0
-        )
+        valid = _only_metadata_partition(topics, topics[0].topic if len(topics) == 1 else None)
         if self._wrong_cluster(request) or not valid:
             code = ErrorCode.INCONSISTENT_CLUSTER_ID if valid else ErrorCode.INVALID_REQUEST
             return cls(throttle_time=_zero(), error_code=code, responses=())
@@ -454,14 +680,40 @@ class RaftNode:
             partition_index=0,
             error_code=reply.error_code,
             high_watermark=reply.high_watermark,
-            log_start_offset=0,
+            log_start_offset=self.core.log_start_offset,
             diverging_epoch=m.EpochEndOffset(epoch=reply.diverging_epoch, end_offset=reply.diverging_end_offset),
             current_leader=m.LeaderIdAndEpoch(leader_id=reply.leader_id, leader_epoch=reply.leader_epoch),
+            snapshot_id=m.SnapshotId(end_offset=reply.snapshot_end_offset, epoch=reply.snapshot_epoch),
             aborted_transactions=None,
             records=records,
         )
         return cls(throttle_time=_zero(), error_code=ErrorCode.NONE,
                    responses=(m.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),))
+
+    async def _handle_fetch_snapshot(self, ctx: RequestContext, request: Any) -> Any:
+        cls, m = _kio(FETCH_SNAPSHOT, ctx.api_version, "response")
+        topics = request.topics
+        valid = _only_metadata_partition(topics, topics[0].name if len(topics) == 1 else None)
+        if self._wrong_cluster(request) or not valid:
+            code = ErrorCode.INCONSISTENT_CLUSTER_ID if valid else ErrorCode.INVALID_REQUEST
+            return cls(throttle_time=_zero(), error_code=code, topics=())
+        p = topics[0].partitions[0]
+        source = request.replica_id
+        reply = self.step(q.Received(source, q.FetchSnapshotRequest(
+            source, p.current_leader_epoch, p.snapshot_id.end_offset, p.snapshot_id.epoch, p.position,
+            min(int(request.max_bytes), MAX_RESPONSE_BYTES // 2),
+        )), reply_to=source)
+        if not isinstance(reply, q.FetchSnapshotResponse):
+            reply = q.FetchSnapshotResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch,
+                                            p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        partition = m.PartitionSnapshot(
+            index=0, error_code=reply.error_code,
+            snapshot_id=m.SnapshotId(end_offset=reply.snapshot_end_offset, epoch=reply.snapshot_epoch),
+            current_leader=m.LeaderIdAndEpoch(leader_id=reply.leader_id, leader_epoch=reply.leader_epoch),
+            size=reply.size, position=reply.position, unaligned_records=reply.data,
+        )
+        return cls(throttle_time=_zero(), error_code=ErrorCode.NONE,
+                   topics=(m.TopicSnapshot(name=METADATA_TOPIC, partitions=(partition,)),))
 
     async def _handle_describe_quorum(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(DESCRIBE_QUORUM, 0, "response")
@@ -484,6 +736,20 @@ class RaftNode:
         )),))
 
 
+def wall_ms() -> int:
+    """Wall-clock time for record timestamps and retention by time (Kafka's too)."""
+    return time.time_ns() // 1_000_000
+
+
+def _only_metadata_partition(topics, name: str | None) -> bool:
+    """Fetch and FetchSnapshot on a controller name exactly __cluster_metadata-0."""
+    return name == METADATA_TOPIC and len(topics[0].partitions) == 1 and topics[0].partitions[0].partition == 0
+
+
+def snap_ref(loaded: snap.Snapshot) -> q.SnapshotRef:
+    return q.SnapshotRef(loaded.snapshot_id.end_offset, loaded.snapshot_id.epoch, loaded.size_in_bytes)
+
+
 def _zero():
     import datetime
 
@@ -491,7 +757,9 @@ def _zero():
 
 
 def _is_response(message: q.Message) -> bool:
-    return isinstance(message, (q.VoteResponse, q.BeginQuorumEpochResponse, q.EndQuorumEpochResponse, q.FetchResponse))
+    return isinstance(message, (
+        q.VoteResponse, q.BeginQuorumEpochResponse, q.EndQuorumEpochResponse, q.FetchResponse, q.FetchSnapshotResponse,
+    ))
 
 
 def _with_records(response: q.FetchResponse, records: bytes) -> q.FetchResponse:
@@ -502,4 +770,5 @@ def _with_records(response: q.FetchResponse, records: bytes) -> q.FetchResponse:
         response.error_code, response.leader_id, response.leader_epoch, response.high_watermark,
         response.diverging_epoch, response.diverging_end_offset,
         (q.Batch(-1, -1, -1, records),), response.fetch_offset,
+        response.snapshot_end_offset, response.snapshot_epoch,
     )

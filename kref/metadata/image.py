@@ -271,6 +271,40 @@ class MetadataImage:
 
     # ------------------------------------------------------------ snapshot
 
+    def changes_to(self, target: "MetadataImage") -> list[r.MetadataRecord]:
+        """Records that turn this image into `target` (a node loading a snapshot
+        from the leader while it already holds an older image): what is gone is
+        removed, everything else is written as the target has it."""
+        out: list[r.MetadataRecord] = []
+        for name, topic in self.topics.items():
+            kept = target.topics.get(name)
+            if kept is None or kept.topic_id != topic.topic_id:
+                out.append(r.RemoveTopicRecord(topic.topic_id))
+        for broker_id, b in sorted(self.brokers.items()):
+            if broker_id not in target.brokers:
+                out.append(r.UnregisterBrokerRecord(broker_id, b.broker_epoch))
+        for key, configs in sorted(self.configs.items()):
+            kept_configs = target.configs.get(key, {})
+            for name in sorted(configs):
+                if name not in kept_configs:
+                    out.append(r.ConfigRecord(key[0], key[1], name, None))
+        for record in target.to_records():
+            if isinstance(record, r.TopicRecord):
+                mine = self.topics.get(record.name)
+                if mine is not None and mine.topic_id == record.topic_id:
+                    continue
+            elif isinstance(record, r.ProducerIdsRecord) and record.next_producer_id <= self.next_producer_id:
+                continue
+            elif isinstance(record, r.PartitionRecord):
+                mine = self.topic_by_id(record.topic_id)
+                before = mine.partitions.get(record.partition_id) if mine is not None else None
+                if before is not None and before == PartitionImage(
+                    tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
+                ):
+                    continue  # unchanged: no delta for the replica manager
+            out.append(record)
+        return out
+
     def to_records(self) -> list[r.MetadataRecord]:
         """Records that rebuild this image from empty (a snapshot, as Kafka writes one)."""
         out: list[r.MetadataRecord] = []

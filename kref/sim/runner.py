@@ -24,11 +24,13 @@ from kref.controller.controller import InvariantViolation as ControllerInvariant
 from kref.controller.quorum import InvariantViolation as QuorumInvariant
 from kref.replication.replica import InvariantViolation as ReplicaInvariant
 from kref.sim.quorum import QuorumSim
-from kref.sim.replication import ClusterSim
+from kref.sim.replication import ClusterSim, Settings
 from kref.sim.world import Violation
 
-from kref.sim import SCENARIOS  # noqa: F401  (re-exported)
-ROW_FIELDS = ("seed", "scenario", "mutation", "events", "faults", "verdict", "invariant", "violation", "seconds", "repro")
+from kref.sim import ALL_SCENARIOS, SCENARIOS, TRACED_SCENARIO  # noqa: F401  (SCENARIOS re-exported)
+ROW_FIELDS = ("seed", "scenario", "mutation", "events", "faults", "verdict", "invariant", "violation", "seconds", "repro",
+              # trace validation of the seed (campaign --validate; trace_check/seeds.py), empty without it
+              "trace_steps", "trace_verdict", "trace_detail")
 
 
 def repro(seed: int, mutation: str | None, scenario: str | None = None) -> str:
@@ -45,7 +47,9 @@ def make(scenario: str, seed: int, trace: bool):
         return ClusterSim(seed, trace=trace)
     if scenario == "quorum":
         return QuorumSim(seed, trace=trace)
-    raise ValueError(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+    if scenario == TRACED_SCENARIO:
+        return ClusterSim(seed, Settings(crashes_only=True, duration_ms=3000, quiet_ms=1500), trace=trace)
+    raise ValueError(f"unknown scenario {scenario!r} (one of {', '.join(ALL_SCENARIOS)})")
 
 
 def run_seed(seed: int, mutation: str | None = None, scenarios=SCENARIOS, trace: bool = False) -> tuple[dict, list[str]]:
@@ -53,7 +57,8 @@ def run_seed(seed: int, mutation: str | None = None, scenarios=SCENARIOS, trace:
     mutations.activate([mutation] if mutation else [])
     started = time.process_time()
     row = {"seed": seed, "scenario": "", "mutation": mutation or "", "events": 0, "faults": 0,
-           "verdict": "ok", "invariant": "", "violation": "", "seconds": 0.0, "repro": ""}
+           "verdict": "ok", "invariant": "", "violation": "", "seconds": 0.0, "repro": "",
+           "trace_steps": 0, "trace_verdict": "", "trace_detail": ""}
     lines: list[str] = []
     try:
         for scenario in scenarios:
@@ -110,10 +115,15 @@ def run_local(seeds, mutation: str | None = None, scenarios=SCENARIOS, workers: 
 
 def summarize(rows: list[dict]) -> dict:
     bad = [r for r in rows if r["verdict"] != "ok"]
+    traces = {}
+    for r in rows:
+        if r.get("trace_verdict"):
+            traces[r["trace_verdict"]] = traces.get(r["trace_verdict"], 0) + 1
     return {
         "runs": len(rows),
         "events": sum(r["events"] for r in rows),
         "faults": sum(r["faults"] for r in rows),
         "violations": len(bad),
         "first": bad[0] if bad else None,
+        "traces": traces,  # trace verdict -> seeds (campaign --validate)
     }

@@ -211,6 +211,11 @@ class Log:
         # (offset, segment, position) just after the last fast read; a hint only,
         # checked against the segment object and its size before use.
         self._read_hint: tuple[int, LogSegment, int] | None = None
+        # (first offset, segment, position) of the last append: every follower
+        # fetches next from there, and with two followers the read hint above
+        # names where the first one's read ended, not where the second's starts.
+        # A hint only, checked like the read hint.
+        self._append_hint: tuple[int, LogSegment, int] | None = None
         self.leader_epoch_cache = LeaderEpochFileCache(None)
         self.closed = False
         # Called as listener(topic, partition, new log_end_offset) after a
@@ -456,6 +461,7 @@ class Log:
             if h.max_timestamp > max_ts:
                 max_ts, offset_of_max = h.max_timestamp, h.last_offset
         seg = self._maybe_roll(len(buf), max_ts, first, last, now_ms)
+        self._append_hint = (first, seg, seg.size)
         cache = self.leader_epoch_cache
         for h in headers:
             epoch = h.partition_leader_epoch
@@ -540,8 +546,11 @@ class Log:
             seg = self.segments[i]
             i += 1
             budget = max_bytes - total
-            hint = self._read_hint
-            known = hint[2] if hint is not None and hint[0] == target and hint[1] is seg else None
+            known = None
+            for hint in (self._read_hint, self._append_hint):
+                if hint is not None and hint[0] == target and hint[1] is seg:
+                    known = hint[2]
+                    break
             fast = self._read_in_one_go(seg, target, budget, limit, known)
             if fast is not None:
                 chunk, chunk_first, chunk_next, whole = fast
@@ -614,6 +623,8 @@ class Log:
             return None
         # Remember where the next batch starts: sequential consumers ask for it next.
         self._read_hint = (next_offset, seg, position + p)
+        if start == 0 and p == len(data):
+            return data, first, next_offset, whole  # the read is the answer: no copy of a megabyte
         return bytes(view[start:p]), first, next_offset, whole
 
     @staticmethod
@@ -704,7 +715,7 @@ class Log:
             # sending it as last_fetched_epoch and diverges forever.
             self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
-        self._read_hint = None
+        self._read_hint = self._append_hint = None
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
@@ -748,7 +759,7 @@ class Log:
         self._notify_truncated()
 
     def _truncate_fully(self, offset: int, now_ms: int) -> None:
-        self._read_hint = None
+        self._read_hint = self._append_hint = None
         doomed = self.segments[:]
         self.segments.clear()
         self._base_offsets.clear()

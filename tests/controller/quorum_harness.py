@@ -16,11 +16,15 @@ spec/KRaft.tla's safety properties after every step:
 - quorum-state is persisted before the vote leaves the node (the harness
   checks that every VoteResponse granted matches what is on "disk").
 
-Logs hold one entry per batch: (leader_epoch, payload).
+Logs hold one entry per batch: (leader_epoch, payload). A snapshot is the
+committed prefix of the log, its bytes the prefix's repr; a node's log below
+its log start offset is gone (reading it is a SafetyViolation), and a node
+that installs a fetched snapshot has exactly that prefix as its log.
 """
 
 from __future__ import annotations
 
+import ast
 import random
 from dataclasses import dataclass, field
 
@@ -37,6 +41,10 @@ class Node:
     core: q.QuorumCore | None
     log: list[tuple[int, object]] = field(default_factory=list)
     quorum_state: tuple[int, int, int] = (0, q.NO_ID, q.NO_ID)
+    log_start: int = 0
+    snapshots: dict[tuple[int, int], bytes] = field(default_factory=dict)  # (end, epoch) -> bytes
+    partial: bytes = b""
+    corrupt_next_install: bool = False
 
 
 class QuorumCluster:
@@ -50,6 +58,7 @@ class QuorumCluster:
         seed: int = 0,
         check_log_up_to_date: bool = True,
         max_fetch_batches: int = 64,
+        max_snapshot_chunk_bytes: int = 1024 * 1024,
     ) -> None:
         self.now_ms = 0
         self.network: list[tuple[int, int, q.Message]] = []
@@ -67,6 +76,7 @@ class QuorumCluster:
                 jitter_seed=seed,
                 check_log_up_to_date=check_log_up_to_date,
                 max_fetch_batches=max_fetch_batches,
+                max_snapshot_chunk_bytes=max_snapshot_chunk_bytes,
             )
             self.nodes[node_id] = Node(config, q.QuorumCore.new(config, self.now_ms))
 
@@ -77,9 +87,26 @@ class QuorumCluster:
         if node.core is None:
             return []
         effects = node.core.step(event, self.now_ms)
-        self._apply(node, effects)
+        followups = self._apply(node, effects)
         self.check()
+        for followup in followups:
+            effects = effects + self.step(node_id, followup)
         return effects
+
+    def snapshot(self, node_id: int) -> q.SnapshotRef | None:
+        """The node writes a snapshot at its high watermark (what a driver does on its policy)."""
+        node = self.nodes[node_id]
+        core = node.core
+        if core is None:
+            return None
+        end = core.high_watermark
+        if end <= max((e for e, _ in node.snapshots), default=0) or end <= node.log_start:
+            return None
+        epoch = node.log[end - 1][0]
+        data = repr(node.log[:end]).encode()
+        node.snapshots[(end, epoch)] = data
+        self.step(node_id, q.SnapshotCreated(end, epoch, len(data)))
+        return q.SnapshotRef(end, epoch, len(data))
 
     def tick_all(self) -> None:
         for node_id in sorted(self.nodes):
@@ -113,14 +140,21 @@ class QuorumCluster:
             if not epochs or epochs[-1][0] != epoch:
                 epochs.append((epoch, offset))
         epoch, voted_for, leader_id = node.quorum_state
+        # As the driver: the epochs of the log kept (the start's entry moved to it).
+        kept = [(e, max(o, node.log_start)) for i, (e, o) in enumerate(epochs)
+                if i + 1 >= len(epochs) or epochs[i + 1][1] > node.log_start]
+        if len(node.log) == node.log_start:
+            kept = []
         node.core = q.QuorumCore.restore(
             node.config,
             leader_epoch=epoch,
             voted_for=voted_for,
             leader_id=leader_id,
-            epochs=epochs,
+            epochs=kept,
             log_end_offset=len(node.log),
             now_ms=self.now_ms,
+            log_start_offset=node.log_start,
+            snapshots=[q.SnapshotRef(e, ep, len(d)) for (e, ep), d in sorted(node.snapshots.items())],
         )
 
     def leader(self) -> int | None:
@@ -131,8 +165,9 @@ class QuorumCluster:
 
     # ------------------------------------------------------------ effects
 
-    def _apply(self, node: Node, effects: list[q.Effect]) -> None:
+    def _apply(self, node: Node, effects: list[q.Effect]) -> list[q.Event]:
         node_id = node.config.node_id
+        followups: list[q.Event] = []
         for effect in effects:
             match effect:
                 case q.PersistQuorumState():
@@ -147,6 +182,8 @@ class QuorumCluster:
                             raise SafetyViolation(f"{node_id}: follower append at {b.base_offset}, log end {len(node.log)}")
                         node.log.append((b.leader_epoch, b.payload))
                 case q.TruncateTo():
+                    if effect.log_end_offset < node.log_start:
+                        raise SafetyViolation(f"{node_id}: truncation to {effect.log_end_offset} below log start {node.log_start}")
                     del node.log[effect.log_end_offset :]
                 case q.Send():
                     if isinstance(effect.message, q.VoteResponse) and effect.message.vote_granted:
@@ -155,6 +192,8 @@ class QuorumCluster:
                     self.network.append((node_id, effect.destination, effect.message))
                 case q.SendFetchResponse():
                     response = effect.response
+                    if 0 <= effect.from_offset < node.log_start:
+                        raise SafetyViolation(f"{node_id}: read at {effect.from_offset} below log start {node.log_start}")
                     if effect.from_offset >= 0:
                         entries = node.log[effect.from_offset : effect.from_offset + effect.max_batches]
                         batches = tuple(
@@ -166,6 +205,38 @@ class QuorumCluster:
                             response.diverging_epoch, response.diverging_end_offset, batches, response.fetch_offset,
                         )
                     self.network.append((node_id, effect.destination, response))
+                case q.SendFetchSnapshotResponse():
+                    response = effect.response
+                    if effect.length > 0:
+                        data = node.snapshots[(response.snapshot_end_offset, response.snapshot_epoch)]
+                        chunk = data[effect.position : effect.position + effect.length]
+                        response = q.FetchSnapshotResponse(
+                            response.error_code, response.leader_id, response.leader_epoch,
+                            response.snapshot_end_offset, response.snapshot_epoch, response.size, response.position, chunk,
+                        )
+                    self.network.append((node_id, effect.destination, response))
+                case q.StartSnapshotFetch():
+                    node.partial = b""
+                case q.AppendSnapshotChunk():
+                    node.partial += effect.data
+                case q.InstallSnapshot():
+                    if node.corrupt_next_install:
+                        node.corrupt_next_install = False
+                        node.partial = b""
+                        followups.append(q.SnapshotFetchFailed(effect.end_offset, effect.epoch))
+                        continue
+                    prefix = [tuple(e) for e in ast.literal_eval(node.partial.decode())]
+                    if len(prefix) != effect.end_offset or prefix[-1][0] != effect.epoch:
+                        raise SafetyViolation(f"{node_id}: snapshot {effect} holds {len(prefix)} entries")
+                    node.snapshots[(effect.end_offset, effect.epoch)] = node.partial
+                    node.log = prefix
+                    node.log_start = effect.end_offset
+                    self._commit(node, effect.end_offset)
+                    followups.append(q.SnapshotInstalled(effect.end_offset, effect.epoch))
+                case q.LogStartAdvanced():
+                    node.log_start = effect.log_start_offset
+                case q.DeleteSnapshot():
+                    del node.snapshots[(effect.end_offset, effect.epoch)]
                 case q.HighWatermarkAdvanced():
                     self._commit(node, effect.high_watermark)
                 case q.LeaderChanged():
@@ -180,6 +251,7 @@ class QuorumCluster:
                     pass
                 case _:
                     raise AssertionError(f"unknown effect {effect!r}")
+        return followups
 
     def _commit(self, node: Node, high_watermark: int) -> None:
         prefix = node.log[:high_watermark]
@@ -215,15 +287,20 @@ class QuorumCluster:
             if c is None:
                 lines.append(f"{n}: down log=[{log}]")
                 continue
+            extra = ""
+            if node.log_start or node.snapshots:
+                snaps = ",".join(f"{e}-{ep}" for e, ep in sorted(node.snapshots))
+                extra = f" start={node.log_start} snapshots=[{snaps}]"
             lines.append(
                 f"{n}: {c.state.value} epoch={c.leader_epoch} voted_for={c.voted_for} leader={c.leader_id}"
-                f" leo={c.log_end_offset} hw={c.high_watermark} log=[{log}]"
+                f" leo={c.log_end_offset} hw={c.high_watermark}{extra} log=[{log}]"
             )
         return lines
 
 
 def random_schedule(
-    seed: int, steps: int, voters: int = 3, observers: int = 1, check_log_up_to_date: bool = True
+    seed: int, steps: int, voters: int = 3, observers: int = 1, check_log_up_to_date: bool = True,
+    snapshots: bool = False,
 ) -> QuorumCluster:
     """Drive a cluster with a seeded schedule of time, deliveries, drops,
     reorders, proposals, partitions, crashes, restarts and graceful shutdowns,
@@ -234,7 +311,16 @@ def random_schedule(
         check_log_up_to_date=check_log_up_to_date,
     )
     payload = 0
+    # Snapshots draw from their own stream: the schedules without them stay as they were.
+    snapshot_rng = random.Random(seed * 7919 + 1)
     for _ in range(steps):
+        if snapshots and snapshot_rng.random() < 0.03:
+            # A node snapshots at its high watermark and retention starts its
+            # log there: laggards must come back through FetchSnapshot.
+            node_id = snapshot_rng.choice(sorted(cluster.nodes))
+            if cluster.nodes[node_id].core is not None:
+                cluster.snapshot(node_id)
+                cluster.step(node_id, q.AdvanceLogStart(1 << 60))
         roll = rng.random()
         if roll < 0.58 and cluster.network:
             # deliver, mostly in order, sometimes out of order (reorder)

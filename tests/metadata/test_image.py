@@ -110,3 +110,35 @@ def test_the_client_controller_id_is_always_a_listed_broker():
     assert image.alive_brokers() == [2, 3]
     assert image.client_controller_id(1) == 2  # not alive itself: the lowest alive one
     assert image.client_controller_id(3) == 3  # alive: itself (it forwards)
+
+
+def test_changes_to_a_snapshot_image_reach_it_and_say_only_what_changed():
+    """A node loading a newer snapshot over its image (kref/controller/raft_driver.py):
+    applying changes_to gives exactly the snapshot's image, and the delta names the
+    removed topic, the moved partition and the new topic, not the unchanged ones."""
+    gone, kept, new = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)
+    old = MetadataImage()
+    old.apply([
+        r.RegisterBrokerRecord(1, uuid.UUID(int=11), 5, fenced=False),
+        r.RegisterBrokerRecord(2, uuid.UUID(int=12), 6, fenced=False),
+        r.TopicRecord("gone", gone), r.PartitionRecord(0, gone, (1,), (1,), 1, 0, 0),
+        r.TopicRecord("kept", kept), r.PartitionRecord(0, kept, (1, 2), (1, 2), 1, 0, 0),
+        r.PartitionRecord(1, kept, (1, 2), (1, 2), 2, 0, 0),
+        r.ConfigRecord(r.TOPIC_RESOURCE, "kept", "retention.ms", "1000"),
+        r.ProducerIdsRecord(-1, -1, 1000),
+    ])
+    target = MetadataImage()
+    target.apply([
+        r.RegisterBrokerRecord(1, uuid.UUID(int=11), 5, fenced=False),
+        r.TopicRecord("kept", kept), r.PartitionRecord(0, kept, (1, 2), (1, 2), 1, 0, 0),
+        r.PartitionRecord(1, kept, (1, 2), (1,), 1, 1, 1),
+        r.TopicRecord("new", new), r.PartitionRecord(0, new, (2,), (2,), 2, 0, 0),
+        r.ConfigRecord(r.TOPIC_RESOURCE, "kept", "cleanup.policy", "compact"),
+        r.ProducerIdsRecord(-1, -1, 2000),
+    ])
+    delta = old.apply(old.changes_to(target))
+    assert old.to_records() == target.to_records()
+    assert old == target
+    assert set(delta.deleted_topics) == {"gone"} and delta.created_topics == ["new"]
+    assert set(delta.changed_partitions) == {("kept", 1), ("new", 0)}
+    assert 2 in delta.changed_brokers

@@ -253,3 +253,46 @@ def test_truncation_below_the_high_watermark_is_rejected(tmp_path):
     assert below >= 0
     events[i] = {**events[i], "log_end_offset": below, "high_watermark": below}
     assert_rejected_at(tmp_path, events, i, "TruncateToEpochEndOffset", log_end_offset=below)
+
+
+# Many traces, one TLC run (trace_check/tlc.py check_and_explain_batch): valid and doctored traces of
+# several simulator seeds side by side, each with its own verdict, each doctored one rejected at
+# exactly its doctored step with the spec state before it, as when checked alone.
+BATCH_SEEDS = (1, 2, 3, 4, 5, 6)
+BATCH_EVENTS = 130  # ~100 steps each
+
+
+def test_a_batch_gives_each_trace_its_own_verdict(tmp_path):
+    from trace_check.tlc import check_and_explain_batch
+
+    paths = []
+    for seed in BATCH_SEEDS:
+        paths.append(tmp_path / f"seed{seed}.ndjson")
+        simulated_trace(paths[-1], seed=seed, events=BATCH_EVENTS)
+    doctored = {}  # index in the batch -> (event index doctored, type)
+    events = [json.loads(line) for line in paths[1].read_text().splitlines()]
+    i = first_index(events, "AdvanceHighWatermark", after=40)
+    events[i] = {**events[i], "high_watermark": events[i]["high_watermark"] + 1}
+    write(paths[1], events)
+    doctored[1] = (i, "AdvanceHighWatermark")
+    events = [json.loads(line) for line in paths[4].read_text().splitlines()]
+    i = first_index(events, "FollowerAppend", after=40)
+    grown = events[i]["log_end_offset"] + 5
+    events[i] = {**events[i], "log_end_offset": grown, "last_offset": grown - 1}
+    write(paths[4], events)
+    doctored[4] = (i, "FollowerAppend")
+    batch = [normalise(load_events([p])) for p in paths]
+    verdicts = check_and_explain_batch(batch, timeout_s=300)
+    assert len(verdicts) == len(batch)
+    for n, (steps, verdict) in enumerate(zip(batch, verdicts)):
+        if n not in doctored:
+            assert verdict.accepted, f"seed {BATCH_SEEDS[n]} rejected at step {verdict.reached}"
+            continue
+        index, kind = doctored[n]
+        assert not verdict.accepted, f"doctored seed {BATCH_SEEDS[n]} accepted"
+        assert steps.steps[verdict.reached - 1]["type"] == kind
+        assert steps.origin[verdict.reached - 1].endswith(f"seed{BATCH_SEEDS[n]}.ndjson:{index + 1}")
+        assert "log_end_offset" in verdict.state  # the state before the doctored step is shown
+    # The same report as a check of that trace alone.
+    alone = check_and_explain(batch[1], timeout_s=300)
+    assert (alone.accepted, alone.reached, alone.state) == (False, verdicts[1].reached, verdicts[1].state)

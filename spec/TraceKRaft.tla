@@ -1,0 +1,220 @@
+----------------------------- MODULE TraceKRaft -----------------------------
+(***************************************************************************)
+(* Theory of operation.                                                    *)
+(*                                                                         *)
+(* Trace validation of the KRaft controller quorum against spec/KRaft.tla: *)
+(* is what the voters of a real quorum logged (NDJSON, events named after  *)
+(* KRaft.tla's actions, kref/trace/kraft.py; converted by                  *)
+(* trace_check/kraft.py into the constant TraceLog) a behaviour of the     *)
+(* real spec?  The spec is EXTENDed, not copied: every step below is one   *)
+(* of its actions, constrained by one logged event.                        *)
+(*                                                                         *)
+(* A cursor `tl` walks TraceLog.  Each step takes the event under the      *)
+(* cursor and performs the action of the same name on the voter that      *)
+(* logged it (with the peer the event names: the candidate of a vote, the  *)
+(* leader a follower fetched from, the node whose higher epoch it         *)
+(* learnt), and then requires the voter's post-state to be the one logged: *)
+(* leader_epoch, voted_for, leader_id, state, log end offset and the epoch *)
+(* of its last entry (AsLogged).  A leader's AdvanceHighWatermark must     *)
+(* also reach the logged high watermark from the logged end offsets of the *)
+(* other voters.                                                           *)
+(*                                                                         *)
+(* The controller's membership writes (RegisterBroker, FenceBroker,        *)
+(* UnfenceBroker) and heartbeats are the actions of those names; the       *)
+(* session expiry before a FenceBroker and the broker's metadata fetch    *)
+(* before an UnfenceBroker are not logged, and trace_check puts them in   *)
+(* (ExpireBrokerSession, BrokerFetchMetadata, each possibly a no-op).      *)
+(*                                                                         *)
+(* What a trace does not show stays free and TLC searches for it: a        *)
+(* follower's Fetch whose response carried no records is logged by nobody  *)
+(* (the leader only records the fetch offset), so it is a silent step      *)
+(* (FetchFromLeader leaving the follower's log as it is) that TLC may take *)
+(* anywhere; followers' high watermarks are not compared (kref, like       *)
+(* Kafka, answers with the high watermark this very fetch advanced, the    *)
+(* spec with the one before it).                                           *)
+(*                                                                         *)
+(* TLC explores the behaviours that follow the trace; the state            *)
+(* constraint TraceProgress prints "kref-trace-accepted" as soon as one   *)
+(* has taken every event, and how far the deepest got, which trace_check   *)
+(* reports as the first event no action can take.  The protocol is         *)
+(* spec/TraceReplication.tla's: TraceLogs holds a batch of traces, and     *)
+(* TraceInit chooses the one a behaviour follows (ti).                     *)
+(***************************************************************************)
+EXTENDS KRaft, Integers, TLC  \* Integers: kref logs Nil as -1
+
+CONSTANT TraceLogs  \* << << [type |-> "GrantVote", replica |-> 1, candidate |-> 2, ...], ... >>, ... >>
+CONSTANT TraceShowState  \* indices of the traces whose last spec state is printed when accepted
+
+VARIABLE ti         \* which trace of the batch this behaviour follows (chosen in TraceInit)
+VARIABLE tl         \* the cursor: index of the next event of that trace to take
+
+trace_vars == <<vars, ti, tl>>
+
+\* Zero-arity: TLC evaluates it once (through the CONSTANT, the .cfg's
+\* substituted literal would be built again at every use).
+Traces == TraceLogs
+TraceLog == Traces[ti]
+Ev == TraceLog[tl]
+
+SetOf(s) == {s[i] : i \in DOMAIN s}
+
+TraceInit ==
+    /\ Init
+    /\ ti \in DOMAIN Traces
+    /\ tl = 1
+    /\ TLCSet(1 + ti, 1)  \* see TraceProgress
+    /\ TLCSet(1, 0)
+
+-----------------------------------------------------------------------------
+(* The post-state of voter v, as its event logged it. *)
+
+AsLogged(v) ==
+    /\ leader_epoch'[v] = Ev.leader_epoch
+    /\ voted_for'[v] = Ev.voted_for
+    /\ leader_id'[v] = Ev.leader_id
+    /\ state'[v] = Ev.state
+    /\ Len(log'[v]) = Ev.log_end_offset
+    \* Primed by hand: LastEpoch(v)' would prime the cursor inside v too.
+    /\ (IF log'[v] = << >> THEN 0 ELSE log'[v][Len(log'[v])].epoch) = Ev.last_epoch
+
+-----------------------------------------------------------------------------
+(* One matcher per event type: the spec action, constrained by the event. *)
+
+TRequestVote == RequestVote(Ev.replica) /\ AsLogged(Ev.replica)
+
+TGrantVote == GrantVote(Ev.replica, Ev.candidate) /\ AsLogged(Ev.replica)
+
+TBecomeUnattached == BecomeUnattached(Ev.replica, Ev.source) /\ AsLogged(Ev.replica)
+
+\* The candidate counted at least the votes it logged (a vote granted after
+\* it counted a majority is in the spec's votes_granted too).
+TBecomeActiveController ==
+    LET c == Ev.replica IN
+    /\ SetOf(Ev.votes_granted) \subseteq votes_granted[c]
+    /\ BecomeActiveController(c)
+    /\ AsLogged(c)
+
+TBeginQuorumEpoch == BeginQuorumEpoch(Ev.leader_id, Ev.replica) /\ AsLogged(Ev.replica)
+
+TFetchFromLeader ==
+    LET f == Ev.replica IN
+    /\ LogEndOffset(f) = Ev.first_offset
+    /\ FetchFromLeader(f, Ev.leader_id)
+    /\ AsLogged(f)
+
+TTruncateToEpochEndOffset ==
+    TruncateToEpochEndOffset(Ev.replica, Ev.leader_id) /\ AsLogged(Ev.replica)
+
+\* `fetched`: << <<voter, fetch offset>>, ... >> for every other voter, 0
+\* for one that has not fetched in this epoch (trace_check fills it in from
+\* the event's end_offsets).
+TAdvanceHighWatermark ==
+    LET l == Ev.replica IN
+    /\ \A i \in DOMAIN Ev.fetched : end_offsets[l][Ev.fetched[i][1]] = Ev.fetched[i][2]
+    /\ AdvanceHighWatermark(l)
+    /\ high_watermark'[l] = Ev.high_watermark
+    /\ AsLogged(l)
+
+TResign == Resign(Ev.replica) /\ AsLogged(Ev.replica)
+
+\* Broker membership: the controller (replica) that logged the write, in
+\* the quorum epoch it logged, performs the spec's write for the broker.
+AtEpoch == leader_epoch[Ev.replica] = Ev.leader_epoch
+TRegisterBroker == AtEpoch /\ RegisterBroker(Ev.replica, Ev.broker)
+TFenceBroker == AtEpoch /\ FenceBroker(Ev.replica, Ev.broker)
+TUnfenceBroker == AtEpoch /\ UnfenceBroker(Ev.replica, Ev.broker)
+\* kref logs every heartbeat; the spec's BrokerHeartbeat is the one that
+\* revives an expired session, any other changes nothing (a stuttering step).
+TBrokerHeartbeat ==
+    LET l == Ev.replica
+        b == Ev.broker IN
+    /\ AtEpoch
+    /\ \/ BrokerHeartbeat(b, l)
+       \/ /\ Live(l) /\ state[l] = Leader /\ b \in broker_sessions[l]
+          /\ UNCHANGED vars
+\* Inferred by trace_check before a FenceBroker: the session ran out (if it
+\* had not already, e.g. when the leader resumed from a pause).
+TExpireBrokerSession ==
+    \/ ExpireBrokerSession(Ev.replica, Ev.broker)
+    \/ Ev.broker \notin broker_sessions[Ev.replica] /\ UNCHANGED vars
+\* Inferred by trace_check before an UnfenceBroker: the broker read the
+\* metadata log up to the controller's high watermark (or had already).
+TBrokerFetchMetadata ==
+    \/ BrokerFetchMetadata(Ev.broker, Ev.replica)
+    \/ UNCHANGED vars
+
+\* Inferred by trace_check where a voter's run ends and its next begins (a
+\* kill -9 logs nothing): what the restarted node believes is RestartState,
+\* and its next event is compared with it.
+TCrash == Crash(Ev.replica)
+TRestart == Restart(Ev.replica)
+
+TraceStep ==
+    /\ tl <= Len(TraceLog)
+    /\ CASE Ev.type = "RequestVote"              -> TRequestVote
+         [] Ev.type = "GrantVote"                -> TGrantVote
+         [] Ev.type = "BecomeUnattached"         -> TBecomeUnattached
+         [] Ev.type = "BecomeActiveController"   -> TBecomeActiveController
+         [] Ev.type = "BeginQuorumEpoch"         -> TBeginQuorumEpoch
+         [] Ev.type = "FetchFromLeader"          -> TFetchFromLeader
+         [] Ev.type = "TruncateToEpochEndOffset" -> TTruncateToEpochEndOffset
+         [] Ev.type = "AdvanceHighWatermark"     -> TAdvanceHighWatermark
+         [] Ev.type = "Resign"                   -> TResign
+         [] Ev.type = "RegisterBroker"           -> TRegisterBroker
+         [] Ev.type = "FenceBroker"              -> TFenceBroker
+         [] Ev.type = "UnfenceBroker"            -> TUnfenceBroker
+         [] Ev.type = "BrokerHeartbeat"          -> TBrokerHeartbeat
+         [] Ev.type = "ExpireBrokerSession"      -> TExpireBrokerSession
+         [] Ev.type = "BrokerFetchMetadata"      -> TBrokerFetchMetadata
+         [] Ev.type = "Crash"                    -> TCrash
+         [] Ev.type = "Restart"                  -> TRestart
+         [] OTHER                                -> FALSE
+    /\ ti' = ti
+    /\ tl' = tl + 1
+
+\* A Fetch answered with no records: nobody logs it (see above).
+SilentStep ==
+    /\ \E f, l \in Voters : FetchFromLeader(f, l) /\ log'[f] = log[f]
+    /\ UNCHANGED <<ti, tl>>
+
+TraceNext == TraceStep \/ SilentStep
+
+TraceSpec == TraceInit /\ [][TraceNext]_trace_vars
+
+-----------------------------------------------------------------------------
+(* What TLC checks. *)
+
+\* The spec state trace_check reports, logs shown by end offset and last epoch.
+StateView ==
+    [state |-> state,
+     leader_epoch |-> leader_epoch,
+     voted_for |-> voted_for,
+     leader_id |-> leader_id,
+     votes_granted |-> votes_granted,
+     log_end_offset |-> [v \in Voters |-> LogEndOffset(v)],
+     last_epoch |-> [v \in Voters |-> LastEpoch(v)],
+     high_watermark |-> high_watermark,
+     end_offsets |-> end_offsets,
+     broker_sessions |-> broker_sessions,
+     broker_metadata_offset |-> broker_metadata_offset,
+     registered |-> [v \in Voters |-> {b \in Brokers : IsRegistered(v, b)}],
+     fenced |-> [v \in Voters |-> {b \in Brokers : IsFenced(v, b)}],
+     up |-> up]
+
+\* As TraceReplication.TraceProgress: TLC register 1 counts the traces
+\* accepted, register 1 + i the deepest cursor trace i reached (printed at
+\* every new depth); a behaviour that took every event of its trace accepts
+\* it, its later states are pruned, and TLC stops once every trace is.
+TraceProgress ==
+    LET deepest == TLCGet(1 + ti) IN
+    /\ deepest <= Len(TraceLog)
+    /\ tl > deepest => /\ TLCSet(1 + ti, tl)
+                       /\ PrintT(<<"kref-trace-reached", ti, tl>>)
+    /\ tl > Len(TraceLog) =>
+          /\ IF ti \in TraceShowState
+             THEN PrintT(<<"kref-trace-accepted", ti, StateView>>)
+             ELSE PrintT(<<"kref-trace-accepted", ti>>)
+          /\ LET accepted == TLCGet(1) + 1 IN
+             /\ TLCSet(1, accepted)
+             /\ accepted = Len(Traces) => TLCSet("exit", TRUE)
+=============================================================================

@@ -1,0 +1,222 @@
+"""Trace validation of the KRaft controller quorum with the real TLC: the voters' traces
+are behaviours of spec/KRaft.tla (through spec/TraceKRaft.tla), and doctored ones are not.
+
+Two sources of traces:
+- a real quorum of three `kref broker` processes (process.roles=controller, the
+  tests/controller fixture `running_cluster`): an election, kill -9 of the
+  leader, a re-election, the killed node restarted; its three trace files are
+  checked as written;
+- a recorded trace of the same kind (testdata/kraft: four elections, a kill -9
+  and restart, a SIGSTOPped leader), doctored the way a real bug would show:
+  a vote granted twice in one epoch, two leaders in one epoch, a high
+  watermark advanced without a majority. Each must be rejected at exactly the
+  doctored line.
+- the quorum simulator (kref/sim/quorum.py: the same QuorumCore under crashes,
+  pauses, isolation, dropped/duplicated/delayed messages) with no client
+  proposals (spec/KRaft.tla has no entry type for them), fixed seeds.
+Every TLC run is bounded (timeout_s); a check takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kref.sim.quorum import QuorumSettings, QuorumSim
+from tests.controller.test_quorum_processes import TIMEOUTS, describe_quorum, running_cluster, wait_for_leader, \
+    wait_until
+from trace_check import kraft
+from trace_check.cli import validate
+from trace_check.replication import TraceError
+
+RECORDED = Path(__file__).parent / "testdata" / "kraft"
+TIMEOUT_S = 240
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def recorded() -> dict[int, list[dict]]:
+    return {n: read(RECORDED / f"node-{n}.ndjson") for n in (1, 2, 3)}
+
+
+def write(tmp_path: Path, files: dict[int, list[dict]]) -> list[Path]:
+    paths = []
+    for n, events in sorted(files.items()):
+        path = tmp_path / f"node-{n}.ndjson"
+        path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events))
+        paths.append(path)
+    return paths
+
+
+def find(events: list[dict], kind: str, **match) -> int:
+    for i, e in enumerate(events):
+        if e["type"] == kind and all(e.get(k) == v for k, v in match.items()):
+            return i
+    raise AssertionError(f"no {kind} {match}")
+
+
+def rejected_at(tmp_path, files, node: int, index: int) -> str:
+    """Check the doctored files; assert the report names files[node][index] (its file:line) first."""
+    code, report = validate(write(tmp_path, files), timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / f'node-{node}.ndjson'}:{index + 1}" in report, report
+    assert "spec state before it" in report and "voted_for |->" in report  # the state was shown
+    return report
+
+
+def test_recorded_quorum_trace_is_a_behaviour_of_kraft_tla():
+    paths = [RECORDED / f"node-{n}.ndjson" for n in (1, 2, 3)]
+    steps = kraft.normalise(kraft.load(paths))
+    kinds = {s["type"] for s in steps.steps}
+    assert {"RequestVote", "GrantVote", "BecomeActiveController", "BeginQuorumEpoch", "FetchFromLeader",
+            "AdvanceHighWatermark", "Crash", "Restart", "Resign"} <= kinds
+    # The command line, which picks the spec by the events.
+    run = subprocess.run([sys.executable, "-m", "kref.cli", "trace", "check", *map(str, paths), "--voters", "1,2,3",
+                          "--timeout", str(TIMEOUT_S)], capture_output=True, text=True, timeout=TIMEOUT_S + 60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "are a behaviour of spec/KRaft.tla" in run.stdout and "voters [1, 2, 3]" in run.stdout
+
+
+def _node_3_stands_in_epoch_1(files):
+    """Node 3 stands in epoch 1 instead of voting for node 2 (a split vote): a legal start."""
+    n3 = files[3]
+    i = find(n3, "BecomeUnattached", leader_epoch=1)
+    j = find(n3, "GrantVote", leader_epoch=1)
+    assert j == i + 1
+    n3[i:j + 1] = [{**n3[i], "type": "RequestVote", "voted_for": 3, "state": "Candidate", "votes_granted": [3]}]
+    n3[i].pop("source")
+    return n3[i]
+
+
+def test_a_vote_granted_twice_in_one_epoch_is_rejected(tmp_path):
+    files = recorded()
+    candidate = _node_3_stands_in_epoch_1(files)
+    n1 = files[1]
+    i = find(n1, "GrantVote", leader_epoch=1, candidate=2)
+    # A step of its own, after node 3 stood and before node 1's next event.
+    twice = {**n1[i], "candidate": 3, "voted_for": 3, "time_ms": n1[i]["time_ms"] + 1,
+             "mono_ns": max(n1[i]["mono_ns"], candidate["mono_ns"]) + 1}
+    assert twice["mono_ns"] < n1[i + 1]["mono_ns"]
+    n1.insert(i + 1, twice)
+    report = rejected_at(tmp_path, files, 1, i + 1)
+    assert "'type': 'GrantVote'" in report and "'candidate': 3" in report
+
+
+def test_two_leaders_in_one_epoch_are_rejected(tmp_path):
+    files = recorded()
+    _node_3_stands_in_epoch_1(files)
+    n2, n3 = files[2], files[3]
+    leader = n2[find(n2, "BecomeActiveController", leader_epoch=1)]
+    i = find(n3, "BeginQuorumEpoch", leader_epoch=1)
+    # Node 3 claims epoch 1 too, with node 1's vote (which went to node 2).
+    second = {**leader, "replica": 3, "leader_id": 3, "voted_for": 3, "votes_granted": [1, 3],
+              "mono_ns": n3[i]["mono_ns"] - 1, "time_ms": n3[i]["time_ms"] - 1}
+    n3.insert(i, second)
+    report = rejected_at(tmp_path, files, 3, i)
+    assert "'type': 'BecomeActiveController'" in report
+
+
+def test_a_high_watermark_advanced_without_a_majority_is_rejected(tmp_path):
+    files = recorded()
+    n2 = files[2]
+    i = find(n2, "AdvanceHighWatermark", leader_epoch=1)
+    assert n2[i]["high_watermark"] == 1
+    # The leader says no other voter had fetched its LeaderChange record yet.
+    n2[i] = {**n2[i], "end_offsets": {str(v): 0 for v in n2[i]["end_offsets"]}}
+    report = rejected_at(tmp_path, files, 2, i)
+    assert "'type': 'AdvanceHighWatermark'" in report
+
+
+def test_unmodelled_records_and_too_long_traces_are_refused(tmp_path, monkeypatch):
+    files = recorded()
+    n2 = files[2]
+    i = find(n2, "AdvanceHighWatermark", leader_epoch=1)
+    n2[i] = {**n2[i], "log_end_offset": n2[i]["log_end_offset"] + 5}  # a controller's RegisterBroker & co.
+    code, report = validate(write(tmp_path, files), spec="kraft")
+    assert code == 2 and "does not model" in report, report
+    monkeypatch.setattr(kraft, "MAX_STEPS", 10)
+    with pytest.raises(TraceError, match="more than 10"):
+        kraft.normalise(kraft.load([RECORDED / f"node-{n}.ndjson" for n in (1, 2, 3)]))
+
+
+def test_a_real_quorum_with_a_killed_leader_is_a_behaviour_of_kraft_tla(tmp_path):
+    """Three controller processes: election, kill -9 of the leader, re-election, restart; then TLC."""
+    with running_cluster(tmp_path, 3, 0, TIMEOUTS) as (specs, processes, start):
+        by_id = {s.node_id: s for s in specs}
+        leader, p = wait_for_leader(specs)
+        wait_until(lambda: (q := describe_quorum(by_id[leader].controller_port)) is not None
+                   and all(v.log_end_offset >= q.high_watermark > 0 for v in q.current_voters),
+                   "the voters to replicate the LeaderChange record")
+        processes[leader].send_signal(signal.SIGKILL)
+        processes[leader].wait(timeout=10)
+        second, p2 = wait_for_leader(specs, exclude={leader}, above_epoch=p.leader_epoch)
+        start(by_id[leader])
+        wait_until(lambda: (q := describe_quorum(by_id[second].controller_port)) is not None
+                   and q.leader_epoch == p2.leader_epoch
+                   and all(v.log_end_offset == q.high_watermark for v in q.current_voters),
+                   "the restarted node to catch up with the new leader")
+    paths = [s.dir / "trace.ndjson" for s in specs]
+    steps = kraft.normalise(kraft.load(paths))
+    assert {"Crash", "Restart"} <= {s["type"] for s in steps.steps}
+    assert len([s for s in steps.steps if s["type"] == "BecomeActiveController"]) >= 2
+    code, report = validate(paths, timeout_s=TIMEOUT_S, voters=sorted(by_id))
+    print(report)
+    assert code == 0, report
+
+
+# Seed 10 (5 voters) needs a restarted node's own steps taken back with a late BeginQuorumEpoch; seed 41
+# (3 voters) has two core steps of one node at one virtual millisecond (a vote, then BeginQuorumEpoch).
+@pytest.mark.parametrize("seed, voters", [(5, 5), (10, 5), (2, 3), (41, 3)])
+def test_simulated_quorum_under_faults_is_a_behaviour_of_kraft_tla(tmp_path, seed, voters):
+    print(f"seed={seed} voters={voters}")
+    sim = QuorumSim(seed, QuorumSettings(voters=voters, propose_interval_ms=10**9), trace=True)
+    sim.run()
+    path = tmp_path / "sim.ndjson"
+    path.write_text("".join(line + "\n" for line in sim.world.lines))
+    steps = kraft.normalise(kraft.load([path]))
+    assert len([s for s in steps.steps if s["type"] == "BecomeActiveController"]) >= 2
+    assert sim.world.faults, "the seed injected no fault"
+    code, report = validate([path], timeout_s=TIMEOUT_S, voters=range(1, voters + 1))
+    print(report)
+    assert code == 0, report
+
+
+MEMBERSHIP = Path(__file__).parent / "testdata" / "kraft-membership"
+
+
+def test_recorded_broker_membership_is_a_behaviour_of_kraft_tla():
+    """Three broker+controller nodes (tests/controller/test_controller_processes.py's registration
+    test): elections and RegisterBroker, BrokerHeartbeat, FenceBroker, UnfenceBroker, checked up to
+    a broker's re-registration (a new incarnation, which the spec does not model)."""
+    paths = [MEMBERSHIP / f"node-{n}.ndjson" for n in (1, 2, 3)]
+    steps = kraft.normalise(kraft.load(paths), voters=[1, 2, 3])
+    kinds = {s["type"] for s in steps.steps}
+    assert {"RegisterBroker", "UnfenceBroker", "FenceBroker", "BrokerHeartbeat", "ExpireBrokerSession",
+            "BrokerFetchMetadata", "BecomeActiveController"} <= kinds
+    assert "new incarnation" in steps.stopped
+    code, report = validate(paths, voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    assert code == 0, report
+    assert "checked up to the RegisterBroker of a new incarnation" in report
+
+
+def test_a_broker_unfenced_before_it_caught_up_is_rejected(tmp_path):
+    files = {n: read(MEMBERSHIP / f"node-{n}.ndjson") for n in (1, 2, 3)}
+    n3 = files[3]
+    i = find(n3, "RegisterBroker", broker=1)
+    # The controller unfences broker 1 right after registering it, before the high watermark
+    # covered the registration (the broker cannot have read it).
+    n3.insert(i + 1, {**n3[i], "type": "UnfenceBroker", "fenced": False, "metadata_offset": 0,
+                      "time_ms": n3[i]["time_ms"] + 1, "mono_ns": n3[i]["mono_ns"] + 1})
+    code, report = validate(write(tmp_path, files), voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / 'node-3.ndjson'}:{i + 2}" in report, report
+    assert "broker_metadata_offset |->" in report

@@ -1,0 +1,482 @@
+"""From the KRaft quorum's NDJSON trace events to the steps of spec/TraceKRaft.tla.
+
+Theory of operation. The quorum core (kref/controller/quorum.py) logs one
+event per spec/KRaft.tla action it takes (kref/trace/kraft.py), carrying the
+node's post-state under the spec's names. Each voter writes its own file
+(`kref broker --trace-file`); this module merges the files by their shared
+clock (replication.load_events: CLOCK_MONOTONIC on one machine), keeps the
+voters' quorum events, and makes three adjustments, each a re-reading of
+what was logged, never a change of it (docs/trace-validation.md, KRaft):
+
+- Lives. A kill -9 logs nothing; a node's file holds one run per start of
+  its process. Where a run of a voter is followed by another, a Crash and a
+  Restart are put just before the new run's first event (as late as the
+  trace allows: until then the spec may keep the dead node alive and silent).
+- Late deliveries. Every RPC is one atomic step in the spec, but a node
+  logs the response when it applies it, which may be after the sender moved
+  on (a vote granted after the candidate already counted a majority, records
+  appended after their leader resigned). The timestamps give one
+  linearisation of the run; any other that keeps each node's own order and
+  puts each step after what it needed is the same run. So an event whose
+  peer is no longer in the state the event needs (the candidate a
+  Candidate of that epoch, the leader a Leader of it, the node whose higher
+  epoch was learnt in that epoch) is moved, with the other events of its
+  node's same core step, back to the latest point where the peer still was,
+  provided no event of its own node lies in between. Otherwise it stays
+  where it is, and TLC rejects it.
+- Broker membership. The controller's RegisterBroker, FenceBroker,
+  UnfenceBroker and BrokerHeartbeat events are the spec's actions of those
+  names; what they rest on is not logged, so the converter puts an
+  ExpireBrokerSession before each FenceBroker and a BrokerFetchMetadata
+  before each UnfenceBroker (each may also change nothing, see
+  spec/TraceKRaft.tla). The check stops before what the spec does not
+  model (a ControlledShutdown, a broker registering again as a new
+  incarnation) and says so.
+- What the spec does not model is left out and counted: observers' quorum
+  events (brokers fetch the metadata log but do not vote) and every other
+  partition's. A leader whose log grows by records other than LeaderChange
+  and the membership records (topic, partition, feature records, which
+  spec/KRaft.tla has no entry type for) makes the trace refused with that
+  reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from kref.trace.kraft import KRAFT_EVENT_TYPES, METADATA_TOPIC
+from trace_check.replication import TraceError, _read_runs, load_events, tla_record
+
+# The broker-membership events of the controller (kref/controller/controller.py), spec/KRaft.tla's
+# actions of the same names; `replica` is the controller, `broker` the broker.
+MEMBERSHIP = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker", "BrokerHeartbeat"})
+# Steps the converter puts before a membership event (origin "inferred: ..."): a session that ran
+# out (before a FenceBroker) and the broker's metadata fetch (before an UnfenceBroker) are not logged.
+INFERRED = frozenset({"ExpireBrokerSession", "BrokerFetchMetadata"})
+# The quorum events spec/TraceKRaft.tla has a matcher for (all of kref/trace/kraft.py's).
+SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | MEMBERSHIP | INFERRED | {"Crash", "Restart"}
+# Steps of the controller spec/KRaft.tla does not model: the check stops before the first.
+STOPS = frozenset({"ControlledShutdown"})
+NOT_QUORUM = MEMBERSHIP | INFERRED | {"Crash", "Restart"}  # steps that carry no quorum post-state
+# A TLC run over more steps than this takes minutes: refuse, never run for hours.
+MAX_STEPS = 2_000
+# How many steps (core steps of any node) back a late delivery may be taken.
+LOOKBACK = 64
+LATE = " (taken before its timestamp: delivered late)"
+NIL = -1
+
+
+@dataclass
+class KRaftSteps:
+    """The steps of one quorum's trace; tlc.check renders them through module_text/config_text."""
+
+    voters: list[int]
+    voters_inferred: bool = False  # the voters are the ones the trace shows, not given (--voters)
+    brokers: list[int] = field(default_factory=list)  # brokers named by the membership events
+    stopped: str = ""  # the event the check stopped before (not in the spec), "" = the whole trace
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    origin: list[str] = field(default_factory=list)  # per step: "file:line" of its event, or "inferred: ..."
+    skipped: dict[str, int] = field(default_factory=dict)
+    moved: int = 0  # events taken earlier than their timestamp (late deliveries)
+
+    spec = "spec/KRaft.tla"
+
+    def where(self) -> str:
+        how = " as the trace shows them (--voters to name them)" if self.voters_inferred else ""
+        return f"{METADATA_TOPIC}-0, voters {self.voters}{how}"
+
+    def module_text(self) -> str:
+        return "\n".join([
+            "---------------------------- MODULE TraceRun ----------------------------",
+            "EXTENDS TraceKRaft, TraceData",
+            f"GenVoters == {{{', '.join(str(v) for v in self.voters)}}}",
+            f"GenBrokers == {{{', '.join(str(b) for b in self.brokers)}}}",
+            "GenNil == -1  \\* kref's NO_ID (a .cfg cannot hold a negative number)",
+            "=" * 76, ""])
+
+    def data_module_text(self) -> str:
+        body = [tla_record(s) for s in self.steps]
+        return "\n".join(
+            ["---------------------------- MODULE TraceData ----------------------------",
+             "EXTENDS Integers  \\* negative numbers", "GenLogs == << <<"]
+            + ["    " + b + ("," if i < len(body) - 1 else "") for i, b in enumerate(body)]
+            + [">> >>", "=" * 76, ""])
+
+    def config_text(self, show_state: bool) -> str:
+        return "\n".join([
+            "CONSTANTS",
+            "    TraceLogs <- GenLogs",
+            f"    TraceShowState = {{{'1' if show_state else ''}}}",
+            "    Voters <- GenVoters",
+            "    Nil <- GenNil",
+            "    Brokers <- GenBrokers",
+            "    CheckLogUpToDate = TRUE",
+            "    CommitOnlyOwnEpoch = TRUE",
+            "INIT TraceInit",
+            "NEXT TraceNext",
+            "CONSTRAINT TraceProgress",
+            "",
+        ])
+
+
+def is_kraft_trace(events: list[tuple[dict[str, Any], str]]) -> bool:
+    """True when the events are the quorum's and no user partition's (what `kref trace check` picks by)."""
+    quorum = user = False
+    for e, _ in events:
+        topic = e.get("topic")
+        if topic == METADATA_TOPIC and e["type"] in KRAFT_EVENT_TYPES:
+            quorum = True
+        elif isinstance(topic, str) and not topic.startswith("__"):
+            user = True
+    return quorum and not user
+
+
+def load(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
+    """Every event of every file in one order, with a Crash and a Restart between a voter's runs."""
+    paths = list(paths)
+    run_of: dict[str, int] = {}  # "file:line" -> index of its run in the file
+    for path in paths:
+        for run, (_, events) in enumerate(_read_runs(path)):
+            for number, _ in events:
+                run_of[f"{path}:{number}"] = run
+    merged = [(e, o) for e, o in load_events(paths) if not o.startswith("inferred:")]
+    out: list[tuple[dict[str, Any], str]] = []
+    seen_run: dict[str, int] = {}  # file -> run of its latest quorum event
+    last: dict[int, dict[str, Any]] = {}  # voter -> its latest quorum event
+    for e, origin in merged:
+        if e.get("topic") != METADATA_TOPIC or e["type"] not in KRAFT_EVENT_TYPES:
+            out.append((e, origin))
+            continue
+        path = origin.rsplit(":", 1)[0]
+        run = run_of.get(origin, 0)
+        node = e["replica"]
+        if path in seen_run and run > seen_run[path] and node in last:
+            before = last[node]
+            out.append(({"type": "Crash", "replica": node},
+                        f"inferred: node {node}'s run ended (killed) before {origin}"))
+            out.append(({"type": "Restart", "replica": node, "restored": _restart_state(node, before)},
+                        f"inferred: node {node} started again (a new run in its file) at {origin}"))
+        seen_run[path] = run
+        last[node] = e
+        out.append((e, origin))
+    return out
+
+
+def _restart_state(node: int, e: dict[str, Any]) -> str:
+    """KRaft.tla's RestartState, from the node's last logged post-state (its quorum-state file)."""
+    if e["leader_id"] == node:
+        return "Resigned"
+    if e["leader_id"] != NIL:
+        return "Follower"
+    return "Candidate" if e["voted_for"] == node else "Unattached"
+
+
+def _voters(events) -> set[int]:
+    """The voters as the trace shows them: whoever stood, voted, led, or was counted by a leader.
+
+    A voter that never logs a step is missing, and a majority is then counted over fewer voters
+    (3 of 5 seen: 2 votes would pass): `--voters` names them all, and the report says which it used.
+    (The events could carry the configured voters, but the quorum's golden test scripts print every
+    field: left for the quorum core's owner.)"""
+    found: set[int] = set()
+    for e, _ in events:
+        kind = e["type"]
+        if e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
+            continue
+        if kind in ("RequestVote", "GrantVote", "BecomeActiveController", "Resign"):
+            found.add(e["replica"])
+        found.update(e.get("votes_granted") or ())
+        if kind == "GrantVote":
+            found.add(e["candidate"])
+        found.update(int(v) for v in (e.get("end_offsets") or {}))
+        if e.get("state") in ("Candidate", "Leader", "Resigned") or e.get("voted_for", NIL) != NIL:
+            found.add(e["replica"])
+    return found
+
+
+def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | None = None) -> KRaftSteps:
+    """The voters' quorum steps, in an order the spec can take them (see the theory of operation)."""
+    voter_set = set(voters) if voters is not None else _voters(events)
+    if not voter_set:
+        raise TraceError("no quorum events of a voter in the trace (spec/KRaft.tla checks the controller quorum)")
+    skipped: dict[str, int] = {}
+    mine: list[tuple[dict[str, Any], str]] = []
+    for e, origin in events:
+        kind = e["type"]
+        if kind in ("Crash", "Restart") and e["replica"] in voter_set:
+            if kind == "Restart" and "restored" not in e:  # the simulator's own Restart
+                before = next((x for x, _ in reversed(mine) if x["replica"] == e["replica"]
+                               and x["type"] not in NOT_QUORUM), None)
+                e = {**e, "restored": _restart_state(e["replica"], before) if before else "Unattached"}
+            mine.append((e, origin))
+        elif kind in MEMBERSHIP | STOPS and e.get("topic") == METADATA_TOPIC and e["replica"] in voter_set:
+            mine.append((e, origin))
+        elif e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
+            what = "other partitions' events" if e.get("topic") not in (None, METADATA_TOPIC) else kind
+            skipped[what] = skipped.get(what, 0) + 1
+        elif e["replica"] not in voter_set:
+            skipped["observers' quorum events"] = skipped.get("observers' quorum events", 0) + 1
+        else:
+            mine.append((e, origin))
+    mine, stopped = _stop_at_unmodelled(mine, skipped)
+    _refuse_unmodelled_appends(mine)
+    mine = _infer_membership_steps(mine)
+    ordered, moved = _linearise(mine)
+    brokers = sorted({e["broker"] for e, _ in mine if e["type"] in MEMBERSHIP})
+    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None, brokers=brokers, stopped=stopped,
+                     skipped=skipped, moved=moved)
+    for e, origin in ordered:
+        step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition",
+                                                          "end_offsets", "restored")}
+        if e["type"] == "AdvanceHighWatermark":
+            offsets = {int(k): v for k, v in (e.get("end_offsets") or {}).items()}
+            step["fetched"] = [[v, offsets.get(v, 0)] for v in out.voters if v != e["replica"]]
+        out.steps.append(step)
+        out.origin.append(origin)
+    if len(out.steps) > MAX_STEPS:
+        raise TraceError(f"{len(out.steps)} quorum steps: more than {MAX_STEPS} for one TLC run "
+                         "(check a shorter run)")
+    return out
+
+
+def _refuse_unmodelled_appends(mine) -> None:
+    """A leader's log grows by its LeaderChange record and one record per membership write
+    (RegisterBroker, FenceBroker, UnfenceBroker); anything else is not in spec/KRaft.tla."""
+    end: dict[int, int] = {}
+    for e, origin in mine:
+        node = e["replica"]
+        if e["type"] in ("Crash", "Restart", "BrokerHeartbeat"):
+            continue
+        expected = end.get(node)
+        if e["type"] in MEMBERSHIP or e["type"] == "BecomeActiveController":
+            end[node] = (expected if expected is not None else 0) + 1
+            if e["type"] in MEMBERSHIP:
+                continue
+            expected = end[node]
+        if (e["type"] not in ("FetchFromLeader", "TruncateToEpochEndOffset") and expected is not None
+                and e["log_end_offset"] > expected and e["state"] in ("Leader", "Resigned")):
+            raise TraceError(
+                f"{origin}: leader {node}'s log grew from {expected} to {e['log_end_offset']} by records other "
+                "than LeaderChange and broker registration/fencing (topic, partition or feature records), "
+                "which spec/KRaft.tla does not model")
+        end[node] = e["log_end_offset"]
+
+
+def _stop_at_unmodelled(mine, skipped):
+    """The events up to the first the spec does not model: a controlled shutdown, or a broker
+    registering again (a new incarnation: the spec registers a broker once)."""
+    registered: set[int] = set()
+    for i, (e, origin) in enumerate(mine):
+        why = ""
+        if e["type"] in STOPS:
+            why = f"{e['type']} of broker {e['broker']} at {origin}"
+        elif e["type"] == "RegisterBroker":
+            if e["broker"] in registered:
+                why = f"RegisterBroker of a new incarnation of broker {e['broker']} at {origin}"
+            registered.add(e["broker"])
+        if why:
+            skipped[f"everything from the {e['type']} on"] = len(mine) - i
+            return mine[:i], why
+    return mine, ""
+
+
+def _infer_membership_steps(mine):
+    """Put the spec's unlogged membership steps where the trace needs them: the broker's session
+    expired before a FenceBroker, the broker fetched the metadata log before an UnfenceBroker."""
+    out = []
+    for e, origin in mine:
+        if e["type"] in ("FenceBroker", "UnfenceBroker"):
+            kind = "ExpireBrokerSession" if e["type"] == "FenceBroker" else "BrokerFetchMetadata"
+            out.append(({"type": kind, "replica": e["replica"], "broker": e["broker"], "time_ms": None},
+                        f"inferred: {kind} of broker {e['broker']} before {origin}"))
+        out.append((e, origin))
+    return out
+
+
+# What an event needs of its peer, in the spec's pre-state: (peer, epoch, states the peer may be in;
+# None: any live state).
+def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
+    kind = e["type"]
+    if kind == "GrantVote":
+        return e["candidate"], e["leader_epoch"], frozenset({"Candidate"})
+    if kind == "BecomeUnattached":
+        return e["source"], e["leader_epoch"], None
+    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset"):
+        return e["leader_id"], e["leader_epoch"], frozenset({"Leader"})
+    return None
+
+
+def _status_after(e: dict[str, Any]) -> tuple[int, str] | None:
+    """(leader_epoch, state) of the node after its event; None = down; Restart keeps the epoch."""
+    if e["type"] == "Crash":
+        return None
+    if e["type"] == "Restart":
+        return (-1, e["restored"])
+    return e["leader_epoch"], e["state"]
+
+
+def _linearise(mine):
+    """Move each late-delivered event (with its core step's other events) back to where its peer still was."""
+    groups: list[list[tuple[dict[str, Any], str]]] = []
+    open_group: dict[int, int] = {}  # node -> index in groups of its current step's group
+    for e, origin in mine:
+        node = e["replica"]
+        g = open_group.get(node)
+        prev = groups[g][-1][0] if g is not None else None
+        # One core step is one group even when another node's events were written between its
+        # events: it happened at once, where its first event is.
+        if g is not None and _same_step(prev, e):
+            groups[g].append((e, origin))
+        else:
+            groups.append([(e, origin)])
+            open_group[node] = len(groups) - 1
+
+    out: list[list[tuple[dict[str, Any], str]]] = []
+    moved = 0
+    for group in groups:
+        node = group[0][0]["replica"]
+        if _ok(out, group, len(out)):
+            out.append(group)
+            continue
+        for j in range(len(out) - 1, max(-1, len(out) - 1 - LOOKBACK), -1):
+            # The node's own groups since j move back with it (its order kept); the other nodes'
+            # groups since j follow, each still finding its peers as it needs them.
+            own = [g for g in out[j:] if g[0][0]["replica"] == node]
+            rest = [g for g in out[j:] if g[0][0]["replica"] != node]
+            candidate = out[:j] + own + [group] + rest
+            moving = range(j, j + len(own) + 1)
+            fine_before = {id(g) for k, g in enumerate(out[j:], j) if _ok(out, g, k)}
+            if all(_ok(candidate, candidate[k], k) for k in moving) and all(
+                    _ok(candidate, g, k) for k, g in enumerate(candidate[j + len(own) + 1:], j + len(own) + 1)
+                    if id(g) in fine_before):
+                late = [[(e, o if o.endswith(LATE) else o + LATE) for e, o in g] for g in own + [group]]
+                out = out[:j] + late + rest
+                moved += 1
+                break
+        else:
+            out.append(group)
+    return [x for group in out for x in group], moved
+
+
+def _same_step(prev: dict[str, Any], e: dict[str, Any]) -> bool:
+    """Whether e was emitted by the same core step as prev (the node's event just before it): same
+    now_ms, and a pair one step emits (a higher epoch learnt, then the vote or the following; a
+    follower's BeginQuorumEpoch, then what the fetch response brought; a single voter's election).
+    Two steps at one now_ms (the simulator's clock) stay apart."""
+    if prev.get("time_ms") is None or prev.get("time_ms") != e.get("time_ms"):
+        return False
+    pair = (prev["type"], e["type"])
+    if pair == ("BecomeUnattached", "GrantVote"):
+        return e["candidate"] == prev["source"]
+    if pair in (("BecomeUnattached", "BeginQuorumEpoch"), ("BeginQuorumEpoch", "FetchFromLeader"),
+                ("BeginQuorumEpoch", "TruncateToEpochEndOffset")):
+        return e["leader_epoch"] == prev["leader_epoch"]
+    return pair == ("RequestVote", "BecomeActiveController")
+
+
+def _status(seq, node: int, k: int) -> tuple[int, str] | None:
+    """(leader_epoch, state) of `node` before position k of seq (None: down)."""
+    for i in range(k - 1, -1, -1):
+        for e, _ in reversed(seq[i]):
+            if e["replica"] == node and e["type"] not in MEMBERSHIP | INFERRED:
+                s = _status_after(e)
+                if s is not None and s[0] == -1:  # restarted: the epoch it had when it died
+                    return _epoch_before(node, seq[:i]), s[1]
+                return s
+    return 0, "Unattached"
+
+
+def _ok(seq, group, k: int) -> bool:
+    """Whether every peer the group's events need is, before position k of seq, as they need it."""
+    for e, _ in group:
+        need = _needs(e)
+        if need is None or need[0] == e["replica"]:
+            continue
+        peer, epoch, states = need
+        s = _status(seq, peer, k)
+        if s is None or s[0] != epoch or (states is not None and s[1] not in states):
+            return False
+    return True
+
+
+def _epoch_before(node: int, prefix) -> int:
+    for g in reversed(prefix):
+        for e, _ in reversed(g):
+            if e["replica"] == node and e["type"] not in NOT_QUORUM:
+                return e["leader_epoch"]
+    return 0
+
+
+# ---------------------------------------------------------------- TLC
+# TODO(after tracebatch lands): run through tlc.check_batch (same TraceLogs protocol) instead of this copy
+# of its process handling, so that KRaft traces are batched too.
+
+_REACHED = re.compile(r'<<"kref-trace-reached", 1, (\d+)>>')
+_ACCEPTED = re.compile(r'<<"kref-trace-accepted", 1(?:, (.*))?>>\s*$', re.MULTILINE)
+_DISTINCT = re.compile(r"([\d,]+) distinct states found")
+
+
+def check(steps: KRaftSteps, *, timeout_s: float = 600.0, heap_mb: int = 512, show_state: bool = False):
+    """One TLC run of spec/TraceKRaft.tla over the steps: a trace_check.tlc.Verdict."""
+    from trace_check import tlc
+
+    java, jar = tlc._find_java(), tlc._find_jar()
+    with tempfile.TemporaryDirectory(prefix="kref-trace-kraft-") as tmp:
+        work = Path(tmp)
+        (work / "tmp").mkdir()
+        (work / "TraceRun.tla").write_text(steps.module_text())
+        (work / "TraceData.tla").write_text(steps.data_module_text())
+        (work / "TraceRun.cfg").write_text(steps.config_text(show_state))
+        cmd = [java, f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               f"-DTLA-Library={tlc.SPEC_DIR}", f"-Djava.io.tmpdir={work / 'tmp'}", "-cp", str(jar), "tlc2.TLC",
+               "-workers", "1", "-deadlock", "-metadir", str(work / "meta"), "-config", "TraceRun.cfg",
+               "TraceRun.tla"]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, preexec_fn=tlc._die_with_parent)
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise tlc.TlcError(f"TLC gave no verdict within {timeout_s:.0f} s ({len(steps.steps)} quorum steps): "
+                               "check a shorter run") from None
+        except BaseException:  # interrupted: TLC must not outlive the check
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        seconds = time.monotonic() - started
+    reached = max([1] + [int(m.group(1)) for m in _REACHED.finditer(output)])
+    accepted = _ACCEPTED.search(output)
+    distinct = _DISTINCT.search(output)
+    states = int(distinct.group(1).replace(",", "")) if distinct else 0
+    complete = "No error has been found" in output or "Model checking completed" in output
+    if proc.returncode != 0 or not (complete or accepted):
+        tail = "\n".join(output.splitlines()[-25:])
+        raise tlc.TlcError(f"TLC ended with exit code {proc.returncode} and no verdict:\n{tail}")
+    n = len(steps.steps)
+    return tlc.Verdict(accepted is not None, n, n + 1 if accepted else reached,
+                       (accepted.group(1) or "") if accepted else "", states, seconds, output)
+
+
+def check_and_explain(steps: KRaftSteps, **kwargs):
+    """check(); for a rejected trace, also the spec state before the first step no behaviour took
+    (from a check of the prefix before it, accepted by construction)."""
+    verdict = check(steps, **kwargs)
+    if verdict.accepted or verdict.reached <= 1:
+        return verdict
+    prefix = dataclasses.replace(steps, steps=steps.steps[:verdict.reached - 1],
+                                 origin=steps.origin[:verdict.reached - 1])
+    before = check(prefix, **{**kwargs, "show_state": True})
+    if before.accepted:
+        verdict.state = before.state
+    return verdict
