@@ -35,7 +35,6 @@ broker_metadata_offset), so the two sides add and subtract one.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from typing import Any
 
@@ -92,9 +91,9 @@ class ControllerDriver:
             leader_imbalance_per_broker_percentage=self.config.leader_imbalance_per_broker_percentage,
         )
 
-    @staticmethod
-    def now_ms() -> int:
-        return time.monotonic_ns() // 1_000_000
+    def now_ms(self) -> int:
+        # The raft node's clock: the controller core's timers and the quorum's run on one clock.
+        return self.raft.now_ms()
 
     # ------------------------------------------------------------ log -> core
 

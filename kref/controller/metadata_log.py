@@ -126,7 +126,7 @@ def parse_leader_change_value(value: bytes) -> int:
 
 class MetadataLog:
     def __init__(self, metadata_log_dir: str, now_ms: int, *, segment_bytes: int = 1 << 30,
-                 segment_ms: int = 604_800_000) -> None:
+                 segment_ms: int = 604_800_000, fs: FileSystem | None = None) -> None:
         self.dir = os.path.join(metadata_log_dir, METADATA_PARTITION_DIR)
         # Retention here is only "below the log start offset": the start moves
         # with snapshots (kref/controller/snapshot.py decides how far). The
@@ -140,7 +140,8 @@ class MetadataLog:
             "segment.ms": str(segment_ms),
         })
         self.log = Log.open(
-            self.dir, config, now_ms, recovery_point=0, log_start_offset=0, had_clean_shutdown=False, high_watermark=0
+            self.dir, config, now_ms, recovery_point=0, log_start_offset=0, had_clean_shutdown=False, high_watermark=0,
+            fs=fs,
         )
 
     @property

@@ -67,7 +67,8 @@ from kref.controller.metadata_log import (
 from kref.controller import snapshot as snap
 from kref.metadata import serde
 from kref.metadata.image import MetadataImage
-from kref.ports.fs import RealFileSystem
+from kref.ports.clock import Clock, SystemClock
+from kref.ports.fs import FileSystem, RealFileSystem
 from kref.protocol.codec import decode_response, encode_request, request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder
@@ -117,7 +118,13 @@ class RaftNode:
         trace_sink: Any = None,
         jitter_seed: int | None = None,
         fetch_backoff_ms: int = 50,
+        clock: Clock | None = None,
+        fs: FileSystem | None = None,
     ) -> None:
+        # The ports: the quorum's timers run on `clock` (monotonic), its files
+        # (metadata log, snapshots, quorum-state) live on `fs`.
+        self.clock: Clock = clock or SystemClock()
+        self.fs: FileSystem = fs or RealFileSystem()
         self.cluster_id = cluster_id
         self.voters = {v.node_id: v for v in (voters or config.controller_quorum_voters)}
         self.node_id = config.node_id
@@ -126,7 +133,7 @@ class RaftNode:
         now = self.now_ms()
         self.metadata_log = MetadataLog(
             metadata_log_dir, now, segment_bytes=config.metadata_log_segment_bytes,
-            segment_ms=config.metadata_log_segment_ms,
+            segment_ms=config.metadata_log_segment_ms, fs=self.fs,
         )
         self.snapshot_policy = snap.SnapshotPolicy(
             max_bytes_between_snapshots=config.metadata_log_max_record_bytes_between_snapshots,
@@ -134,7 +141,7 @@ class RaftNode:
             retention_bytes=config.metadata_max_retention_bytes,
             retention_ms=config.metadata_max_retention_ms,
         )
-        self.snapshots = snap.SnapshotStore(RealFileSystem(), self.metadata_log.dir)
+        self.snapshots = snap.SnapshotStore(self.fs, self.metadata_log.dir)
         self.snapshots.remove_partial()
         loaded = self.snapshots.latest_valid()
         self._load_at_start(loaded)
@@ -148,7 +155,7 @@ class RaftNode:
             max_snapshot_chunk_bytes=config.controller_quorum_fetch_snapshot_max_bytes,
             jitter_seed=random.getrandbits(63) if jitter_seed is None else jitter_seed,
         )
-        state = read_quorum_state(self.metadata_log.dir)
+        state = read_quorum_state(self.metadata_log.dir, self.fs)
         self.core = q.QuorumCore.restore(
             self.quorum_config,
             leader_epoch=state.leader_epoch,
@@ -193,10 +200,9 @@ class RaftNode:
                 send, receive = trio.open_memory_channel(MAX_QUEUED_PER_PEER)
                 self._queues[peer], self._receivers[peer] = send, receive
 
-    @staticmethod
-    def now_ms() -> int:
+    def now_ms(self) -> int:
         # The monotonic clock: the core's timers must not jump with the wall clock.
-        return time.monotonic_ns() // 1_000_000
+        return self.clock.monotonic_ms()
 
     # ------------------------------------------------------------ snapshots
 
@@ -319,6 +325,7 @@ class RaftNode:
                         self.metadata_log.dir,
                         QuorumState(effect.leader_epoch, effect.voted_for, effect.leader_id),
                         list(self.voters),
+                        self.fs,
                     )
                 case q.AppendAsLeader():
                     if effect.control:
