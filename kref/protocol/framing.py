@@ -13,6 +13,12 @@ allocate. Kafka's own NetworkReceive does the same and then closes the
 connection; our server logs the reason and closes only that connection. The
 internal buffer therefore never holds more than one maximum frame plus the
 bytes of one socket read.
+
+A large frame (LARGE_FRAME_BYTES or more: a produce request or a follower's
+fetch answer of a megabyte) is not grown byte by byte in the buffer: the
+reads that carry it are kept as they came and joined once when it is
+complete, so its bytes are copied once in user space instead of twice or
+more (appending to a growing bytearray, then copying the frame out).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import struct
 __all__ = ["FrameDecoder", "FrameError", "InvalidFrameSizeError", "TruncatedFrameError", "encode_frame"]
 
 _SIZE = struct.Struct(">i")
+LARGE_FRAME_BYTES = 64 * 1024
 
 
 class FrameError(Exception):
@@ -48,7 +55,7 @@ class TruncatedFrameError(FrameError):
 class FrameDecoder:
     """Splits a byte stream into Kafka frames; at most one frame is buffered."""
 
-    __slots__ = ("max_frame_bytes", "_buffer", "_expected", "_closed")
+    __slots__ = ("max_frame_bytes", "_buffer", "_expected", "_closed", "_parts", "_parts_bytes")
 
     def __init__(self, max_frame_bytes: int) -> None:
         if max_frame_bytes <= 0:
@@ -58,10 +65,13 @@ class FrameDecoder:
         # Payload size of the frame being assembled, or -1 while reading a prefix.
         self._expected = -1
         self._closed = False
+        # The reads of a large frame being assembled (None otherwise), and their size.
+        self._parts: list[bytes] | None = None
+        self._parts_bytes = 0
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + self._parts_bytes
 
     @property
     def missing_bytes(self) -> int:
@@ -72,12 +82,17 @@ class FrameDecoder:
         It is never more than the frame size bound allows."""
         if self._expected < 0:
             return max(1, 4 - len(self._buffer))
-        return max(1, self._expected - len(self._buffer))
+        return max(1, self._expected - self.buffered_bytes)
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._closed:
             raise FrameError("data fed after end of stream")
-        self._buffer += data
+        if self._parts is not None:
+            part = data if isinstance(data, bytes) else bytes(data)
+            self._parts.append(part)
+            self._parts_bytes += len(part)
+        else:
+            self._buffer += data
 
     def next_frame(self) -> bytes | None:
         """The next complete frame's payload, or None until more bytes arrive."""
@@ -89,7 +104,14 @@ class FrameDecoder:
                 raise InvalidFrameSizeError(size, self.max_frame_bytes)
             del self._buffer[:4]
             self._expected = size
+        if self._parts is not None:
+            return self._large_frame()
         if len(self._buffer) < self._expected:
+            if self._expected >= LARGE_FRAME_BYTES:
+                # Keep the rest of this frame's reads as they come (see the module doc).
+                self._parts = [bytes(self._buffer)] if self._buffer else []
+                self._parts_bytes = len(self._buffer)
+                self._buffer.clear()
             return None
         if len(self._buffer) == self._expected:
             # The common case: the buffer holds exactly this frame. One copy
@@ -103,6 +125,22 @@ class FrameDecoder:
         self._expected = -1
         return frame
 
+    def _large_frame(self) -> bytes | None:
+        parts, expected = self._parts, self._expected
+        if self._parts_bytes < expected:
+            return None
+        # The last read may carry the start of the next frame: split only it.
+        extra = self._parts_bytes - expected
+        if extra:
+            last = parts[-1]
+            parts[-1] = last[: len(last) - extra]
+            self._buffer += memoryview(last)[len(last) - extra:]
+        frame = parts[0] if len(parts) == 1 else b"".join(parts)
+        self._parts = None
+        self._parts_bytes = 0
+        self._expected = -1
+        return frame
+
     def frames(self):
         """Iterate over all frames complete so far."""
         while (frame := self.next_frame()) is not None:
@@ -113,7 +151,7 @@ class FrameDecoder:
         self._closed = True
         if self._buffer or self._expected >= 0:
             raise TruncatedFrameError(
-                f"connection closed inside a frame ({len(self._buffer)} bytes buffered"
+                f"connection closed inside a frame ({self.buffered_bytes} bytes buffered"
                 + (f" of {self._expected}" if self._expected >= 0 else " of a size prefix")
                 + ")"
             )

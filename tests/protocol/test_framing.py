@@ -103,3 +103,43 @@ def test_arbitrary_bytes_only_frames_or_typed_errors(data, chunk):
         d.end_of_stream()
     except FrameError:
         pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 7, 65535, 65536, 70001, 200000]), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(min_value=1, max_value=300000), min_size=1, max_size=12),
+)
+def test_large_frames_any_chunking_same_frames(sizes, cuts):
+    """Frames of LARGE_FRAME_BYTES and more are assembled from the reads as they came
+    (one join); any split of the stream, including reads that end inside the next
+    frame's prefix or body, yields the same frames, and the decoder's count of
+    buffered and missing bytes stays right."""
+    payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    d = FrameDecoder(1 << 20)
+    got: list[bytes] = []
+    position = 0
+    for cut in cuts + [len(stream)]:
+        chunk = stream[position : position + cut]
+        position += len(chunk)
+        if not chunk:
+            break
+        d.feed(memoryview(chunk) if len(got) % 2 else chunk)
+        got.extend(d.frames())
+        assert d.buffered_bytes <= len(stream)
+        assert d.missing_bytes >= 1
+    assert got == payloads
+    assert d.buffered_bytes == 0
+    d.end_of_stream()
+
+
+def test_large_frame_truncated_by_end_of_stream():
+    d = FrameDecoder(1 << 20)
+    d.feed(struct.pack(">i", 100000) + b"x" * 1000)
+    assert d.next_frame() is None
+    d.feed(b"y" * 5000)
+    assert d.next_frame() is None
+    assert d.buffered_bytes == 6000 and d.missing_bytes == 94000
+    with pytest.raises(TruncatedFrameError, match="6000 bytes buffered of 100000"):
+        d.end_of_stream()
