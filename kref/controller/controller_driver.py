@@ -14,6 +14,8 @@ every controller node, next to its RaftNode:
   listener) is stepped through the core; records it writes are proposed to
   the quorum as one batch and the reply waits until the high watermark
   passes the batch (bounded by `REPLY_TIMEOUT_S`, then REQUEST_TIMED_OUT);
+  a reply with nothing to write waits for the offset the core names (its
+  uncommitted state), as Kafka's controller does;
 - a tick fences brokers whose session expired (FenceBroker records);
 - on losing leadership the core is rebuilt from the committed log (its
   optimistic state may hold records the quorum never committed) and every
@@ -161,22 +163,28 @@ class ControllerDriver:
                             replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.NOT_CONTROLLER), None))
                         continue
                     if effect.request_id is not None:
-                        done = trio.Event()
-                        last = effect.base_offset + len(effect.records) - 1
-                        if len(self.pending) >= MAX_PENDING:
-                            replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.THROTTLING_QUOTA_EXCEEDED), None))
-                            continue
-                        entry = [last, effect.reply, done]
-                        self.pending[effect.request_id] = entry
-                        replies.append((effect.request_id, entry, done))
-                        if last < self.raft.core.high_watermark:
-                            self._on_high_watermark(self.raft.core.high_watermark)
+                        replies.append(self._after_commit(
+                            effect.request_id, effect.base_offset + len(effect.records), effect.reply))
                 case c.Reply():
-                    replies.append((effect.request_id, effect.reply, None))
+                    if effect.commit_offset > self.raft.core.high_watermark:
+                        replies.append(self._after_commit(effect.request_id, effect.commit_offset, effect.reply))
+                    else:
+                        replies.append((effect.request_id, effect.reply, None))
                 case c.Emit():
                     if self.trace_sink is not None:
                         self.trace_sink.emit(effect.event)
         return replies
+
+    def _after_commit(self, request_id: int, commit_offset: int, reply: object) -> tuple:
+        """A reply that waits until the high watermark reaches `commit_offset`."""
+        if len(self.pending) >= MAX_PENDING:
+            return request_id, _with_error(reply, ErrorCode.THROTTLING_QUOTA_EXCEEDED), None
+        done = trio.Event()
+        entry = [commit_offset - 1, reply, done]
+        self.pending[request_id] = entry
+        if commit_offset <= self.raft.core.high_watermark:
+            self._on_high_watermark(self.raft.core.high_watermark)
+        return request_id, entry, done
 
     async def request(self, make_event) -> object:
         self.next_request_id += 1
