@@ -461,7 +461,7 @@ class BrokerLifecycle:
         while True:
             for send in self._step(lc.Tick(self.raft.applied_offset)):
                 await self._send(send)
-            wait_s = max(0.0, (self.core.next_due_ms() - self.raft.now_ms()) / 1000)
+            wait_s = min(60.0, max(0.0, (self.core.next_due_ms() - self.raft.now_ms()) / 1000))
             with trio.move_on_after(wait_s):
                 await self._wake.wait()
             self._wake = trio.Event()
