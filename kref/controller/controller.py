@@ -140,9 +140,9 @@ class UnfenceBroker(BrokerEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlledShutdown(BrokerEvent):
-    """A broker asked to shut down and the controller starts moving it off its
-    partitions. Neither spec models controlled shutdown: trace_check checks a
-    trace only up to this event (its leader moves and isr removals follow)."""
+    """A broker asked to shut down: spec/KRaft.tla's ControlledShutdown(l, b). The
+    same batch marks it in controlled shutdown (BrokerRegistrationChangeRecord)
+    and moves it off its partitions (the leader moves and isr removals follow)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
