@@ -213,6 +213,9 @@ class ControllerDriver:
         router.register(ALTER_PARTITION, 2, 2, self._handle_alter_partition)
         router.register(ELECT_LEADERS, 0, 2, self._handle_elect_leaders)
         router.register(ALTER_CONFIGS, 0, 2, self._handle_alter_configs)
+        from kref.broker.handlers import reassignments  # noqa: PLC0415 (the handlers import this module)
+
+        reassignments.register_controller(router, self)
 
     async def _handle_alter_configs(self, ctx: RequestContext, request: Any) -> Any:
         """A topic's whole new override set, forwarded by a broker (which applied the

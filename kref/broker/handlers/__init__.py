@@ -24,6 +24,7 @@ AREAS = (
     "offsets_for_leader_epoch",
     "elect_leaders",
     "describe_topic_partitions",
+    "reassignments",
 )
 
 

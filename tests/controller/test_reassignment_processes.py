@@ -1,0 +1,148 @@
+"""KIP-455 partition reassignment on a real 4-broker KRaft cluster, real clients.
+
+kafka-python's KafkaAdminClient moves an RF=2 partition to the two brokers
+that do not hold it while a confluent-kafka producer writes with acks=all:
+the controller grows the replica set (adding/removing, as
+ListPartitionReassignments shows while it lasts), the new brokers fetch as
+followers and join the isr through AlterPartition, the controller completes
+the move (the old leader is removed, so leadership moves and a new
+leader_epoch starts) and the removed brokers delete their logs. Afterwards
+every acknowledged record is read back from the new leader, and again from
+the other new replica once the first is shut down (controlled shutdown moves
+leadership to it). The errors Kafka answers come back per partition:
+UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS,
+INVALID_REPLICA_ASSIGNMENT.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from kref.controller.local_cluster import bootstrap_servers, brokers_listed
+from tests.controller.test_quorum_processes import running_cluster, wait_until
+
+SETTINGS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "3000",
+}
+TOPIC = "moved"
+PER_PHASE = 40
+
+
+def _partition(admin_md, topic):
+    return next(p for t in admin_md.topics.values() if t.topic == topic for p in t.partitions.values())
+
+
+def _consume_all(servers: str, expected: int, deadline_s: float = 30.0) -> set[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"check-{time.monotonic_ns()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        got: set[bytes] = set()
+        deadline = time.monotonic() + deadline_s
+        while len(got) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.add(message.value())
+        return got
+    finally:
+        consumer.close()
+
+
+def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.admin import NewTopic
+    from kafka.errors import (InvalidReplicationAssignmentError, NoReassignmentInProgressError,
+                              UnknownTopicOrPartitionError)
+
+    with running_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
+        by_id = {s.node_id: s for s in specs}
+        servers = bootstrap_servers(specs)
+        wait_until(lambda: brokers_listed(specs), "every broker listing all four brokers")
+        admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10_000)
+        inspector = AdminClient({"bootstrap.servers": servers})
+        try:
+            admin.create_topics([NewTopic(TOPIC, 1, 2)])
+            before = wait_until(lambda: (p := _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC))
+                                and len(p.isrs) == 2 and p, "the topic's two in-sync replicas")
+            old = sorted(before.replicas)
+            # The new replicas are the two brokers that have none; node 1 (the
+            # controller) is put last so that the preferred new leader can be
+            # shut down below without stopping the controller.
+            target = sorted((b for b in by_id if b not in old), key=lambda b: (b == 1, b))
+            tp = TopicPartition(TOPIC, 0)
+
+            acknowledged: set[bytes] = set()
+
+            def delivered(err, message):
+                if err is None:
+                    acknowledged.add(message.value())
+
+            producer = Producer({"bootstrap.servers": servers, "acks": "all", "linger.ms": 5,
+                                 "message.timeout.ms": 30_000})
+            sent = 0
+
+            def produce(n):
+                nonlocal sent
+                for _ in range(n):
+                    producer.produce(TOPIC, value=f"v-{sent}".encode(), partition=0, on_delivery=delivered)
+                    sent += 1
+                    producer.poll(0)
+
+            produce(PER_PHASE)
+            producer.flush(30)
+
+            # Errors, per partition, as Kafka answers them.
+            errors = admin.alter_partition_reassignments({
+                TopicPartition("no-such-topic", 0): target, tp: None})
+            assert errors[TopicPartition("no-such-topic", 0)] is UnknownTopicOrPartitionError
+            assert errors[tp] is NoReassignmentInProgressError
+            errors = admin.alter_partition_reassignments({tp: [target[0], 99]})
+            assert errors[tp] is InvalidReplicationAssignmentError
+
+            assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+            ongoing = admin.list_partition_reassignments()
+            if ongoing:  # it may already be complete on a quiet box
+                assert ongoing[tp]["adding_replicas"] == target
+                assert ongoing[tp]["removing_replicas"] == list(before.replicas)
+                assert ongoing[tp]["replicas"] == target + list(before.replicas)
+
+            # Writes go on while the new replicas catch up and the move completes.
+            def moved():
+                produce(5)
+                producer.poll(0.1)
+                p = _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC)
+                return (not admin.list_partition_reassignments() and sorted(p.replicas) == sorted(target)
+                        and sorted(p.isrs) == sorted(target) and p.leader in target and p)
+
+            after = wait_until(moved, "the reassignment to complete")
+            assert after.leader == target[0]  # the first target replica in the isr leads
+            produce(PER_PHASE)
+            assert producer.flush(30) == 0
+            assert len(acknowledged) == sent
+
+            # The removed brokers delete their copies; the new ones hold the log.
+            def copies(node_id):
+                return list(by_id[node_id].data_dir.glob(f"{TOPIC}-0"))
+
+            wait_until(lambda: not any(copies(b) for b in old), "the removed brokers to delete their logs")
+            assert all(copies(b) for b in target)
+
+            assert _consume_all(servers, len(acknowledged)) >= acknowledged
+            # The other new replica holds them too: shut the leader down (controlled
+            # shutdown moves leadership within the isr) and read again.
+            processes[target[0]].send_signal(signal.SIGTERM)
+            processes[target[0]].wait(timeout=20)
+            wait_until(lambda: _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).leader == target[1],
+                       "leadership to move to the other new replica")
+            assert _consume_all(servers, len(acknowledged)) >= acknowledged
+        finally:
+            admin.close()
