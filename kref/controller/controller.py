@@ -69,6 +69,15 @@ Decisions, with the spec/KRaft.tla actions they implement:
   with the topic's whole new override set) -> ConfigRecords for what
   changed; turning unclean.leader.election.enable on elects the topic's
   offline partitions in the same batch (UncleanElectLeader).
+- AlterPartitionReassignments (KIP-455, API 45): per partition one
+  PartitionChangeRecord growing the replicas to target + the leaving ones
+  (adding_replicas / removing_replicas), completed by the AlterPartition
+  that takes the last adding replica into the isr (replicas = target, the
+  removed leave the isr, a new leader_epoch, a new leader if the old one
+  left: NEW_LEADER_ELECTED to it); a null target cancels (reverts), a new
+  target replaces; UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS,
+  INVALID_REPLICA_ASSIGNMENT as Kafka answers. ListPartitionReassignments
+  reads the image.
 - Every leader change a batch makes is traced as the spec action that
   justifies it: ElectLeader (the old leader left the isr or there was
   none), ElectPreferredLeader (an isr member took over from a live

@@ -25,6 +25,7 @@ AREAS = (
     "elect_leaders",
     "describe_topic_partitions",
     "reassignments",
+    "replica_log_dirs",
 )
 
 
