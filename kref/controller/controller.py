@@ -68,7 +68,9 @@ Decisions, with the spec/KRaft.tla actions they implement:
 - AlterConfigs / IncrementalAlterConfigs of a topic (forwarded by a broker
   with the topic's whole new override set) -> ConfigRecords for what
   changed; turning unclean.leader.election.enable on elects the topic's
-  offline partitions in the same batch (UncleanElectLeader).
+  offline partitions in the same batch (UncleanElectLeader). A BROKER
+  resource (one broker id, or "" for the cluster-wide default) becomes
+  ConfigRecords of resource type BROKER the same way (KIP-226).
 - AlterPartitionReassignments (KIP-455, API 45): per partition one
   PartitionChangeRecord growing the replicas to target + the leaving ones
   (adding_replicas / removing_replicas), completed by the AlterPartition
@@ -266,6 +268,17 @@ class ElectLeaders:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterBrokerConfigs:
+    """KIP-226 dynamic broker configs of one BROKER resource ("" = the cluster-wide
+    default, else a broker id), forwarded by a broker with the whole new override
+    set (it checked names and values against its broker config definitions)."""
+
+    request_id: int
+    resource_name: str
+    configs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class AlterPartitionReassignments:
     """KIP-455 (API 45): per partition a target replica list, or None to cancel."""
 
@@ -309,7 +322,8 @@ class Replay:
 
 Event = (
     BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
-    | AlterPartition | AllocateProducerIds | ElectLeaders | AlterTopicConfigs | AlterPartitionReassignments
+    | AlterPartition | AllocateProducerIds | ElectLeaders | AlterTopicConfigs | AlterBrokerConfigs
+    | AlterPartitionReassignments
     | ListPartitionReassignments | Tick | BecomeActive | Resign | Replay
 )
 
@@ -496,6 +510,8 @@ class ControllerCore:
                 self._on_elect_leaders(event, now_ms, out)
             case AlterTopicConfigs():
                 self._on_alter_topic_configs(event, now_ms, out)
+            case AlterBrokerConfigs():
+                self._on_alter_broker_configs(event, out)
             case AlterPartitionReassignments():
                 self._on_alter_reassignments(event, now_ms, out)
             case ListPartitionReassignments():
@@ -925,6 +941,23 @@ class ControllerCore:
                     if record is not None:
                         records.append(record)
         self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out, now_ms)
+
+    def _on_alter_broker_configs(self, e: AlterBrokerConfigs, out: list[Effect]) -> None:
+        """ConfigRecords (resource type BROKER) for what changes; every broker applies
+        them from its image, so DescribeConfigs answers the same on every node."""
+        if e.resource_name != "" and not (e.resource_name.isdigit() and int(e.resource_name) >= 0):
+            out.append(Reply(e.request_id, TopicReply(
+                ErrorCode.INVALID_REQUEST, f"broker resource name {e.resource_name!r} is not a broker id or empty")))
+            return
+        key = (r.BROKER_RESOURCE, e.resource_name)
+        current = self.image.configs.get(key, {})
+        new = dict(e.configs)
+        records = [r.ConfigRecord(*key, k, None) for k in sorted(set(current) - set(new))]
+        records += [r.ConfigRecord(*key, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
+        if records:
+            self._write(records, e.request_id, TopicReply(ErrorCode.NONE), out)
+        else:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
 
     def _on_alter_partition(self, e: AlterPartition, out: list[Effect], now_ms: int = 0) -> None:
         def fail(code: int) -> None:

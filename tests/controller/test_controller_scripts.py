@@ -11,7 +11,8 @@ batch (leader_epoch + 1), unfencing once caught up, rack-aware assignment
 spreading leaders, INVALID_REPLICATION_FACTOR, and AlterPartition's
 partition epoch check (stale requests refused), unclean election, ElectLeaders
 (preferred and unclean), controlled shutdown, auto leader rebalance, and
-KIP-455 reassignments (growth, completion through AlterPartition, cancel).
+KIP-455 reassignments (growth, completion through AlterPartition, cancel),
+and dynamic broker configs as BROKER ConfigRecords (KIP-226).
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class Harness:
         if b.command == "configs":
             configs = tuple(tuple(kv.split(":", 1)) for kv in a.get("set", "").split(",") if kv)
             return self._run(c.AlterTopicConfigs(rid, a["name"], configs))
+        if b.command == "broker_configs":
+            configs = tuple(tuple(kv.split(":", 1)) for kv in a.get("set", "").split(",") if kv)
+            return self._run(c.AlterBrokerConfigs(rid, a.get("name", ""), configs))
         if b.command == "alter":
             return self._run(c.AlterPartition(
                 rid, int(a["broker"]), int(a["epoch"]), _uuid(int(a["topic"])), int(a["partition"]),
