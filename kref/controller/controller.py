@@ -1048,8 +1048,8 @@ class ControllerCore:
         change = self._reassignment_change(name, p, None if target is None else tuple(target), p.isr)
         if change is None:
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
-                f"cannot revert the reassignment of {name}: only added replicas are in the isr "
-                "and unclean.leader.election.enable is off"), None
+                f"cannot revert the reassignment of {name}: only added replicas are in the isr and no "
+                "original replica may lead uncleanly (unclean.leader.election.enable off, or none alive)"), None
         return ErrorCode.NONE, None, change.fields
 
     def _invalid_assignment(self, target: tuple[int, ...]) -> str | None:
