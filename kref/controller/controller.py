@@ -284,6 +284,8 @@ class AlterPartitionReassignments:
 
     request_id: int
     reassignments: tuple[tuple[str, int, tuple[int, ...] | None], ...]
+    # KIP-860 (v1): False refuses a target whose length differs from the current replica count
+    allow_replication_factor_change: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -1026,7 +1028,7 @@ class ControllerCore:
                 results.append((name, pid, ErrorCode.INVALID_REQUEST, f"{name}-{pid} named twice in one request"))
                 continue
             seen.add((name, pid))
-            code, message, fields = self._reassign(name, p, target)
+            code, message, fields = self._reassign(name, p, target, e.allow_replication_factor_change)
             results.append((name, pid, code, message))
             if fields:
                 records.append(r.PartitionChangeRecord(pid, topic.topic_id, **fields))
@@ -1036,7 +1038,7 @@ class ControllerCore:
         else:
             out.append(Reply(e.request_id, reply))
 
-    def _reassign(self, name: str, p: Partition, target: tuple[int, ...] | None):
+    def _reassign(self, name: str, p: Partition, target: tuple[int, ...] | None, allow_rf_change: bool = True):
         """One partition of AlterPartitionReassignments: (error_code, message, record fields or None)."""
         reassigning = bool(p.adding_replicas or p.removing_replicas)
         if target is None and not reassigning:
@@ -1045,6 +1047,10 @@ class ControllerCore:
             problem = self._invalid_assignment(tuple(target))
             if problem is not None:
                 return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem, None
+            replication_factor = len(p.replicas) - len(p.adding_replicas)
+            if not allow_rf_change and len(target) != replication_factor:
+                return ErrorCode.INVALID_REPLICATION_FACTOR, (
+                    f"the replication factor of {name} would change from {replication_factor} to {len(target)}"), None
         change = self._reassignment_change(name, p, None if target is None else tuple(target), p.isr)
         if change is None:
             return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (

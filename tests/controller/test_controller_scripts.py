@@ -128,7 +128,7 @@ class Harness:
             for item in a["partitions"].split(";"):
                 tp, target = item.split("=", 1)
                 wanted.append((tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1]), None if target == "cancel" else _ints(target)))
-            return self._run(c.AlterPartitionReassignments(rid, tuple(wanted)))
+            return self._run(c.AlterPartitionReassignments(rid, tuple(wanted), a.get("rf_change") != "false"))
         if b.command == "list_reassignments":
             wanted = None if a["partitions"] == "all" else tuple(
                 (tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1])) for tp in a["partitions"].split(","))

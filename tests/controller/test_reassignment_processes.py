@@ -11,7 +11,8 @@ every acknowledged record is read back from the new leader, and again from
 the other new replica once the first is shut down (controlled shutdown moves
 leadership to it). The errors Kafka answers come back per partition:
 UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS,
-INVALID_REPLICA_ASSIGNMENT. Then kafkajs (its own protocol code) moves the
+INVALID_REPLICA_ASSIGNMENT, and for a raw v1 request that keeps the
+replication factor (KIP-860) INVALID_REPLICATION_FACTOR. Then kafkajs (its own protocol code) moves the
 partition back to its first brokers and lists the reassignment until it is
 done, and the records are read from there once more.
 """
@@ -63,6 +64,21 @@ def _consume_all(servers: str, expected: int, deadline_s: float = 30.0) -> set[b
         return got
     finally:
         consumer.close()
+
+
+def _alter_v1_keep_rf(port: int, replicas: list[int]) -> int:
+    """Raw AlterPartitionReassignments v1 with allow_replication_factor_change=false; the partition's error."""
+    from kref.protocol.client import WireClient
+    from kref.protocol.codec import request_class
+
+    cls = request_class(45, 1)
+    m = sys.modules[cls.__module__]
+    request = cls(allow_replication_factor_change=False, topics=(m.ReassignableTopic(name=TOPIC, partitions=(
+        m.ReassignablePartition(partition_index=0, replicas=tuple(replicas)),)),))
+    with WireClient("127.0.0.1", port, timeout=20) as client:
+        response = client.request(request)
+    assert response.error_code == 0, response
+    return response.responses[0].partitions[0].error_code
 
 
 def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
@@ -117,6 +133,9 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             assert errors[tp] is NoReassignmentInProgressError
             errors = admin.alter_partition_reassignments({tp: [target[0], 99]})
             assert errors[tp] is InvalidReplicationAssignmentError
+
+            # v1 (KIP-860): a target of another length refused when the RF may not change.
+            assert _alter_v1_keep_rf(by_id[target[0]].client_port, old + [target[0]]) == 38  # INVALID_REPLICATION_FACTOR
 
             assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
             ongoing = admin.list_partition_reassignments()

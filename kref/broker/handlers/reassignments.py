@@ -1,4 +1,4 @@
-"""AlterPartitionReassignments (API 45) and ListPartitionReassignments (API 46), KIP-455.
+"""AlterPartitionReassignments (API 45, v0-1) and ListPartitionReassignments (API 46), KIP-455.
 
 Theory of operation
 -------------------
@@ -9,7 +9,9 @@ as on any other (an added broker creates the log and fetches as a follower,
 the leader takes it into the isr through AlterPartition), and the controller
 completes the move in the isr change that takes in the last added replica;
 removed brokers then delete their logs (the replica manager). The list is
-what the controller's image says is in progress.
+what the controller's image says is in progress. v1 (KIP-860) carries
+allow_replication_factor_change: when false, a target whose length differs
+from the partition's replica count is INVALID_REPLICATION_FACTOR.
 
 On a KRaft node the request is forwarded as it came to the active
 controller's CONTROLLER listener (an unreachable controller: NOT_CONTROLLER,
@@ -34,7 +36,7 @@ ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 
 
 def register(router, broker) -> None:
-    router.register(ALTER_PARTITION_REASSIGNMENTS, 0, 0, handle_alter_reassignments)
+    router.register(ALTER_PARTITION_REASSIGNMENTS, 0, 1, handle_alter_reassignments)
     router.register(LIST_PARTITION_REASSIGNMENTS, 0, 0, handle_list_reassignments)
 
 
@@ -43,7 +45,8 @@ def register_controller(router, driver) -> None:
     from kref.controller import controller as c
 
     async def alter(ctx, request):
-        reply = await driver.request(lambda rid: c.AlterPartitionReassignments(rid, _wanted_targets(request)))
+        allow = bool(getattr(request, "allow_replication_factor_change", True))  # v1, KIP-860
+        reply = await driver.request(lambda rid: c.AlterPartitionReassignments(rid, _wanted_targets(request), allow))
         return alter_response(ctx.api_version, reply.error_code, getattr(reply, "results", ()))
 
     async def list_(ctx, request):
@@ -52,7 +55,7 @@ def register_controller(router, driver) -> None:
         reply = await driver.request(lambda rid: c.ListPartitionReassignments(rid, wanted))
         return list_response(ctx.api_version, reply.error_code, getattr(reply, "results", ()))
 
-    router.register(ALTER_PARTITION_REASSIGNMENTS, 0, 0, alter)
+    router.register(ALTER_PARTITION_REASSIGNMENTS, 0, 1, alter)
     router.register(LIST_PARTITION_REASSIGNMENTS, 0, 0, list_)
 
 
