@@ -59,12 +59,16 @@ Decisions, with the spec/KRaft.tla actions they implement:
   a Tick counts, per preferred broker, the partitions it should lead but
   does not; above leader.imbalance.per.broker.percentage of its preferred
   partitions they get preferred elections, in one batch.
-- Controlled shutdown: a heartbeat with want_shut_down moves every
-  leadership off the broker and takes it out of every isr (as fencing
-  does, while it still serves); it is no longer eligible to lead. Once it
-  leads nothing and has applied that batch, the heartbeat answers
-  should_shut_down and the broker is fenced in the same write, so it
-  exits with no partition waiting for a session timeout.
+- Controlled shutdown: a heartbeat with want_shut_down writes a
+  BrokerRegistrationChangeRecord (in_controlled_shutdown, persisted so a
+  new controller knows) and moves every leadership off the broker and
+  takes it out of every isr (as fencing does, while it still serves); it is
+  no longer eligible to lead or join an isr. Once it leads nothing and has
+  applied that batch, the heartbeat answers should_shut_down and the
+  broker is fenced in the same write, so it exits with no partition
+  waiting for a session timeout.
+- Every answer of the active controller waits for the commit of the state
+  it read (`Reply.commit_offset`), not only of the records it wrote.
 - AlterConfigs / IncrementalAlterConfigs of a topic (forwarded by a broker
   with the topic's whole new override set) -> ConfigRecords for what
   changed; turning unclean.leader.election.enable on elects the topic's
@@ -345,10 +349,16 @@ class WriteRecords:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """Answer now (nothing to write: an error, or a heartbeat that changes nothing)."""
+    """Nothing to write (an error, or a heartbeat that changes nothing): answer once
+    the log is committed up to `commit_offset`. The answer read the active
+    controller's state, which may hold records not committed yet (Kafka's
+    controller delays such a read the same way): answered earlier, a failover
+    could lose what the answer told (a should_shut_down whose FenceBrokerRecord
+    the next controller never saw). 0: at once (not the active controller)."""
 
     request_id: int
     reply: object
+    commit_offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,8 +461,10 @@ class ControllerCore:
     next_offset: int = 0
     image: MetadataImage = field(default_factory=MetadataImage)
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)
-    # Brokers in controlled shutdown -> the offset after the batch that moved
-    # their leaderships (volatile, as sessions: a broker asks again after a failover).
+    # Brokers in controlled shutdown -> the offset the broker must have applied
+    # before it may stop (Kafka's controlled-shutdown offset; volatile, as
+    # sessions). That a broker is in controlled shutdown is persisted
+    # (BrokerImage.in_controlled_shutdown), so a new controller knows it too.
     shutting_down: dict[int, int] = field(default_factory=dict)
     next_imbalance_check_ms: int | None = None
 
@@ -520,6 +532,9 @@ class ControllerCore:
                 self._on_list_reassignments(event, out)
             case _:
                 raise TypeError(f"not a controller event: {event!r}")
+        if self.active:
+            # A read of state that may not be committed yet waits for it (see Reply).
+            out = [Reply(e.request_id, e.reply, self.next_offset) if isinstance(e, Reply) else e for e in out]
         return out
 
     # ------------------------------------------------------------ records
@@ -619,7 +634,7 @@ class ControllerCore:
         caught_up = e.current_metadata_offset > broker.broker_epoch
         if e.want_shut_down:
             return self._controlled_shutdown(e, broker, caught_up, now_ms, out)
-        if broker.fenced and caught_up:
+        if broker.fenced and caught_up and not broker.in_controlled_shutdown:
             records: list = [r.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.broker_epoch)]
             records += self._elect_for_unfenced(broker.broker_id)
             self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, True, False), out, now_ms,
@@ -630,22 +645,24 @@ class ControllerCore:
 
     def _controlled_shutdown(self, e: BrokerHeartbeatRequest, broker: Broker, caught_up: bool, now_ms: int,
                              out: list[Effect]) -> None:
-        """want_shut_down: first move every leadership off the broker and take it
-        out of every isr (one batch); once it leads nothing and has applied that
-        batch, fence it and answer should_shut_down (Kafka's SHUTDOWN_NOW)."""
+        """want_shut_down: first mark the broker in controlled shutdown
+        (BrokerRegistrationChangeRecord: no controller lets it lead or join an
+        isr again) and, in the same batch, move every leadership off it and take
+        it out of every isr; once it leads nothing and has applied that batch,
+        fence it and answer should_shut_down (Kafka's SHUTDOWN_NOW)."""
         broker_id = broker.broker_id
         if broker.fenced:
             out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, True, True)))
             return
-        if broker_id not in self.shutting_down:
-            records = self._leave_partitions(broker_id)
+        if not broker.in_controlled_shutdown:
+            records = [r.BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, in_controlled_shutdown=1)]
+            records += self._leave_partitions(broker_id)
             self.shutting_down[broker_id] = self.next_offset + len(records)
-            announce = lambda: self._emit(out, ControlledShutdown, now_ms, broker)  # noqa: E731
-            if records:
-                self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms,
-                            announce)
-                return
-            announce()
+            self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms,
+                        lambda: self._emit(out, ControlledShutdown, now_ms, broker))
+            return
+        # A controller that took over mid-shutdown: the broker must apply what it has.
+        self.shutting_down.setdefault(broker_id, self.next_offset)
         leads = any(p.leader == broker_id for t in self.topics.values() for p in t.partitions.values())
         if leads or e.current_metadata_offset < self.shutting_down[broker_id]:
             out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False)))
@@ -750,7 +767,7 @@ class ControllerCore:
     def _eligible(self, broker_id: int) -> bool:
         """May lead or join an isr: registered, unfenced, not in controlled shutdown."""
         broker = self.brokers.get(broker_id)
-        return broker is not None and not broker.fenced and broker_id not in self.shutting_down
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
 
     def _leave_partitions(self, broker_id: int) -> list:
         """One batch: every partition led by the broker gets a new leader from

@@ -14,18 +14,19 @@ every controller node, next to its RaftNode:
   listener) is stepped through the core; records it writes are proposed to
   the quorum as one batch and the reply waits until the high watermark
   passes the batch (bounded by `REPLY_TIMEOUT_S`, then REQUEST_TIMED_OUT);
+  a reply with nothing to write waits for the offset the core names (its
+  uncommitted state), as Kafka's controller does;
 - a tick fences brokers whose session expired (FenceBroker records);
 - on losing leadership the core is rebuilt from the committed log (its
   optimistic state may hold records the quorum never committed) and every
   waiting request is answered NOT_CONTROLLER.
 
-`BrokerLifecycle` is the broker side (Kafka's BrokerLifecycleManager):
-register with the active controller (found through the quorum: the leader
-id this node's quorum core knows, at its controller.quorum.voters address)
-with a new incarnation id, then heartbeat every
-broker.heartbeat.interval.ms with the metadata offset this node has
-applied; re-register on STALE_BROKER_EPOCH, look for the leader again on
-NOT_CONTROLLER or a connection error.
+`BrokerLifecycle` is the broker side (Kafka's BrokerLifecycleManager): it
+drives kref/controller/lifecycle.py's pure core, which decides what to send
+and when and what each answer means; the driver draws the incarnation id and
+carries the requests to the active controller (found through the quorum: the
+leader id this node's quorum core knows, at its controller.quorum.voters
+address).
 
 The heartbeat's current_metadata_offset is Kafka's inclusive "last offset
 applied"; the core works with the exclusive end (the spec's
@@ -43,6 +44,7 @@ import trio
 from kref.broker.config import BrokerConfig
 from kref.broker.router import RequestContext, Router
 from kref.controller import controller as c
+from kref.controller import lifecycle as lc
 from kref.controller import quorum as q
 from kref.controller.raft_driver import RaftNode, _kio
 from kref.metadata import serde
@@ -60,7 +62,6 @@ ELECT_LEADERS = 43
 ALTER_CONFIGS = 33
 TOPIC_RESOURCE_TYPE = 2
 BROKER_RESOURCE_TYPE = 4
-MAX_SHUTDOWN_RPC_FAILURES = 3
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -162,22 +163,28 @@ class ControllerDriver:
                             replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.NOT_CONTROLLER), None))
                         continue
                     if effect.request_id is not None:
-                        done = trio.Event()
-                        last = effect.base_offset + len(effect.records) - 1
-                        if len(self.pending) >= MAX_PENDING:
-                            replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.THROTTLING_QUOTA_EXCEEDED), None))
-                            continue
-                        entry = [last, effect.reply, done]
-                        self.pending[effect.request_id] = entry
-                        replies.append((effect.request_id, entry, done))
-                        if last < self.raft.core.high_watermark:
-                            self._on_high_watermark(self.raft.core.high_watermark)
+                        replies.append(self._after_commit(
+                            effect.request_id, effect.base_offset + len(effect.records), effect.reply))
                 case c.Reply():
-                    replies.append((effect.request_id, effect.reply, None))
+                    if effect.commit_offset > self.raft.core.high_watermark:
+                        replies.append(self._after_commit(effect.request_id, effect.commit_offset, effect.reply))
+                    else:
+                        replies.append((effect.request_id, effect.reply, None))
                 case c.Emit():
                     if self.trace_sink is not None:
                         self.trace_sink.emit(effect.event)
         return replies
+
+    def _after_commit(self, request_id: int, commit_offset: int, reply: object) -> tuple:
+        """A reply that waits until the high watermark reaches `commit_offset`."""
+        if len(self.pending) >= MAX_PENDING:
+            return request_id, _with_error(reply, ErrorCode.THROTTLING_QUOTA_EXCEEDED), None
+        done = trio.Event()
+        entry = [commit_offset - 1, reply, done]
+        self.pending[request_id] = entry
+        if commit_offset <= self.raft.core.high_watermark:
+            self._on_high_watermark(self.raft.core.high_watermark)
+        return request_id, entry, done
 
     async def request(self, make_event) -> object:
         self.next_request_id += 1
@@ -411,82 +418,99 @@ async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id:
 
 
 class BrokerLifecycle:
+    """The trio driver of kref/controller/lifecycle.py's BrokerLifecycleCore:
+    it draws this process's incarnation id, sends what the core says over
+    controller RPCs and steps the answers (or the failure) back in."""
+
     def __init__(self, raft: RaftNode, config: BrokerConfig, advertised) -> None:
         self.raft = raft
         self.config = config
         self.advertised = advertised
         self.incarnation_id = uuid.uuid4()
-        self.broker_epoch = -1
-        self.fenced = True
-        self.want_shut_down = False
+        self.core = lc.BrokerLifecycleCore(
+            heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
+            session_timeout_ms=config.broker_session_timeout_ms,
+            request_timeout_ms=config.broker_session_timeout_ms,
+            controlled_shutdown_enable=config.controlled_shutdown_enable,
+        )
         self.shut_down = trio.Event()  # set once the controller answered should_shut_down
+        self._shutdown_over = trio.Event()
+        self._wake = trio.Event()
 
-    async def _rpc(self, body: Any) -> Any:
-        timeout_s = self.config.broker_session_timeout_ms / 1000
-        if self.want_shut_down:
-            # A controller that cannot answer within a few heartbeats will not
-            # (the quorum may be stopping too): give up early rather than hang.
-            timeout_s = min(timeout_s, max(1.0, 5 * self.config.broker_heartbeat_interval_ms / 1000))
-        return await controller_rpc(self.raft, body, timeout_s, f"kref-broker-{self.config.node_id}")
+    @property
+    def broker_epoch(self) -> int:
+        return self.core.broker_epoch
+
+    @property
+    def fenced(self) -> bool:
+        return self.core.fenced
+
+    def _step(self, event: lc.Event) -> list:
+        sends = []
+        for effect in self.core.step(event, self.raft.now_ms()):
+            match effect:
+                case lc.SendRegistration() | lc.SendHeartbeat():
+                    sends.append(effect)
+                case lc.Registered():
+                    log.info("broker %d: registered with broker epoch %d", self.config.node_id, effect.broker_epoch)
+                case lc.RegistrationRefused():
+                    log.info("broker %d: registration refused: %s", self.config.node_id,
+                             ErrorCode(effect.error_code).name)
+                case lc.FenceChanged():
+                    log.info("broker %d: %s", self.config.node_id, "fenced" if effect.fenced else "unfenced")
+                case lc.ShutdownDone():
+                    if effect.complete:
+                        self.shut_down.set()
+                    self._shutdown_over.set()
+        return sends
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        interval = self.config.broker_heartbeat_interval_ms / 1000
         while True:
-            try:
-                if self.broker_epoch < 0:
-                    await self._register()
-                else:
-                    await self._heartbeat()
-            except RPC_ERRORS as exc:
-                log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
-            await trio.sleep(interval if self.broker_epoch >= 0 else min(interval, 0.2))
+            for send in self._step(lc.Tick(self.raft.applied_offset)):
+                await self._send(send)
+            wait_s = max(0.0, (self.core.next_due_ms() - self.raft.now_ms()) / 1000)
+            with trio.move_on_after(wait_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _send(self, send) -> None:
+        client_id = f"kref-broker-{self.config.node_id}"
+        if isinstance(send, lc.SendRegistration):
+            cls, m = _kio(BROKER_REGISTRATION, 0, "request")
+            body = cls(
+                broker_id=self.config.node_id, cluster_id=self.raft.cluster_id, incarnation_id=self.incarnation_id,
+                listeners=tuple(m.Listener(name=lst.name, host=lst.host, port=lst.port, security_protocol=0)
+                                for lst in self.advertised),
+                features=(), rack=self.config.broker_rack,
+            )
+        else:
+            cls, _ = _kio(BROKER_HEARTBEAT, 0, "request")
+            body = cls(broker_id=self.config.node_id, broker_epoch=send.broker_epoch,
+                       current_metadata_offset=send.metadata_offset - 1, want_fence=False,
+                       want_shut_down=send.want_shut_down)
+        try:
+            response = await controller_rpc(self.raft, body, send.timeout_ms / 1000, client_id)
+        except RPC_ERRORS as exc:
+            log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
+            self._step(lc.RequestFailed(send.request_id))
+            return
+        if isinstance(send, lc.SendRegistration):
+            self._step(lc.RegistrationAnswered(send.request_id, response.error_code, response.broker_epoch))
+        else:
+            self._step(lc.HeartbeatAnswered(send.request_id, response.error_code, response.is_caught_up,
+                                            response.is_fenced, response.should_shut_down))
 
     async def controlled_shutdown(self) -> bool:
-        """Ask the controller to move this broker's leaderships away (heartbeats
-        with want_shut_down) and wait until it says should_shut_down; False if
-        that did not happen within broker.session.timeout.ms (after which the
-        controller would fence this broker anyway)."""
-        if self.broker_epoch < 0 or not self.config.controlled_shutdown_enable:
-            return False
-        self.want_shut_down = True
-        interval = min(self.config.broker_heartbeat_interval_ms / 1000, 0.2)
-        failures = 0
-        with trio.move_on_after(self.config.broker_session_timeout_ms / 1000):
-            while not self.shut_down.is_set():
-                try:
-                    await self._heartbeat()
-                    failures = 0
-                except RPC_ERRORS as exc:
-                    log.debug("broker %d: controlled shutdown heartbeat failed: %s", self.config.node_id, exc)
-                    failures += 1
-                    if failures >= MAX_SHUTDOWN_RPC_FAILURES:
-                        break  # no controller to move the leaderships: its session timeout will
-                if self.broker_epoch < 0:
-                    return False  # the controller no longer knows this incarnation
-                if not self.shut_down.is_set():
-                    await trio.sleep(interval)
+        """Ask the controller to move this broker's leaderships away (the core's
+        heartbeats with want_shut_down) and wait until it says should_shut_down;
+        False if it did not (see the core: bounded by broker.session.timeout.ms)."""
+        self._step(lc.BeginControlledShutdown())
+        self._wake.set()
+        await self._shutdown_over.wait()
         log.info("broker %d: controlled shutdown %s", self.config.node_id,
                  "complete" if self.shut_down.is_set() else "timed out")
         return self.shut_down.is_set()
-
-    async def _register(self) -> None:
-        cls, m = _kio(BROKER_REGISTRATION, 0, "request")
-        body = cls(
-            broker_id=self.config.node_id,
-            cluster_id=self.raft.cluster_id,
-            incarnation_id=self.incarnation_id,
-            listeners=tuple(m.Listener(name=lst.name, host=lst.host, port=lst.port, security_protocol=0)
-                            for lst in self.advertised),
-            features=(),
-            rack=self.config.broker_rack,
-        )
-        response = await self._rpc(body)
-        if response.error_code == ErrorCode.NONE:
-            self.broker_epoch = response.broker_epoch
-            log.info("broker %d: registered with broker epoch %d", self.config.node_id, self.broker_epoch)
-        else:
-            log.info("broker %d: registration refused: %s", self.config.node_id, ErrorCode(response.error_code).name)
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         """The next producer id block from the active controller (KIP-730), as
@@ -497,28 +521,14 @@ class BrokerLifecycle:
             raise ProducerIdUnavailable("this broker is not registered yet")
         cls, _ = _kio(ALLOCATE_PRODUCER_IDS, 0, "request")
         try:
-            response = await self._rpc(cls(broker_id=self.config.node_id, broker_epoch=self.broker_epoch))
+            response = await controller_rpc(self.raft, cls(broker_id=self.config.node_id, broker_epoch=self.broker_epoch),
+                                            self.config.broker_session_timeout_ms / 1000,
+                                            f"kref-broker-{self.config.node_id}")
         except RPC_ERRORS as exc:
             raise ProducerIdUnavailable(f"controller unreachable: {exc}") from None
         if response.error_code != ErrorCode.NONE:
             raise ProducerIdUnavailable(f"controller answered {ErrorCode(response.error_code).name}")
         return response.producer_id_start, response.producer_id_len
-
-    async def _heartbeat(self) -> None:
-        cls, m = _kio(BROKER_HEARTBEAT, 0, "request")
-        body = cls(
-            broker_id=self.config.node_id, broker_epoch=self.broker_epoch,
-            current_metadata_offset=self.raft.applied_offset - 1, want_fence=False,
-            want_shut_down=self.want_shut_down,
-        )
-        response = await self._rpc(body)
-        if response.error_code == ErrorCode.NONE and response.should_shut_down:
-            self.shut_down.set()
-        if response.error_code == ErrorCode.STALE_BROKER_EPOCH or response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
-            self.broker_epoch = -1
-        elif response.error_code == ErrorCode.NONE and response.is_fenced != self.fenced:
-            self.fenced = response.is_fenced
-            log.info("broker %d: %s", self.config.node_id, "fenced" if self.fenced else "unfenced")
 
 
 def _zero():

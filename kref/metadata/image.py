@@ -74,6 +74,10 @@ class BrokerImage:
     end_points: tuple[r.BrokerEndpoint, ...]
     rack: str | None
     fenced: bool
+    # Persisted (BrokerRegistrationChangeRecord), so every controller knows: a
+    # broker in controlled shutdown may neither lead nor join an isr until it
+    # registers again.
+    in_controlled_shutdown: bool = False
 
 
 @dataclass(slots=True)
@@ -248,6 +252,15 @@ class MetadataImage:
                 if b is not None and b.broker_epoch == record.epoch:
                     self.brokers[record.id] = replace(b, fenced=isinstance(record, r.FenceBrokerRecord))
                     delta.changed_brokers.add(record.id)
+            case r.BrokerRegistrationChangeRecord():
+                b = self.brokers.get(record.broker_id)
+                if b is not None and b.broker_epoch == record.broker_epoch:
+                    if record.fenced:
+                        b = replace(b, fenced=record.fenced > 0)
+                    if record.in_controlled_shutdown:
+                        b = replace(b, in_controlled_shutdown=True)
+                    self.brokers[record.broker_id] = b
+                    delta.changed_brokers.add(record.broker_id)
             case r.FeatureLevelRecord():
                 self.features[record.name] = record.feature_level
                 delta.changed_features.add(record.name)
@@ -321,6 +334,8 @@ class MetadataImage:
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
             out.append(r.RegisterBrokerRecord(b.broker_id, b.incarnation_id, b.broker_epoch, b.end_points, (),
                                               b.rack, b.fenced))
+            if b.in_controlled_shutdown:
+                out.append(r.BrokerRegistrationChangeRecord(b.broker_id, b.broker_epoch, in_controlled_shutdown=1))
         for topic in self.topics.values():
             out.append(r.TopicRecord(topic.name, topic.topic_id))
             for p, part in sorted(topic.partitions.items()):

@@ -37,6 +37,7 @@ __all__ = [
     "UnregisterBrokerRecord",
     "FenceBrokerRecord",
     "UnfenceBrokerRecord",
+    "BrokerRegistrationChangeRecord",
     "TopicRecord",
     "PartitionRecord",
     "PartitionChangeRecord",
@@ -98,6 +99,20 @@ class FenceBrokerRecord:
 class UnfenceBrokerRecord:
     id: int
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord:
+    """A change to one registration (Kafka's apiKey 17, version 1). kref writes it
+    for controlled shutdown: in_controlled_shutdown = 1 makes the broker
+    ineligible to lead or join an isr (KIP-841) on every controller that
+    replays it, so a failover does not forget it. `fenced`: -1 unfenced,
+    0 no change, 1 fenced (kref fences with FenceBrokerRecord)."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: int = 0
+    in_controlled_shutdown: int = 0  # 0: no change, 1: in controlled shutdown
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +181,7 @@ MetadataRecord = (
     | UnregisterBrokerRecord
     | FenceBrokerRecord
     | UnfenceBrokerRecord
+    | BrokerRegistrationChangeRecord
     | TopicRecord
     | PartitionRecord
     | PartitionChangeRecord

@@ -8,7 +8,7 @@ unsigned varint frame version (1), an unsigned varint record type (the
 record's apiKey: RegisterBrokerRecord 0, TopicRecord 2, PartitionRecord 3,
 ConfigRecord 4, PartitionChangeRecord 5, FenceBrokerRecord 7,
 UnfenceBrokerRecord 8, RemoveTopicRecord 9, FeatureLevelRecord 12,
-UnregisterBrokerRecord 1), an
+UnregisterBrokerRecord 1, ProducerIdsRecord 15, BrokerRegistrationChangeRecord 17), an
 unsigned varint record version, then the record in its schema's flexible
 encoding: compact strings and arrays, 16-byte uuids, and a tagged-field
 section at the end (PartitionChangeRecord carries its optional isr,
@@ -84,6 +84,13 @@ SCHEMAS: dict[type, tuple[int, int, tuple]] = {
     )),
     r.FenceBrokerRecord: (7, 0, (("id", "int32", None), ("epoch", "int64", None))),
     r.UnfenceBrokerRecord: (8, 0, (("id", "int32", None), ("epoch", "int64", None))),
+    # Version 1: the first with InControlledShutdown; both changes are tagged (0 = no change).
+    r.BrokerRegistrationChangeRecord: (17, 1, (
+        ("broker_id", "int32", None),
+        ("broker_epoch", "int64", None),
+        ("fenced", "int8", 0),
+        ("in_controlled_shutdown", "int8", 1),
+    )),
     r.RemoveTopicRecord: (9, 0, (("topic_id", "uuid", None),)),
     r.FeatureLevelRecord: (12, 0, (("name", "string", None), ("feature_level", "int16", None))),
     r.ProducerIdsRecord: (15, 0, (
@@ -92,7 +99,7 @@ SCHEMAS: dict[type, tuple[int, int, tuple]] = {
 }
 BY_API_KEY = {api_key: cls for cls, (api_key, _, _) in SCHEMAS.items()}
 # Tagged fields' values when absent (PartitionChangeRecord: "no change").
-TAG_DEFAULTS = {"isr": None, "leader": r.NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None, "adding_replicas": None}
+TAG_DEFAULTS = {"fenced": 0, "in_controlled_shutdown": 0, "isr": None, "leader": r.NO_LEADER_CHANGE, "replicas": None, "removing_replicas": None, "adding_replicas": None}
 
 _FIXED = {"int8": ">b", "int16": ">h", "uint16": ">H", "int32": ">i", "int64": ">q"}
 

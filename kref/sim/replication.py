@@ -52,6 +52,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from kref.controller import controller as cc
+from kref.controller import lifecycle as lc
 from kref.metadata.image import MetadataImage
 from kref.ports.fs import MemoryFileSystem
 from kref.protocol.errors import ErrorCode
@@ -121,7 +122,10 @@ class Broker:
     paused: bool = False
     generation: int = 0  # bumped on crash: timers of an earlier life do nothing
     incarnation: uuid.UUID | None = None
-    broker_epoch: int = -1
+    # The broker's side of membership: kref/controller/lifecycle.py's core, as
+    # the real broker drives it (controller request id -> the core's request id).
+    lifecycle: lc.BrokerLifecycleCore | None = None
+    lifecycle_requests: dict[int, int] = field(default_factory=dict)
     image: MetadataImage = field(default_factory=MetadataImage)
     metadata_offset: int = 0
     core: rc.PartitionReplica | None = None
@@ -134,6 +138,10 @@ class Broker:
     alter_partition_request: int | None = None  # the controller request id of the AlterPartition in flight
     fetch_request: Any = None  # the SendFetch in flight (None: none, or an OffsetsForLeaderEpoch)
     dirty: bool = False
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
 
 
 class ClusterSim:
@@ -213,7 +221,8 @@ class ClusterSim:
     def _reply(self, request_id: int, reply) -> None:
         broker = self.pending.pop(request_id, None)
         if broker is not None:
-            self.world.send(CONTROLLER, broker, self._on_controller_reply, broker, reply, self.brokers[broker].generation)
+            self.world.send(CONTROLLER, broker, self._on_controller_reply, broker, reply, self.brokers[broker].generation,
+                            request_id)
 
     def _to_controller(self, b: Broker, event) -> None:
         self.pending[event.request_id] = b.node_id
@@ -224,7 +233,11 @@ class ClusterSim:
     def _start(self, b: Broker) -> None:
         b.alive, b.paused = True, False
         b.incarnation = uuid.UUID(int=self.world.rng.getrandbits(128))
-        b.broker_epoch, b.metadata_offset, b.image = -1, 0, MetadataImage()
+        b.metadata_offset, b.image = 0, MetadataImage()
+        # A request unanswered by the next heartbeat is given up (the network may lose it).
+        b.lifecycle = lc.BrokerLifecycleCore(self.s.heartbeat_interval_ms, self.s.broker_session_timeout_ms,
+                                             request_timeout_ms=self.s.heartbeat_interval_ms)
+        b.lifecycle_requests = {}
         b.log, b.epochs = self._recover(b), []
         for offset, (epoch, _) in enumerate(b.log):
             if not b.epochs or b.epochs[-1][0] != epoch:
@@ -283,22 +296,30 @@ class ClusterSim:
     # ------------------------------------------------------------ broker timers
 
     def _heartbeat(self, b: Broker) -> None:
-        self.request_ids += 1
-        if b.broker_epoch < 0:
-            self._to_controller(b, cc.BrokerRegistration(self.request_ids, b.node_id, b.incarnation))
-        else:
-            self._to_controller(b, cc.BrokerHeartbeatRequest(self.request_ids, b.node_id, b.broker_epoch, b.metadata_offset))
+        for e in b.lifecycle.step(lc.Tick(b.metadata_offset), self.world.now_ms):
+            if isinstance(e, (lc.SendRegistration, lc.SendHeartbeat)):
+                self.request_ids += 1
+                b.lifecycle_requests[self.request_ids] = e.request_id
+                if isinstance(e, lc.SendRegistration):
+                    self._to_controller(b, cc.BrokerRegistration(self.request_ids, b.node_id, b.incarnation))
+                else:
+                    self._to_controller(b, cc.BrokerHeartbeatRequest(self.request_ids, b.node_id, e.broker_epoch,
+                                                                     e.metadata_offset, e.want_shut_down))
 
-    def _on_controller_reply(self, node: int, reply, generation: int) -> None:
+    def _on_controller_reply(self, node: int, reply, generation: int, request_id: int) -> None:
         b = self.brokers[node]
         if b.generation != generation or not b.alive or b.paused:
             return
-        if isinstance(reply, cc.RegistrationReply):
-            if reply.error_code == ErrorCode.NONE:
-                b.broker_epoch = reply.broker_epoch
-        elif isinstance(reply, cc.HeartbeatReply):
-            if reply.error_code == ErrorCode.STALE_BROKER_EPOCH:
-                b.broker_epoch = -1
+        if isinstance(reply, cc.RegistrationReply | cc.HeartbeatReply):
+            core_request = b.lifecycle_requests.pop(request_id, None)
+            if core_request is None:
+                return  # a duplicate
+            if isinstance(reply, cc.RegistrationReply):
+                b.lifecycle.step(lc.RegistrationAnswered(core_request, reply.error_code, reply.broker_epoch),
+                                 self.world.now_ms)
+            else:
+                b.lifecycle.step(lc.HeartbeatAnswered(core_request, reply.error_code, reply.is_caught_up,
+                                                      reply.is_fenced, reply.should_shut_down), self.world.now_ms)
         elif isinstance(reply, cc.AlterPartitionReply):
             b.alter_partition_request = None
             self._step(b, rc.AlterPartitionResponse(reply.error_code, reply.leader_epoch, frozenset(reply.isr),

@@ -28,6 +28,8 @@ ALL = [
     r.UnregisterBrokerRecord(broker_id=2, broker_epoch=6),
     r.FenceBrokerRecord(id=1, epoch=7),
     r.UnfenceBrokerRecord(id=2, epoch=8),
+    r.BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=8, in_controlled_shutdown=1),
+    r.BrokerRegistrationChangeRecord(broker_id=2, broker_epoch=8, fenced=-1),
     r.TopicRecord(name="t", topic_id=TOPIC_ID),
     r.PartitionRecord(partition_id=0, topic_id=TOPIC_ID, replicas=(1, 2, 3), isr=(1, 2), leader=1,
                       leader_epoch=3, partition_epoch=4),
@@ -70,3 +72,9 @@ def test_fixed_bytes():
 def test_garbled_values_refused(data, message):
     with pytest.raises(serde.MetadataRecordError, match=message):
         serde.decode(data)
+
+
+def test_broker_registration_change_tags():
+    # apiKey 17 version 1; InControlledShutdown is tag 1, absent when 0 (no change)
+    value = serde.encode(r.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=7, in_controlled_shutdown=1))
+    assert value.hex() == "011101" + "00000001" + "0000000000000007" + "01" + "01" + "01" + "01"
