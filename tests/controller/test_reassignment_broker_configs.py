@@ -21,11 +21,13 @@ import sys
 
 import pytest
 
-from kref.controller.local_cluster import bootstrap_servers, brokers_listed
+from kref.controller.local_cluster import bootstrap_servers, wait_ready
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
 from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.controller.test_reassignment_processes import wait_long
 
+STARTUP_S = 120
 SETTINGS = {
     "controller.quorum.election.timeout.ms": "300",
     "controller.quorum.fetch.timeout.ms": "600",
@@ -67,7 +69,9 @@ def test_dynamic_broker_configs_are_the_same_on_every_node(tmp_path):
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        # Start-up alone can take most of a minute on a loaded 2-core box.
+        assert wait_ready(specs, STARTUP_S, alive=lambda: all(x.poll() is None for x in processes.values())), \
+            "every broker listing all three brokers"
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
 
         def alter(name, *entries):
@@ -97,7 +101,7 @@ def test_dynamic_broker_configs_are_the_same_on_every_node(tmp_path):
         processes[3].send_signal(signal.SIGTERM)
         assert processes[3].wait(timeout=30) == 0
         start(by_id[3])
-        wait_until(lambda: dynamic_configs(by_id[3].client_port, 3) == expected(3), "the configs after a restart")
+        wait_long(lambda: dynamic_configs(by_id[3].client_port, 3) == expected(3), "the configs after a restart")
 
         assert alter_default(specs[2].client_port, "log.retention.ms", None) == (0, None)
         for s in specs:

@@ -28,9 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-from kref.controller.local_cluster import bootstrap_servers, brokers_listed
+from kref.controller.local_cluster import bootstrap_servers, wait_ready
 from tests.controller.test_quorum_processes import running_cluster, wait_until
 
+STARTUP_S = 120
 SETTINGS = {
     "controller.quorum.election.timeout.ms": "300",
     "controller.quorum.fetch.timeout.ms": "600",
@@ -42,6 +43,18 @@ TOPIC = "moved"
 JS = Path(__file__).parents[1] / "clients" / "js" / "kafkajs_reassign.js"
 NODE_MODULES = Path(sys.prefix) / "node" / "node_modules"
 PER_PHASE = 40
+
+
+def wait_long(predicate, what, rounds: int = 3):
+    """wait_until for `rounds` times its deadline: steps that need several processes
+    to act in turn (catch-up, a restart) take long on a loaded 2-core box."""
+    for remaining in range(rounds - 1, -1, -1):
+        try:
+            return wait_until(predicate, what)
+        except AssertionError:
+            if not remaining:
+                raise
+    return None
 
 
 def _partition(admin_md, topic):
@@ -92,7 +105,9 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
     with running_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         servers = bootstrap_servers(specs)
-        wait_until(lambda: brokers_listed(specs), "every broker listing all four brokers")
+        # Start-up alone can take most of a minute on a loaded 2-core box.
+        assert wait_ready(specs, STARTUP_S, alive=lambda: all(x.poll() is None for x in processes.values())), \
+            "every broker listing all four brokers"
         admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=10_000)
         inspector = AdminClient({"bootstrap.servers": servers})
         try:
@@ -152,7 +167,7 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
                 return (not admin.list_partition_reassignments() and sorted(p.replicas) == sorted(target)
                         and sorted(p.isrs) == sorted(target) and p.leader in target and p)
 
-            after = wait_until(moved, "the reassignment to complete")
+            after = wait_long(moved, "the reassignment to complete")
             assert after.leader == target[0]  # the first target replica in the isr leads
             produce(PER_PHASE)
             assert producer.flush(30) == 0
@@ -162,7 +177,7 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             def copies(node_id):
                 return list(by_id[node_id].data_dir.glob(f"{TOPIC}-0"))
 
-            wait_until(lambda: not any(copies(b) for b in old), "the removed brokers to delete their logs")
+            wait_long(lambda: not any(copies(b) for b in old), "the removed brokers to delete their logs")
             assert all(copies(b) for b in target)
 
             assert _consume_all(servers, len(acknowledged)) >= acknowledged
@@ -170,7 +185,7 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             # shutdown moves leadership within the isr) and read again.
             processes[target[0]].send_signal(signal.SIGTERM)
             processes[target[0]].wait(timeout=20)
-            wait_until(lambda: _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).leader == target[1],
+            wait_long(lambda: _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).leader == target[1],
                        "leadership to move to the other new replica")
             assert _consume_all(servers, len(acknowledged)) >= acknowledged
 
@@ -188,7 +203,7 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             for entry in seen["first"]:  # empty if it completed before the list
                 assert entry["adding"] == back and entry["replicas"][:2] == back, seen
             assert seen["empty"] == "INVALID_REPLICA_ASSIGNMENT", seen
-            wait_until(lambda: sorted(_partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).replicas) == sorted(back),
+            wait_long(lambda: sorted(_partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).replicas) == sorted(back),
                        "the partition back on its first brokers")
             assert _consume_all(servers, len(acknowledged)) >= acknowledged
         finally:
