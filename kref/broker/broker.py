@@ -462,6 +462,12 @@ class Broker:
             write_atomically(str(self._log_dirs[0] / DYNAMIC_CONFIG_FILE), altered.to_json(), fs=REAL_FILE_SYSTEM)
         except OSError as exc:
             raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot store broker configs: {exc.strerror or exc}") from None
+        self.use_dynamic_configs(altered)
+        log.info("dynamic broker configs of %s now %s", repr(resource_name) if resource_name else "the cluster default", new)
+
+    def use_dynamic_configs(self, altered: DynamicBrokerConfigs) -> None:
+        """Run with these dynamic overrides from now on (stored already: the single
+        broker's file, or the cluster's ConfigRecords)."""
         self.dynamic_configs = altered
         self.config = altered.effective()
         # The log.* defaults under every topic's overrides, without a restart.
@@ -474,7 +480,6 @@ class Broker:
                     log_.config = config
             for hook in self.on_topic_config_changed:
                 hook(self, topic.name)
-        log.info("dynamic broker configs of %s now %s", repr(resource_name) if resource_name else "the cluster default", new)
 
     # --- internals -------------------------------------------------------------
 
@@ -554,6 +559,12 @@ class Broker:
 
         delta = self.metadata.image.apply(records, on_invalid=skip)
         self._topic_views = None
+        if any(rtype == mr.BROKER_RESOURCE for rtype, _ in delta.changed_configs):
+            # KIP-226 in the cluster: the BROKER ConfigRecords are the dynamic configs.
+            try:
+                self.use_dynamic_configs(DynamicBrokerConfigs.from_image(self.static_config, self.metadata.image))
+            except DynamicConfigError as exc:
+                log.warning("node %d: dynamic broker configs not applied: %s", self.node_id, exc)
         if publish:
             self.replica_manager.apply_delta(delta, self.metadata.image, self.now_ms())
         return delta

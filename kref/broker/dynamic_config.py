@@ -21,7 +21,11 @@ INVALID_REQUEST, bad value -> INVALID_CONFIG) and returns a new value, so a
 refused request changes nothing; `effective()` is the BrokerConfig the
 broker then runs with. The single-node broker keeps the overrides in
 `kref-broker-configs.json` beside its topic image (written atomically, read
-at start); in the KRaft cluster they become ConfigRecords.
+at start). In the KRaft cluster the receiving broker checks the new set the
+same way and forwards it to the active controller, which writes
+ConfigRecords (resource type BROKER); every broker rebuilds its overrides
+from its metadata image (`from_image`), so all nodes answer DescribeConfigs
+alike and a restarted node gets them back from the log.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from kref.broker.config import (
     is_broker_property,
     is_dynamic_broker_property,
 )
+from kref.metadata.records import BROKER_RESOURCE
 from kref.protocol.errors import ErrorCode
 
 __all__ = ["CLUSTER_DEFAULT", "DYNAMIC_CONFIG_FILE", "DynamicBrokerConfigs", "DynamicConfigError"]
@@ -109,6 +114,18 @@ class DynamicBrokerConfigs:
         if default_value is not None:
             chain.append((name, default_value, SOURCE_DEFAULT_CONFIG))
         return chain
+
+    @classmethod
+    def from_image(cls, static: BrokerConfig, image) -> DynamicBrokerConfigs:
+        """The overrides a KRaft cluster's metadata image holds (ConfigRecords of
+        resource type BROKER); DynamicConfigError if they do not fit this broker."""
+        overrides = {name: dict(configs) for (rtype, name), configs in image.configs.items() if rtype == BROKER_RESOURCE}
+        result = cls(static, overrides)
+        try:
+            result.effective()
+        except ConfigError as exc:
+            raise DynamicConfigError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        return result
 
     # --- persistence (single-node broker) --------------------------------------
 

@@ -249,15 +249,23 @@ class ClusterView:
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
         """A cluster topic's whole new override set, to the active controller (it
         writes ConfigRecords); (error_code, message) once this broker's image shows it."""
+        return await self._alter_configs(2, name, configs, lambda: self.image.topic_configs(name))
+
+    async def alter_broker_configs(self, resource_name: str, configs: dict[str, str]) -> tuple[int, str | None]:
+        """A BROKER resource's whole new dynamic override set ("" = cluster default),
+        the same way (KIP-226: ConfigRecords every broker applies)."""
+        return await self._alter_configs(4, resource_name, configs,
+                                         lambda: self.image.configs.get((4, resource_name), {}))
+
+    async def _alter_configs(self, resource_type: int, name: str, configs: dict[str, str], shown) -> tuple[int, str | None]:
         cls = request_class(ALTER_CONFIGS, 2)
         m = sys.modules[cls.__module__]
         request = cls(resources=(m.AlterConfigsResource(
-            resource_type=2, resource_name=name,
+            resource_type=resource_type, resource_name=name,
             configs=tuple(m.AlterableConfig(name=k, value=v) for k, v in sorted(configs.items()))),),
             validate_only=False)
         response = await self._forward_then_wait(request, lambda response: all(
-            self.image.topic_configs(r.resource_name) == configs for r in response.responses
-            if r.error_code == ErrorCode.NONE))
+            shown() == configs for r in response.responses if r.error_code == ErrorCode.NONE))
         if response is None:
             return ErrorCode.REQUEST_TIMED_OUT, "the active controller did not answer"
         result = response.responses[0]

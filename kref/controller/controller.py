@@ -72,7 +72,18 @@ Decisions, with the spec/KRaft.tla actions they implement:
 - AlterConfigs / IncrementalAlterConfigs of a topic (forwarded by a broker
   with the topic's whole new override set) -> ConfigRecords for what
   changed; turning unclean.leader.election.enable on elects the topic's
-  offline partitions in the same batch (UncleanElectLeader).
+  offline partitions in the same batch (UncleanElectLeader). A BROKER
+  resource (one broker id, or "" for the cluster-wide default) becomes
+  ConfigRecords of resource type BROKER the same way (KIP-226).
+- AlterPartitionReassignments (KIP-455, API 45): per partition one
+  PartitionChangeRecord growing the replicas to target + the leaving ones
+  (adding_replicas / removing_replicas), completed by the AlterPartition
+  that takes the last adding replica into the isr (replicas = target, the
+  removed leave the isr, a new leader_epoch, a new leader if the old one
+  left: NEW_LEADER_ELECTED to it); a null target cancels (reverts), a new
+  target replaces; UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS,
+  INVALID_REPLICA_ASSIGNMENT as Kafka answers. ListPartitionReassignments
+  reads the image.
 - Every leader change a batch makes is traced as the spec action that
   justifies it: ElectLeader (the old leader left the isr or there was
   none), ElectPreferredLeader (an isr member took over from a live
@@ -261,6 +272,35 @@ class ElectLeaders:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterBrokerConfigs:
+    """KIP-226 dynamic broker configs of one BROKER resource ("" = the cluster-wide
+    default, else a broker id), forwarded by a broker with the whole new override
+    set (it checked names and values against its broker config definitions)."""
+
+    request_id: int
+    resource_name: str
+    configs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReassignments:
+    """KIP-455 (API 45): per partition a target replica list, or None to cancel."""
+
+    request_id: int
+    reassignments: tuple[tuple[str, int, tuple[int, ...] | None], ...]
+    # KIP-860 (v1): False refuses a target whose length differs from the current replica count
+    allow_replication_factor_change: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ListPartitionReassignments:
+    """KIP-455 (API 46); `partitions` None means every partition."""
+
+    request_id: int
+    partitions: tuple[tuple[str, int], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     pass
 
@@ -288,8 +328,9 @@ class Replay:
 
 Event = (
     BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
-    | AlterPartition | AllocateProducerIds | ElectLeaders | AlterTopicConfigs | Tick | BecomeActive | Resign
-    | Replay
+    | AlterPartition | AllocateProducerIds | ElectLeaders | AlterTopicConfigs | AlterBrokerConfigs
+    | AlterPartitionReassignments
+    | ListPartitionReassignments | Tick | BecomeActive | Resign | Replay
 )
 
 
@@ -364,6 +405,20 @@ class ElectLeadersReply:
     error_code: int
     # (topic, partition, error_code, error_message), in request order
     results: tuple[tuple[str, int, int, str | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignmentsReply:
+    error_code: int
+    # (topic, partition, error_code, error_message), in request order
+    results: tuple[tuple[str, int, int, str | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListReassignmentsReply:
+    error_code: int
+    # (topic, partition, replicas, adding_replicas, removing_replicas), ongoing ones only
+    results: tuple[tuple[str, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,13 +517,19 @@ class ControllerCore:
             case DeleteTopic():
                 self._on_delete_topic(event, out)
             case AlterPartition():
-                self._on_alter_partition(event, out)
+                self._on_alter_partition(event, out, now_ms)
             case AllocateProducerIds():
                 self._on_allocate_producer_ids(event, out)
             case ElectLeaders():
                 self._on_elect_leaders(event, now_ms, out)
             case AlterTopicConfigs():
                 self._on_alter_topic_configs(event, now_ms, out)
+            case AlterBrokerConfigs():
+                self._on_alter_broker_configs(event, out)
+            case AlterPartitionReassignments():
+                self._on_alter_reassignments(event, now_ms, out)
+            case ListPartitionReassignments():
+                self._on_list_reassignments(event, out)
             case _:
                 raise TypeError(f"not a controller event: {event!r}")
         if self.active:
@@ -900,7 +961,24 @@ class ControllerCore:
                         records.append(record)
         self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out, now_ms)
 
-    def _on_alter_partition(self, e: AlterPartition, out: list[Effect]) -> None:
+    def _on_alter_broker_configs(self, e: AlterBrokerConfigs, out: list[Effect]) -> None:
+        """ConfigRecords (resource type BROKER) for what changes; every broker applies
+        them from its image, so DescribeConfigs answers the same on every node."""
+        if e.resource_name != "" and not (e.resource_name.isdigit() and int(e.resource_name) >= 0):
+            out.append(Reply(e.request_id, TopicReply(
+                ErrorCode.INVALID_REQUEST, f"broker resource name {e.resource_name!r} is not a broker id or empty")))
+            return
+        key = (r.BROKER_RESOURCE, e.resource_name)
+        current = self.image.configs.get(key, {})
+        new = dict(e.configs)
+        records = [r.ConfigRecord(*key, k, None) for k in sorted(set(current) - set(new))]
+        records += [r.ConfigRecord(*key, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
+        if records:
+            self._write(records, e.request_id, TopicReply(ErrorCode.NONE), out)
+        else:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
+
+    def _on_alter_partition(self, e: AlterPartition, out: list[Effect], now_ms: int = 0) -> None:
         def fail(code: int) -> None:
             out.append(Reply(e.request_id, AlterPartitionReply(code)))
 
@@ -929,10 +1007,140 @@ class ControllerCore:
         if isr == p.isr:
             out.append(Reply(e.request_id, AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, p.isr, p.partition_epoch)))
             return
+        if p.adding_replicas or p.removing_replicas:
+            # KIP-455: the isr change that takes in the last adding replica
+            # completes the reassignment in the same record.
+            target = tuple(b for b in p.replicas if b not in p.removing_replicas)
+            change = self._reassignment_change(name, p, target, isr)
+            if change is not None and change.leader != NO_LEADER_CHANGE:
+                # A new term (the leader left, or replicas were removed): the
+                # leader learns it from the metadata, as Kafka's NEW_LEADER_ELECTED says.
+                record = r.PartitionChangeRecord(e.partition, e.topic_id, **change.fields)
+                return self._write([record], e.request_id, AlterPartitionReply(ErrorCode.NEW_LEADER_ELECTED), out, now_ms)
+            if change is not None:
+                record = r.PartitionChangeRecord(e.partition, e.topic_id, **change.fields)
+                return self._write([record], e.request_id, AlterPartitionReply(
+                    ErrorCode.NONE, p.leader, p.leader_epoch, change.isr, p.partition_epoch + 1), out, now_ms)
         record = r.PartitionChangeRecord(partition_id=e.partition, topic_id=e.topic_id, isr=isr)
         base_epoch = p.partition_epoch
         self._write([record], e.request_id,
                     AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, isr, base_epoch + 1), out)
+
+    # ------------------------------------------------------------ reassignments (KIP-455)
+
+    def _on_alter_reassignments(self, e: AlterPartitionReassignments, now_ms: int, out: list[Effect]) -> None:
+        """Each partition's change is one PartitionChangeRecord: the growth step
+        (replicas = target + the ones leaving, adding/removing set, isr and
+        leader kept), or at once the completion when nothing is to be added."""
+        results = []
+        records = []
+        seen = set()
+        for name, pid, target in e.reassignments:
+            topic = self.topics.get(name)
+            p = topic.partitions.get(pid) if topic is not None else None
+            if p is None:
+                results.append((name, pid, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {name}-{pid}"))
+                continue
+            if (name, pid) in seen:
+                results.append((name, pid, ErrorCode.INVALID_REQUEST, f"{name}-{pid} named twice in one request"))
+                continue
+            seen.add((name, pid))
+            code, message, fields = self._reassign(name, p, target, e.allow_replication_factor_change)
+            results.append((name, pid, code, message))
+            if fields:
+                records.append(r.PartitionChangeRecord(pid, topic.topic_id, **fields))
+        reply = ReassignmentsReply(ErrorCode.NONE, tuple(results))
+        if records:
+            self._write(records, e.request_id, reply, out, now_ms)
+        else:
+            out.append(Reply(e.request_id, reply))
+
+    def _reassign(self, name: str, p: Partition, target: tuple[int, ...] | None, allow_rf_change: bool = True):
+        """One partition of AlterPartitionReassignments: (error_code, message, record fields or None)."""
+        reassigning = bool(p.adding_replicas or p.removing_replicas)
+        if target is None and not reassigning:
+            return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {name} in progress", None
+        if target is not None:
+            problem = self._invalid_assignment(tuple(target))
+            if problem is not None:
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem, None
+            replication_factor = len(p.replicas) - len(p.adding_replicas)
+            if not allow_rf_change and len(target) != replication_factor:
+                return ErrorCode.INVALID_REPLICATION_FACTOR, (
+                    f"the replication factor of {name} would change from {replication_factor} to {len(target)}"), None
+        change = self._reassignment_change(name, p, None if target is None else tuple(target), p.isr)
+        if change is None:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
+                f"cannot revert the reassignment of {name}: only added replicas are in the isr and no "
+                "original replica may lead uncleanly (unclean.leader.election.enable off, or none alive)"), None
+        return ErrorCode.NONE, None, change.fields
+
+    def _invalid_assignment(self, target: tuple[int, ...]) -> str | None:
+        """Kafka's checks of a manual assignment; the reason, or None if it is valid."""
+        if not target:
+            return "the replica list is empty"
+        for b in target:
+            if target.count(b) > 1:
+                return f"broker {b} is named more than once"
+            if b not in self.brokers:
+                return f"broker {b} is not registered"
+        return None
+
+    def _reassignment_change(self, name: str, p: Partition, target: tuple[int, ...] | None,
+                             isr: tuple[int, ...]) -> "_ReassignmentChange | None":
+        """The partition after a new target (None: cancel) given the isr `isr`:
+        a reassignment in progress is first undone (its adding replicas were
+        never part of the assignment), then the target's growth step, then the
+        completion once every adding replica is in the isr. None when a
+        cancellation would leave no isr (only an unclean choice could)."""
+        original = tuple(b for b in p.replicas if b not in p.adding_replicas)
+        if target is None:
+            replicas, adding, removing = original, (), ()
+            isr = tuple(b for b in isr if b in original)
+            if not isr:
+                leader = self._choose_unclean_leader(name, original, isr)
+                if leader == NO_LEADER:
+                    return None
+                isr = (leader,)
+        else:
+            adding = tuple(b for b in target if b not in original)
+            removing = tuple(b for b in original if b not in target)
+            replicas = target + removing
+            isr = tuple(b for b in isr if b in replicas)
+            if all(b in isr for b in adding) and any(b in isr for b in target):
+                replicas, adding, removing = target, (), ()
+                isr = tuple(b for b in isr if b in target)
+        if p.leader in isr:
+            leader = p.leader
+        else:
+            leader = self._choose_leader(replicas, isr)
+        fields: dict = {}
+        if isr != p.isr:
+            fields["isr"] = isr
+        if replicas != p.replicas:
+            fields["replicas"] = replicas
+        if adding != p.adding_replicas:
+            fields["adding_replicas"] = adding
+        if removing != p.removing_replicas:
+            fields["removing_replicas"] = removing
+        # A removed replica must not keep fetching in the old term: a replica
+        # set that loses members starts a new leader_epoch, as Kafka does.
+        shrunk = any(b not in replicas for b in p.replicas)
+        if leader != p.leader or (shrunk and leader != NO_LEADER):
+            fields["leader"] = leader
+        return _ReassignmentChange(fields, isr, fields.get("leader", NO_LEADER_CHANGE))
+
+    def _on_list_reassignments(self, e: ListPartitionReassignments, out: list[Effect]) -> None:
+        """The ongoing reassignments (Kafka leaves out unknown and idle partitions)."""
+        wanted = e.partitions if e.partitions is not None else tuple(
+            (name, pid) for name in sorted(self.topics) for pid in sorted(self.topics[name].partitions))
+        results = []
+        for name, pid in wanted:
+            topic = self.topics.get(name)
+            p = topic.partitions.get(pid) if topic is not None else None
+            if p is not None and (p.adding_replicas or p.removing_replicas):
+                results.append((name, pid, p.replicas, p.adding_replicas, p.removing_replicas))
+        out.append(Reply(e.request_id, ListReassignmentsReply(ErrorCode.NONE, tuple(results))))
 
 
     def _on_allocate_producer_ids(self, e: AllocateProducerIds, out: list[Effect]) -> None:
@@ -953,6 +1161,13 @@ class ControllerCore:
         # Applied at once (see _write): a second request before the commit gets the next block.
         self._write([record], e.request_id,
                     ProducerIdsReply(ErrorCode.NONE, start, record.next_producer_id - start), out)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReassignmentChange:
+    fields: dict  # PartitionChangeRecord fields that change
+    isr: tuple[int, ...]
+    leader: int  # NO_LEADER_CHANGE unless a new term starts
 
 
 def _rack_alternated(brokers: list[Broker]) -> list[Broker]:
@@ -985,4 +1200,8 @@ def _not_controller(event: object) -> object:
             return ProducerIdsReply(ErrorCode.NOT_CONTROLLER)
         case ElectLeaders():
             return ElectLeadersReply(ErrorCode.NOT_CONTROLLER)
+        case AlterPartitionReassignments():
+            return ReassignmentsReply(ErrorCode.NOT_CONTROLLER)
+        case ListPartitionReassignments():
+            return ListReassignmentsReply(ErrorCode.NOT_CONTROLLER)
     return TopicReply(ErrorCode.NOT_CONTROLLER, "not the active controller")

@@ -61,6 +61,7 @@ ALTER_PARTITION = 56
 ELECT_LEADERS = 43
 ALTER_CONFIGS = 33
 TOPIC_RESOURCE_TYPE = 2
+BROKER_RESOURCE_TYPE = 4
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
@@ -220,17 +221,24 @@ class ControllerDriver:
         router.register(ALTER_PARTITION, 2, 2, self._handle_alter_partition)
         router.register(ELECT_LEADERS, 0, 2, self._handle_elect_leaders)
         router.register(ALTER_CONFIGS, 0, 2, self._handle_alter_configs)
+        from kref.broker.handlers import reassignments  # noqa: PLC0415 (the handlers import this module)
+
+        reassignments.register_controller(router, self)
 
     async def _handle_alter_configs(self, ctx: RequestContext, request: Any) -> Any:
-        """A topic's whole new override set, forwarded by a broker (which applied the
-        IncrementalAlterConfigs operations and checked the values): ConfigRecords.
-        Broker resources stay with each broker (its dynamic configs)."""
+        """A topic's or a broker resource's whole new override set, forwarded by a
+        broker (which applied the IncrementalAlterConfigs operations and checked the
+        values): ConfigRecords."""
         response_type = response_class(ALTER_CONFIGS, ctx.api_version)
         result_type = nested(response_type, "AlterConfigsResourceResponse")
         results = []
         for resource in request.resources:
-            if resource.resource_type != TOPIC_RESOURCE_TYPE:
-                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "the controller takes topic configs only")
+            if resource.resource_type == BROKER_RESOURCE_TYPE:
+                configs = tuple((cfg.name, cfg.value) for cfg in resource.configs if cfg.value is not None)
+                reply = c.TopicReply(ErrorCode.NONE) if request.validate_only else await self.request(
+                    lambda rid, n=resource.resource_name, cf=configs: c.AlterBrokerConfigs(rid, n, cf))
+            elif resource.resource_type != TOPIC_RESOURCE_TYPE:
+                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "the controller takes topic and broker configs only")
             elif request.validate_only:
                 reply = c.TopicReply(ErrorCode.NONE) if resource.resource_name in self.core.topics else c.TopicReply(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {resource.resource_name}")

@@ -54,6 +54,9 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # KIP-455: a reassignment in progress (replicas = target + the ones leaving)
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -190,7 +193,7 @@ class MetadataImage:
                 before = topic.partitions.get(record.partition_id)
                 after = PartitionImage(
                     tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch,
-                    record.partition_epoch,
+                    record.partition_epoch, tuple(record.adding_replicas), tuple(record.removing_replicas),
                 )
                 self._set_partition(topic, record.partition_id, before, after, delta)
             case r.PartitionChangeRecord():
@@ -203,6 +206,10 @@ class MetadataImage:
                     after = replace(after, isr=tuple(record.isr))
                 if record.replicas is not None:
                     after = replace(after, replicas=tuple(record.replicas))
+                if record.adding_replicas is not None:
+                    after = replace(after, adding_replicas=tuple(record.adding_replicas))
+                if record.removing_replicas is not None:
+                    after = replace(after, removing_replicas=tuple(record.removing_replicas))
                 if record.leader != r.NO_LEADER_CHANGE:
                     # Kafka: a leader field starts a new term, same broker or not.
                     after = replace(after, leader=record.leader, leader_epoch=before.leader_epoch + 1)
@@ -313,6 +320,7 @@ class MetadataImage:
                 before = mine.partitions.get(record.partition_id) if mine is not None else None
                 if before is not None and before == PartitionImage(
                     tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
+                    tuple(record.adding_replicas), tuple(record.removing_replicas),
                 ):
                     continue  # unchanged: no delta for the replica manager
             out.append(record)
@@ -332,7 +340,8 @@ class MetadataImage:
             out.append(r.TopicRecord(topic.name, topic.topic_id))
             for p, part in sorted(topic.partitions.items()):
                 out.append(r.PartitionRecord(p, topic.topic_id, part.replicas, part.isr, part.leader,
-                                             part.leader_epoch, part.partition_epoch))
+                                             part.leader_epoch, part.partition_epoch,
+                                             part.removing_replicas, part.adding_replicas))
         for (rtype, rname), configs in sorted(self.configs.items()):
             for name, value in sorted(configs.items()):
                 out.append(r.ConfigRecord(rtype, rname, name, value))

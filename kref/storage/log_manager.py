@@ -89,6 +89,9 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self.producer_state_factory = producer_state_factory
         self._logs: dict[tuple[str, int], Log] = {}
+        # AlterReplicaLogDirs for a replica not hosted yet (Kafka's preferred log
+        # dirs): where it is created when it comes; in memory, as in Kafka.
+        self.preferred_log_dirs: dict[tuple[str, int], str] = {}
         # One list shared by every log: listener(topic, partition, log_end_offset)
         # after a truncation (the log cleaner lowers its checkpoint there).
         self.truncation_listeners: list[Callable[[str, int, int], None]] = []
@@ -177,7 +180,7 @@ class LogManager:
             return log
         if not topic or "/" in topic or topic in (".", "..") or partition < 0:
             raise ValueError(f"invalid partition {topic!r}-{partition}")
-        log_dir = self._next_log_dir()
+        log_dir = self.preferred_log_dirs.pop((topic, partition), None) or self._next_log_dir()
         path = os.path.join(log_dir, f"{topic}-{partition}")
         existed = self.fs.exists(path)
         try:

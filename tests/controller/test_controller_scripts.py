@@ -10,7 +10,9 @@ offset, fencing after broker.session.timeout.ms with leaders moved in one
 batch (leader_epoch + 1), unfencing once caught up, rack-aware assignment
 spreading leaders, INVALID_REPLICATION_FACTOR, and AlterPartition's
 partition epoch check (stale requests refused), unclean election, ElectLeaders
-(preferred and unclean), controlled shutdown and auto leader rebalance.
+(preferred and unclean), controlled shutdown, auto leader rebalance, and
+KIP-455 reassignments (growth, completion through AlterPartition, cancel),
+and dynamic broker configs as BROKER ConfigRecords (KIP-226).
 """
 
 from __future__ import annotations
@@ -112,11 +114,25 @@ class Harness:
         if b.command == "configs":
             configs = tuple(tuple(kv.split(":", 1)) for kv in a.get("set", "").split(",") if kv)
             return self._run(c.AlterTopicConfigs(rid, a["name"], configs))
+        if b.command == "broker_configs":
+            configs = tuple(tuple(kv.split(":", 1)) for kv in a.get("set", "").split(",") if kv)
+            return self._run(c.AlterBrokerConfigs(rid, a.get("name", ""), configs))
         if b.command == "alter":
             return self._run(c.AlterPartition(
                 rid, int(a["broker"]), int(a["epoch"]), _uuid(int(a["topic"])), int(a["partition"]),
                 int(a["leader_epoch"]), int(a["partition_epoch"]), _ints(a["isr"]),
             ))
+        if b.command == "reassign":
+            # reassign partitions=t:0=4,5;t:1=cancel
+            wanted = []
+            for item in a["partitions"].split(";"):
+                tp, target = item.split("=", 1)
+                wanted.append((tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1]), None if target == "cancel" else _ints(target)))
+            return self._run(c.AlterPartitionReassignments(rid, tuple(wanted), a.get("rf_change") != "false"))
+        if b.command == "list_reassignments":
+            wanted = None if a["partitions"] == "all" else tuple(
+                (tp.rsplit(":", 1)[0], int(tp.rsplit(":", 1)[1])) for tp in a["partitions"].split(","))
+            return self._run(c.ListPartitionReassignments(rid, wanted))
         if b.command == "status":
             lines = [f"offset={self.core.next_offset} active={self.core.active}"]
             for bid, br in sorted(self.core.brokers.items()):
@@ -126,6 +142,8 @@ class Harness:
                     lines.append(
                         f"{name}-{pid} replicas={_fmt(p.replicas)} isr={_fmt(p.isr)} leader={p.leader} "
                         f"leader_epoch={p.leader_epoch} partition_epoch={p.partition_epoch}"
+                        + (f" adding={_fmt(p.adding_replicas)} removing={_fmt(p.removing_replicas)}"
+                           if p.adding_replicas or p.removing_replicas else "")
                     )
             return "\n".join(lines)
         raise ValueError(f"unknown command {b.command}")

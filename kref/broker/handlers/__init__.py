@@ -24,6 +24,8 @@ AREAS = (
     "offsets_for_leader_epoch",
     "elect_leaders",
     "describe_topic_partitions",
+    "reassignments",
+    "replica_log_dirs",
 )
 
 

@@ -282,6 +282,12 @@ async def handle_incremental_alter_configs(ctx, request):
     )
 
 
+def _raise_unless_none(answer: tuple[int, str | None]) -> None:
+    code, message = answer
+    if code != ErrorCode.NONE:
+        raise BrokerError(code, message or ErrorCode(code).name)
+
+
 async def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_broker_configs):
     """The shared body of both alter APIs; `new_topic_configs(topic, resource)` and
     `new_broker_configs(resource)` compute the new override set or raise BrokerError."""
@@ -307,16 +313,21 @@ async def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_br
                     # that every broker applies (kref/controller/broker_view.py).
                     cleaned = broker.validate_topic_configs(new)
                     if not request.validate_only:
-                        code, message = await view.alter_topic_configs(topic.name, cleaned)
-                        if code != ErrorCode.NONE:
-                            raise BrokerError(code, message or ErrorCode(code).name)
+                        _raise_unless_none(await view.alter_topic_configs(topic.name, cleaned))
                 else:
                     broker.alter_topic_configs(topic.name, new, validate_only=request.validate_only)
             elif resource.resource_type == RESOURCE_BROKER:
                 _check_broker_resource(broker, resource.resource_name)
-                broker.alter_broker_configs(
-                    resource.resource_name, new_broker_configs(resource), validate_only=request.validate_only
-                )
+                new = new_broker_configs(resource)
+                view = getattr(broker, "kraft", None)
+                if view is not None:
+                    # KIP-226 in the cluster: checked here, written by the active
+                    # controller as ConfigRecords, applied by every broker.
+                    broker.alter_broker_configs(resource.resource_name, new, validate_only=True)
+                    if not request.validate_only:
+                        _raise_unless_none(await view.alter_broker_configs(resource.resource_name, new))
+                else:
+                    broker.alter_broker_configs(resource.resource_name, new, validate_only=request.validate_only)
             else:
                 raise BrokerError(
                     ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type} in kref"
