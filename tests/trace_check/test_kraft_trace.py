@@ -135,13 +135,28 @@ def test_a_high_watermark_advanced_without_a_majority_is_rejected(tmp_path):
     assert "'type': 'AdvanceHighWatermark'" in report
 
 
-def test_unmodelled_records_and_too_long_traces_are_refused(tmp_path, monkeypatch):
+def test_a_metadata_record_appended_by_a_non_leader_is_rejected(tmp_path):
+    files = recorded()
+    n3 = files[3]
+    i = find(n3, "BeginQuorumEpoch", leader_epoch=1)
+    # Node 3, a follower, says its log grew by a record of its own (a topic record it wrote).
+    n3[i] = {**n3[i], "log_end_offset": n3[i]["log_end_offset"] + 1, "last_epoch": n3[i]["leader_epoch"]}
+    report = rejected_at(tmp_path, files, 3, i)
+    assert "'type': 'BeginQuorumEpoch'" in report
+
+
+def test_a_leaders_metadata_records_are_appended_and_long_traces_refused(monkeypatch):
     files = recorded()
     n2 = files[2]
     i = find(n2, "AdvanceHighWatermark", leader_epoch=1)
-    n2[i] = {**n2[i], "log_end_offset": n2[i]["log_end_offset"] + 5}  # a controller's RegisterBroker & co.
-    code, report = validate(write(tmp_path, files), spec="kraft")
-    assert code == 2 and "does not model" in report, report
+    grown = {**n2[i], "log_end_offset": n2[i]["log_end_offset"] + 5}  # topic and partition records
+    n2[i] = grown
+    events = [(e, f"node-{n}:{k + 1}") for n in (1, 2, 3) for k, e in enumerate(files[n])]
+    events.sort(key=lambda x: x[0]["mono_ns"])
+    steps = kraft.normalise(events, voters=[1, 2, 3])
+    at = steps.origin.index(f"node-2:{i + 1}")
+    appended = [k for k, o in enumerate(steps.origin) if o.startswith("inferred: AppendMetadata by leader 2")]
+    assert len(appended) == 5 and max(appended) < at, (appended, at)
     monkeypatch.setattr(kraft, "MAX_STEPS", 10)
     with pytest.raises(TraceError, match="more than 10"):
         kraft.normalise(kraft.load([RECORDED / f"node-{n}.ndjson" for n in (1, 2, 3)]))
@@ -201,17 +216,18 @@ MEMBERSHIP = Path(__file__).parent / "testdata" / "kraft-membership"
 
 def test_recorded_broker_membership_is_a_behaviour_of_kraft_tla():
     """Three broker+controller nodes (tests/controller/test_controller_processes.py's registration
-    test): elections and RegisterBroker, BrokerHeartbeat, FenceBroker, UnfenceBroker, checked up to
-    a broker's re-registration (a new incarnation, which the spec does not model)."""
+    test): elections and RegisterBroker, BrokerHeartbeat, FenceBroker, UnfenceBroker, a broker's
+    re-registration (a new incarnation) and controlled shutdowns, checked whole."""
     paths = [MEMBERSHIP / f"node-{n}.ndjson" for n in (1, 2, 3)]
     steps = kraft.normalise(kraft.load(paths), voters=[1, 2, 3])
     kinds = {s["type"] for s in steps.steps}
     assert {"RegisterBroker", "UnfenceBroker", "FenceBroker", "BrokerHeartbeat", "ExpireBrokerSession",
             "BrokerFetchMetadata", "BecomeActiveController"} <= kinds
-    assert "new incarnation" in steps.stopped
+    assert "ControlledShutdown" in kinds and not steps.stopped
+    assert len([s for s in steps.steps if s["type"] == "RegisterBroker" and s["broker"] == 1]) == 2
     code, report = validate(paths, voters=[1, 2, 3], timeout_s=TIMEOUT_S)
     assert code == 0, report
-    assert "checked up to the RegisterBroker of a new incarnation" in report
+    assert "checked up to" not in report
 
 
 def test_a_broker_unfenced_before_it_caught_up_is_rejected(tmp_path):
@@ -227,3 +243,60 @@ def test_a_broker_unfenced_before_it_caught_up_is_rejected(tmp_path):
     assert code == 1, report
     assert f"  event:  {tmp_path / 'node-3.ndjson'}:{i + 2}" in report, report
     assert "broker_metadata_offset |->" in report
+
+
+CLUSTER_SETTINGS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+}
+
+
+def test_a_real_cluster_with_topics_and_a_restarted_broker_is_a_behaviour_of_kraft_tla(tmp_path):
+    """Three combined broker+controller processes: a topic created (TopicRecord, PartitionRecords:
+    AppendMetadata), a node that is not the active controller killed -9 and restarted at once (a new
+    incarnation registers again, within or after the old one's session), then every process stopped
+    with SIGTERM (controlled shutdowns). The three files' quorum and membership steps, checked whole."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kref.controller.local_cluster import bootstrap_servers, brokers_listed
+    from tests.controller.test_controller_processes import current_leader
+
+    with running_cluster(tmp_path, 3, 3, CLUSTER_SETTINGS) as (specs, processes, start):
+        by_id = {s.node_id: s for s in specs}
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
+        admin.create_topics([NewTopic("traced", num_partitions=3, replication_factor=3)])["traced"].result(timeout=30)
+        leader, _ = wait_until(lambda: current_leader(specs), "an active controller")
+        victim = next(s.node_id for s in specs if s.node_id != leader)
+        processes[victim].send_signal(signal.SIGKILL)
+        processes[victim].wait(timeout=10)
+        start(by_id[victim])
+        wait_until(lambda: by_id[victim].log_file.read_text().count("registered and unfenced") >= 2,
+                   "the new incarnation registered and unfenced")
+    paths = [s.dir / "trace.ndjson" for s in specs]
+    steps = kraft.normalise(kraft.load(paths), voters=sorted(by_id))
+    kinds = [s["type"] for s in steps.steps]
+    assert {"AppendMetadata", "Crash", "Restart", "UnfenceBroker"} <= set(kinds)
+    assert len([s for s in steps.steps if s["type"] == "RegisterBroker" and s["broker"] == victim]) >= 2
+    code, report = validate(paths, spec="kraft", voters=sorted(by_id), timeout_s=TIMEOUT_S)
+    print(f"{len(steps.steps)} steps, {kinds.count('AppendMetadata')} AppendMetadata: {report}")
+    assert code == 0, report
+
+
+def test_a_new_incarnation_unfenced_before_it_caught_up_is_rejected(tmp_path):
+    """The broker's metadata offset passed its first registration, not its second: the spec's
+    UnfenceBroker reads the latest registration (the new broker epoch)."""
+    files = {n: read(MEMBERSHIP / f"node-{n}.ndjson") for n in (1, 2, 3)}
+    node, i = next((n, k) for n in (1, 2, 3) for k, e in enumerate(files[n])
+                   if e["type"] == "RegisterBroker" and e["broker"] == 1
+                   and any(x["type"] == "RegisterBroker" and x["broker"] == 1 for n2 in (1, 2, 3)
+                           for x in files[n2] if x["mono_ns"] < e["mono_ns"]))
+    events = files[node]
+    events.insert(i + 1, {**events[i], "type": "UnfenceBroker", "fenced": False, "metadata_offset": events[i]["broker_epoch"],
+                          "time_ms": events[i]["time_ms"] + 1, "mono_ns": events[i]["mono_ns"] + 1})
+    code, report = validate(write(tmp_path, files), voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / f'node-{node}.ndjson'}:{i + 2}" in report, report
