@@ -160,6 +160,22 @@ BrokerNeverUnfenced ==
           /\ log[v][j].type = "UnfenceBroker"
           /\ log[v][i].broker = log[v][j].broker
 
+\* Non-vacuity witness for MCKRaftMetadata (MUST FAIL): no Metadata record
+\* (AppendMetadata) is ever committed.
+MetadataNeverCommitted ==
+    \A i \in 1..Len(committed) : committed[i].entry.type # "Metadata"
+
+\* Non-vacuity witness for MCKRaftBrokers (MUST FAIL): no broker that
+\* registered again (a new incarnation) is unfenced after it.
+NewIncarnationNeverUnfenced ==
+    \A v \in Voters : \A i, j, k \in 1..Len(log[v]) :
+        ~ /\ i < j /\ j < k
+          /\ log[v][i].type = "RegisterBroker"
+          /\ log[v][j].type = "RegisterBroker"
+          /\ log[v][k].type = "UnfenceBroker"
+          /\ log[v][i].broker = log[v][j].broker
+          /\ log[v][j].broker = log[v][k].broker
+
 -----------------------------------------------------------------------------
 (* Symmetry: voters are interchangeable (Init treats them alike, no action *)
 (* or property names one), and so are brokers.  Used by the safety         *)
