@@ -175,13 +175,25 @@ def _restart_state(node: int, e: dict[str, Any]) -> str:
     return "Candidate" if e["voted_for"] == node else "Unattached"
 
 
+def _configured_voters(events) -> set[int] | None:
+    """The configured voters (controller.quorum.voters) as RequestVote and BecomeActiveController
+    carry them; None when no event does (traces written before they did). Events that disagree
+    are refused: one quorum has one voter set (KIP-853's changes are not in the spec)."""
+    sets = {frozenset(e["voters"]) for e, _ in events
+            if e.get("topic") == METADATA_TOPIC and e["type"] in ("RequestVote", "BecomeActiveController")
+            and e.get("voters")}
+    if len(sets) > 1:
+        raise TraceError(f"the events name different voter sets {sorted(map(sorted, sets))}: "
+                         "spec/KRaft.tla has one static voter set")
+    return set(next(iter(sets))) if sets else None
+
+
 def _voters(events) -> set[int]:
-    """The voters as the trace shows them: whoever stood, voted, led, or was counted by a leader.
+    """The voters as the trace shows them, when no event names the configured ones: whoever stood,
+    voted, led, or was counted by a leader.
 
     A voter that never logs a step is missing, and a majority is then counted over fewer voters
-    (3 of 5 seen: 2 votes would pass): `--voters` names them all, and the report says which it used.
-    (The events could carry the configured voters, but the quorum's golden test scripts print every
-    field: left for the quorum core's owner.)"""
+    (3 of 5 seen: 2 votes would pass): `--voters` names them all, and the report says which it used."""
     found: set[int] = set()
     for e, _ in events:
         kind = e["type"]
@@ -200,7 +212,8 @@ def _voters(events) -> set[int]:
 
 def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | None = None) -> KRaftSteps:
     """The voters' quorum steps, in an order the spec can take them (see the theory of operation)."""
-    voter_set = set(voters) if voters is not None else _voters(events)
+    configured = _configured_voters(events) if voters is None else None
+    voter_set = set(voters) if voters is not None else configured or _voters(events)
     if not voter_set:
         raise TraceError("no quorum events of a voter in the trace (spec/KRaft.tla checks the controller quorum)")
     skipped: dict[str, int] = {}
@@ -226,7 +239,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
     mine = _infer_membership_steps(mine)
     ordered, moved = _linearise(mine)
     brokers = sorted({e["broker"] for e, _ in mine if e["type"] in MEMBERSHIP})
-    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None, brokers=brokers,
+    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None and configured is None, brokers=brokers,
                      skipped=skipped, moved=moved)
     for e, origin in ordered:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition",
