@@ -34,10 +34,10 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
 - Metadata records. Topic, partition, config and partition-change records
   are written by the active controller without a quorum event. Where a
   leader's logged log end offset (or a RegisterBroker's broker epoch, the
-  record's offset) shows more records than its logged steps appended, one
-  AppendMetadata step per record is put right after that leader's previous
-  step (the earliest it can have written them, so that a follower's fetch
-  of them finds them). A node that was not a leader at its previous step
+  record's offset), or a follower's fetch from it, shows more records than
+  its logged steps appended, one AppendMetadata step per record is put
+  right after that leader's previous step (the earliest it can have written
+  them, so that a follower's fetch of them finds them). A node that was not a leader at its previous step
   gets none: its event is then rejected at its own line.
 - What the spec does not model is left out and counted: observers' quorum
   events (brokers fetch the metadata log but do not vote) and every other
@@ -287,6 +287,14 @@ def _infer_metadata_appends(mine):
         if (kind not in ("FetchFromLeader", "TruncateToEpochEndOffset") and node in anchor
                 and e["log_end_offset"] > expected):
             append_at(node, e["log_end_offset"] - expected, origin)
+        leader = e.get("leader_id")
+        if (kind == "FetchFromLeader" and leader in anchor and leader != node
+                and e["log_end_offset"] > leo.get(leader, 0)):
+            # The follower holds records its leader logged no step for yet (the leader may log
+            # none again: stopped or killed before its next event): the leader wrote them.
+            count = e["log_end_offset"] - leo[leader]
+            append_at(leader, count, origin)
+            leo[leader] += count
         leo[node] = e["log_end_offset"]
         out.append((e, origin))
         if e["state"] == "Leader":
