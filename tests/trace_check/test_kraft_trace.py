@@ -169,10 +169,12 @@ def test_a_real_quorum_with_a_killed_leader_is_a_behaviour_of_kraft_tla(tmp_path
     """Three controller processes: election, kill -9 of the leader, re-election, restart; then TLC."""
     with running_cluster(tmp_path, 3, 0, TIMEOUTS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        leader, p = wait_for_leader(specs)
-        wait_until(lambda: (q := describe_quorum(by_id[leader].controller_port)) is not None
-                   and all(v.log_end_offset >= q.high_watermark > 0 for v in q.current_voters),
-                   "the voters to replicate the LeaderChange record")
+        def replicated():
+            # Whoever leads now: under load the first leader may resign before its record spreads.
+            leader, p = wait_for_leader(specs)
+            return (leader, p) if all(v.log_end_offset >= p.high_watermark > 0 for v in p.current_voters) else None
+
+        leader, p = wait_until(replicated, "the voters to replicate a leader's LeaderChange record")
         processes[leader].send_signal(signal.SIGKILL)
         processes[leader].wait(timeout=10)
         second, p2 = wait_for_leader(specs, exclude={leader}, above_epoch=p.leader_epoch)
