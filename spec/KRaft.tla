@@ -20,7 +20,11 @@
 (*    majority once that offset lies in its own epoch (AdvanceHighWatermark);*)
 (*  - the active controller appends RegisterBroker, FenceBroker and        *)
 (*    UnfenceBroker records to the metadata log; brokers read the log only *)
-(*    up to the high watermark (BrokerFetchMetadata).                      *)
+(*    up to the high watermark (BrokerFetchMetadata);                      *)
+(*  - every other record the controller writes (topic, partition, config,  *)
+(*    partition-change and feature records) is one abstract "Metadata"     *)
+(*    entry that only the active controller appends (AppendMetadata): to   *)
+(*    the quorum it is an entry of the leader's epoch like any other.      *)
 (*                                                                         *)
 (* Every RPC is one atomic step between two live, unpaused nodes: the      *)
 (* request carries the sender's epoch and log position as they are in the  *)
@@ -64,9 +68,12 @@ Resigned   == "Resigned"
 States     == {Unattached, Candidate, Leader, Follower, Resigned}
 
 \* Record types in the metadata log.  LeaderChange is the control record a
-\* new leader writes at the start of its epoch (KIP-595); the others are the
-\* broker-membership records of KIP-631.
-RecordTypes == {"LeaderChange", "RegisterBroker", "FenceBroker", "UnfenceBroker"}
+\* new leader writes at the start of its epoch (KIP-595); RegisterBroker,
+\* FenceBroker and UnfenceBroker are the broker-membership records of
+\* KIP-631; Metadata stands for every other record the controller writes
+\* (TopicRecord, PartitionRecord, PartitionChangeRecord, ConfigRecord,
+\* FeatureLevelRecord, ...), whose contents the quorum never reads.
+RecordTypes == {"LeaderChange", "RegisterBroker", "FenceBroker", "UnfenceBroker", "Metadata"}
 
 Entry == [epoch : Nat \ {0}, type : RecordTypes, broker : Brokers \cup {Nil}]
 
@@ -153,8 +160,12 @@ LastBrokerRecord(v, b) ==
 IsRegistered(v, b) == BrokerRecords(v, b) # {}
 IsFenced(v, b) ==
     IsRegistered(v, b) /\ log[v][LastBrokerRecord(v, b)].type # "UnfenceBroker"
-RegistrationOffset(v, b) ==    \* 0-based offset of the broker's RegisterBroker record
-    (CHOOSE i \in BrokerRecords(v, b) : log[v][i].type = "RegisterBroker") - 1
+\* 0-based offset of the broker's latest RegisterBroker record (its broker
+\* epoch: a broker that registers again as a new incarnation gets a new one).
+RegistrationOffset(v, b) ==
+    (CHOOSE i \in BrokerRecords(v, b) :
+        /\ log[v][i].type = "RegisterBroker"
+        /\ \A j \in BrokerRecords(v, b) : log[v][j].type = "RegisterBroker" => j <= i) - 1
 
 \* The leader's append, shared by the controller writes.  A leader that
 \* appends after a leader of a higher epoch has been elected is a zombie;
@@ -367,15 +378,35 @@ AdvanceHighWatermark(l) ==
     /\ UNCHANGED env_vars
     /\ UNCHANGED <<elections, deposed_writes, crash_count, pause_count>>
 
+\* The active controller l appends any other metadata record (a topic
+\* created, a partition's leader or isr changed, a config set): one
+\* Metadata entry of its epoch.  Only a leader appends, through the same
+\* AppendAsLeader as every controller write, so a zombie's write is fenced
+\* like any other (NoZombieWrite).
+AppendMetadata(l) ==
+    /\ Live(l)
+    /\ state[l] = Leader
+    /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "Metadata", broker |-> Nil])
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
+                   end_offsets, votes_granted>>
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
+                   crash_count, pause_count>>
+
 -----------------------------------------------------------------------------
 (* Broker membership (KIP-631) *)
 
 \* BrokerRegistration: broker b registers with the active controller l,
-\* which appends a RegisterBroker record; a new broker starts fenced.
+\* which appends a RegisterBroker record; a new broker starts fenced.  A
+\* registered broker registers again when its process restarted (a new
+\* incarnation, which gets a new broker epoch and starts fenced again) once
+\* the old incarnation's session at l is over; until then the controller
+\* refuses it (DUPLICATE_BROKER_REGISTRATION: no step).  The old
+\* incarnation's heartbeats are refused once the new one registered
+\* (STALE_BROKER_EPOCH: no step either).
 RegisterBroker(l, b) ==
     /\ Live(l)
     /\ state[l] = Leader
-    /\ ~IsRegistered(l, b)
+    /\ ~IsRegistered(l, b) \/ b \notin broker_sessions[l]
     /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "RegisterBroker", broker |-> b])
     /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \cup {b}]
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
@@ -433,6 +464,16 @@ UnfenceBroker(l, b) ==
                    end_offsets, votes_granted>>
     /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
                    crash_count, pause_count>>
+
+\* Controlled shutdown (KIP-631): b heartbeats with want_shut_down; l moves
+\* b's leaderships away and takes it out of every isr (Metadata records,
+\* AppendMetadata), and once b has caught up answers should_shut_down and
+\* fences it (FenceBroker).  To the quorum it is b's session ending on b's
+\* own request rather than by a timeout: the same step as
+\* ExpireBrokerSession, taken only while b is registered and unfenced.
+ControlledShutdown(l, b) ==
+    /\ IsRegistered(l, b) /\ ~IsFenced(l, b)
+    /\ ExpireBrokerSession(l, b)
 
 \* Broker b fetches the metadata log from l (a node that believes it is the
 \* leader) and applies it up to l's high watermark, never beyond.
@@ -538,8 +579,9 @@ Resume(v) ==
    Protocol and recovery actions are never bounded. *)
 
 ControllerWrite(l) ==
-    \E b \in Brokers : \/ RegisterBroker(l, b) \/ FenceBroker(l, b) \/ UnfenceBroker(l, b)
-                      \/ ExpireBrokerSession(l, b)
+    \/ AppendMetadata(l)
+    \/ \E b \in Brokers : \/ RegisterBroker(l, b) \/ FenceBroker(l, b) \/ UnfenceBroker(l, b)
+                         \/ ExpireBrokerSession(l, b) \/ ControlledShutdown(l, b)
 
 ProtocolNext ==
     \/ \E v, c \in Voters : GrantVote(v, c) \/ BecomeUnattached(v, c)

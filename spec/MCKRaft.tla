@@ -2,8 +2,8 @@
 (***************************************************************************)
 (* Model-checking wrapper for KRaft.tla: the bounds that make the state    *)
 (* space finite.  Only disruptive actions are bounded (elections by        *)
-(* MaxEpoch, controller writes by MaxBrokerRecords, crashes and pauses by  *)
-(* a count); protocol and recovery actions (votes, fetches, truncation,    *)
+(* MaxEpoch, controller writes by MaxBrokerRecords and MaxMetadataRecords, *)
+(* crashes and pauses by a count); protocol and recovery actions (votes, fetches, truncation,    *)
 (* high watermark, restart, resume) are never bounded, so a bound can hide *)
 (* a fault scenario but never make a recovery look impossible.             *)
 (*                                                                         *)
@@ -16,6 +16,7 @@ EXTENDS KRaft, TLC
 CONSTANTS
     MaxEpoch,          \* no election timer fires in epoch MaxEpoch
     MaxBrokerRecords,  \* broker records (Register/Fence/Unfence) per log
+    MaxMetadataRecords, \* other controller records (AppendMetadata) per log
     MaxCrashes,        \* crashes of voters over a whole behaviour
     MaxPauses          \* pauses of voters over a whole behaviour
 
@@ -25,11 +26,14 @@ CONSTANTS
 \* other actions only copy an existing epoch), a controller write, a crash
 \* or a pause.  LeaderChange records are bounded by MaxEpoch, not here.
 BrokerRecordCount(v) ==
-    Cardinality({i \in 1..Len(log[v]) : log[v][i].type # "LeaderChange"})
+    Cardinality({i \in 1..Len(log[v]) : log[v][i].type \notin {"LeaderChange", "Metadata"}})
+MetadataRecordCount(v) ==
+    Cardinality({i \in 1..Len(log[v]) : log[v][i].type = "Metadata"})
 
 MCBounds ==
     /\ \A v \in Voters : leader_epoch[v] <= MaxEpoch
     /\ \A v \in Voters : BrokerRecordCount(v) <= MaxBrokerRecords
+    /\ \A v \in Voters : MetadataRecordCount(v) <= MaxMetadataRecords
     /\ crash_count <= MaxCrashes
     /\ pause_count <= MaxPauses
 
@@ -155,6 +159,22 @@ BrokerNeverUnfenced ==
           /\ log[v][i].type = "FenceBroker"
           /\ log[v][j].type = "UnfenceBroker"
           /\ log[v][i].broker = log[v][j].broker
+
+\* Non-vacuity witness for MCKRaftMetadata (MUST FAIL): no Metadata record
+\* (AppendMetadata) is ever committed.
+MetadataNeverCommitted ==
+    \A i \in 1..Len(committed) : committed[i].entry.type # "Metadata"
+
+\* Non-vacuity witness for MCKRaftBrokers (MUST FAIL): no broker that
+\* registered again (a new incarnation) is unfenced after it.
+NewIncarnationNeverUnfenced ==
+    \A v \in Voters : \A i, j, k \in 1..Len(log[v]) :
+        ~ /\ i < j /\ j < k
+          /\ log[v][i].type = "RegisterBroker"
+          /\ log[v][j].type = "RegisterBroker"
+          /\ log[v][k].type = "UnfenceBroker"
+          /\ log[v][i].broker = log[v][j].broker
+          /\ log[v][j].broker = log[v][k].broker
 
 -----------------------------------------------------------------------------
 (* Symmetry: voters are interchangeable (Init treats them alike, no action *)

@@ -20,10 +20,15 @@
 (* other voters.                                                           *)
 (*                                                                         *)
 (* The controller's membership writes (RegisterBroker, FenceBroker,        *)
-(* UnfenceBroker) and heartbeats are the actions of those names; the       *)
-(* session expiry before a FenceBroker and the broker's metadata fetch    *)
-(* before an UnfenceBroker are not logged, and trace_check puts them in   *)
-(* (ExpireBrokerSession, BrokerFetchMetadata, each possibly a no-op).      *)
+(* UnfenceBroker), heartbeats and ControlledShutdown are the actions of    *)
+(* those names; the session expiry before a FenceBroker and the broker's  *)
+(* metadata fetch before an UnfenceBroker are not logged, and trace_check *)
+(* puts them in (ExpireBrokerSession, BrokerFetchMetadata, each possibly a *)
+(* no-op).  A RegisterBroker lands at the offset it logged (its broker     *)
+(* epoch).  The controller's other records (topics, partitions, configs)   *)
+(* are logged by nobody: trace_check puts one AppendMetadata step per      *)
+(* record where the leader's logged log end offset grew by them, right     *)
+(* after that leader's previous step.                                      *)
 (*                                                                         *)
 (* What a trace does not show stays free and TLC searches for it: a        *)
 (* follower's Fetch whose response carried no records is logged by nobody  *)
@@ -120,7 +125,10 @@ TResign == Resign(Ev.replica) /\ AsLogged(Ev.replica)
 \* Broker membership: the controller (replica) that logged the write, in
 \* the quorum epoch it logged, performs the spec's write for the broker.
 AtEpoch == leader_epoch[Ev.replica] = Ev.leader_epoch
-TRegisterBroker == AtEpoch /\ RegisterBroker(Ev.replica, Ev.broker)
+TRegisterBroker ==
+    /\ AtEpoch
+    /\ LogEndOffset(Ev.replica) = Ev.broker_epoch  \* kref's broker epoch: the record's offset
+    /\ RegisterBroker(Ev.replica, Ev.broker)
 TFenceBroker == AtEpoch /\ FenceBroker(Ev.replica, Ev.broker)
 TUnfenceBroker == AtEpoch /\ UnfenceBroker(Ev.replica, Ev.broker)
 \* kref logs every heartbeat; the spec's BrokerHeartbeat is the one that
@@ -132,6 +140,10 @@ TBrokerHeartbeat ==
     /\ \/ BrokerHeartbeat(b, l)
        \/ /\ Live(l) /\ state[l] = Leader /\ b \in broker_sessions[l]
           /\ UNCHANGED vars
+\* The broker asked to shut down: its session ends on its own request.
+TControlledShutdown == AtEpoch /\ ControlledShutdown(Ev.replica, Ev.broker)
+\* Inferred by trace_check: one record the leader wrote that no event names.
+TAppendMetadata == AppendMetadata(Ev.replica)
 \* Inferred by trace_check before a FenceBroker: the session ran out (if it
 \* had not already, e.g. when the leader resumed from a pause).
 TExpireBrokerSession ==
@@ -164,6 +176,8 @@ TraceStep ==
          [] Ev.type = "FenceBroker"              -> TFenceBroker
          [] Ev.type = "UnfenceBroker"            -> TUnfenceBroker
          [] Ev.type = "BrokerHeartbeat"          -> TBrokerHeartbeat
+         [] Ev.type = "ControlledShutdown"       -> TControlledShutdown
+         [] Ev.type = "AppendMetadata"           -> TAppendMetadata
          [] Ev.type = "ExpireBrokerSession"      -> TExpireBrokerSession
          [] Ev.type = "BrokerFetchMetadata"      -> TBrokerFetchMetadata
          [] Ev.type = "Crash"                    -> TCrash

@@ -24,20 +24,24 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   node's same core step, back to the latest point where the peer still was,
   provided no event of its own node lies in between. Otherwise it stays
   where it is, and TLC rejects it.
-- Broker membership. The controller's RegisterBroker, FenceBroker,
-  UnfenceBroker and BrokerHeartbeat events are the spec's actions of those
-  names; what they rest on is not logged, so the converter puts an
+- Broker membership. The controller's RegisterBroker (a broker's first
+  registration or a new incarnation's), FenceBroker, UnfenceBroker,
+  BrokerHeartbeat and ControlledShutdown events are the spec's actions of
+  those names; what they rest on is not logged, so the converter puts an
   ExpireBrokerSession before each FenceBroker and a BrokerFetchMetadata
   before each UnfenceBroker (each may also change nothing, see
-  spec/TraceKRaft.tla). The check stops before what the spec does not
-  model (a ControlledShutdown, a broker registering again as a new
-  incarnation) and says so.
+  spec/TraceKRaft.tla).
+- Metadata records. Topic, partition, config and partition-change records
+  are written by the active controller without a quorum event. Where a
+  leader's logged log end offset (or a RegisterBroker's broker epoch, the
+  record's offset), or a follower's fetch from it, shows more records than
+  its logged steps appended, one AppendMetadata step per record is put
+  right after that leader's previous step (the earliest it can have written
+  them, so that a follower's fetch of them finds them). A node that was not a leader at its previous step
+  gets none: its event is then rejected at its own line.
 - What the spec does not model is left out and counted: observers' quorum
   events (brokers fetch the metadata log but do not vote) and every other
-  partition's. A leader whose log grows by records other than LeaderChange
-  and the membership records (topic, partition, feature records, which
-  spec/KRaft.tla has no entry type for) makes the trace refused with that
-  reason.
+  partition's.
 """
 
 from __future__ import annotations
@@ -50,14 +54,14 @@ from trace_check.replication import TraceError, _read_runs, load_events
 
 # The broker-membership events of the controller (kref/controller/controller.py), spec/KRaft.tla's
 # actions of the same names; `replica` is the controller, `broker` the broker.
-MEMBERSHIP = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker", "BrokerHeartbeat"})
-# Steps the converter puts before a membership event (origin "inferred: ..."): a session that ran
-# out (before a FenceBroker) and the broker's metadata fetch (before an UnfenceBroker) are not logged.
-INFERRED = frozenset({"ExpireBrokerSession", "BrokerFetchMetadata"})
+MEMBERSHIP = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker", "BrokerHeartbeat", "ControlledShutdown"})
+# Membership writes: each appends one record to the controller's log.
+WRITES = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker"})
+# Steps the converter puts in (origin "inferred: ..."): a session that ran out (before a FenceBroker),
+# the broker's metadata fetch (before an UnfenceBroker), a record no event names (AppendMetadata).
+INFERRED = frozenset({"ExpireBrokerSession", "BrokerFetchMetadata", "AppendMetadata"})
 # The quorum events spec/TraceKRaft.tla has a matcher for (all of kref/trace/kraft.py's).
 SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | MEMBERSHIP | INFERRED | {"Crash", "Restart"}
-# Steps of the controller spec/KRaft.tla does not model: the check stops before the first.
-STOPS = frozenset({"ControlledShutdown"})
 NOT_QUORUM = MEMBERSHIP | INFERRED | {"Crash", "Restart"}  # steps that carry no quorum post-state
 # A TLC run over more steps than this takes minutes: refuse, never run for hours.
 MAX_STEPS = 2_000
@@ -171,13 +175,25 @@ def _restart_state(node: int, e: dict[str, Any]) -> str:
     return "Candidate" if e["voted_for"] == node else "Unattached"
 
 
+def _configured_voters(events) -> set[int] | None:
+    """The configured voters (controller.quorum.voters) as RequestVote and BecomeActiveController
+    carry them; None when no event does (traces written before they did). Events that disagree
+    are refused: one quorum has one voter set (KIP-853's changes are not in the spec)."""
+    sets = {frozenset(e["voters"]) for e, _ in events
+            if e.get("topic") == METADATA_TOPIC and e["type"] in ("RequestVote", "BecomeActiveController")
+            and e.get("voters")}
+    if len(sets) > 1:
+        raise TraceError(f"the events name different voter sets {sorted(map(sorted, sets))}: "
+                         "spec/KRaft.tla has one static voter set")
+    return set(next(iter(sets))) if sets else None
+
+
 def _voters(events) -> set[int]:
-    """The voters as the trace shows them: whoever stood, voted, led, or was counted by a leader.
+    """The voters as the trace shows them, when no event names the configured ones: whoever stood,
+    voted, led, or was counted by a leader.
 
     A voter that never logs a step is missing, and a majority is then counted over fewer voters
-    (3 of 5 seen: 2 votes would pass): `--voters` names them all, and the report says which it used.
-    (The events could carry the configured voters, but the quorum's golden test scripts print every
-    field: left for the quorum core's owner.)"""
+    (3 of 5 seen: 2 votes would pass): `--voters` names them all, and the report says which it used."""
     found: set[int] = set()
     for e, _ in events:
         kind = e["type"]
@@ -196,7 +212,8 @@ def _voters(events) -> set[int]:
 
 def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | None = None) -> KRaftSteps:
     """The voters' quorum steps, in an order the spec can take them (see the theory of operation)."""
-    voter_set = set(voters) if voters is not None else _voters(events)
+    configured = _configured_voters(events) if voters is None else None
+    voter_set = set(voters) if voters is not None else configured or _voters(events)
     if not voter_set:
         raise TraceError("no quorum events of a voter in the trace (spec/KRaft.tla checks the controller quorum)")
     skipped: dict[str, int] = {}
@@ -209,7 +226,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
                                and x["type"] not in NOT_QUORUM), None)
                 e = {**e, "restored": _restart_state(e["replica"], before) if before else "Unattached"}
             mine.append((e, origin))
-        elif kind in MEMBERSHIP | STOPS and e.get("topic") == METADATA_TOPIC and e["replica"] in voter_set:
+        elif kind in MEMBERSHIP and e.get("topic") == METADATA_TOPIC and e["replica"] in voter_set:
             mine.append((e, origin))
         elif e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
             what = "other partitions' events" if e.get("topic") not in (None, METADATA_TOPIC) else kind
@@ -218,12 +235,11 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
             skipped["observers' quorum events"] = skipped.get("observers' quorum events", 0) + 1
         else:
             mine.append((e, origin))
-    mine, stopped = _stop_at_unmodelled(mine, skipped)
-    _refuse_unmodelled_appends(mine)
+    mine = _infer_metadata_appends(mine)
     mine = _infer_membership_steps(mine)
     ordered, moved = _linearise(mine)
     brokers = sorted({e["broker"] for e, _ in mine if e["type"] in MEMBERSHIP})
-    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None, brokers=brokers, stopped=stopped,
+    out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None and configured is None, brokers=brokers,
                      skipped=skipped, moved=moved)
     for e, origin in ordered:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition",
@@ -239,54 +255,68 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
     return out
 
 
-def _refuse_unmodelled_appends(mine) -> None:
-    """A leader's log grows by its LeaderChange record and one record per membership write
-    (RegisterBroker, FenceBroker, UnfenceBroker); anything else is not in spec/KRaft.tla."""
-    end: dict[int, int] = {}
+def _infer_metadata_appends(mine):
+    """One AppendMetadata per record a leader wrote that no event names (see the theory of operation)."""
+    out: list[tuple[dict[str, Any], str]] = []
+    leo: dict[int, int] = {}  # node -> its log end offset as the spec will have it after its steps so far
+    anchor: dict[int, int] = {}  # node -> index in out just after its latest step as a leader
+
+    def append_at(node: int, count: int, origin: str) -> None:
+        at = anchor[node]
+        why = (f"inferred: AppendMetadata by leader {node} (a record no event names: "
+               f"{count} shown by {origin})")
+        out[at:at] = [({"type": "AppendMetadata", "replica": node, "time_ms": None}, why)] * count
+        for n, i in anchor.items():
+            if i >= at and n != node:
+                anchor[n] = i + count
+        anchor[node] = at + count
+
     for e, origin in mine:
-        node = e["replica"]
-        if e["type"] in ("Crash", "Restart", "BrokerHeartbeat"):
+        node, kind = e["replica"], e["type"]
+        if kind in ("Crash", "Restart", "BrokerHeartbeat", "ControlledShutdown"):
+            out.append((e, origin))
             continue
-        expected = end.get(node)
-        if e["type"] in MEMBERSHIP or e["type"] == "BecomeActiveController":
-            end[node] = (expected if expected is not None else 0) + 1
-            if e["type"] in MEMBERSHIP:
-                continue
-            expected = end[node]
-        if (e["type"] not in ("FetchFromLeader", "TruncateToEpochEndOffset") and expected is not None
-                and e["log_end_offset"] > expected and e["state"] in ("Leader", "Resigned")):
-            raise TraceError(
-                f"{origin}: leader {node}'s log grew from {expected} to {e['log_end_offset']} by records other "
-                "than LeaderChange and broker registration/fencing (topic, partition or feature records), "
-                "which spec/KRaft.tla does not model")
-        end[node] = e["log_end_offset"]
-
-
-def _stop_at_unmodelled(mine, skipped):
-    """The events up to the first the spec does not model: a controlled shutdown, or a broker
-    registering again (a new incarnation: the spec registers a broker once)."""
-    registered: set[int] = set()
-    for i, (e, origin) in enumerate(mine):
-        why = ""
-        if e["type"] in STOPS:
-            why = f"{e['type']} of broker {e['broker']} at {origin}"
-        elif e["type"] == "RegisterBroker":
-            if e["broker"] in registered:
-                why = f"RegisterBroker of a new incarnation of broker {e['broker']} at {origin}"
-            registered.add(e["broker"])
-        if why:
-            skipped[f"everything from the {e['type']} on"] = len(mine) - i
-            return mine[:i], why
-    return mine, ""
+        if kind in WRITES:
+            if kind == "RegisterBroker" and node in anchor and e["broker_epoch"] > leo.get(node, 0):
+                append_at(node, e["broker_epoch"] - leo.get(node, 0), origin)
+            leo[node] = (e["broker_epoch"] if kind == "RegisterBroker" else leo.get(node, 0)) + 1
+            out.append((e, origin))
+            anchor[node] = len(out)
+            continue
+        expected = leo.get(node, 0) + (1 if kind == "BecomeActiveController" else 0)
+        if (kind not in ("FetchFromLeader", "TruncateToEpochEndOffset") and node in anchor
+                and e["log_end_offset"] > expected):
+            append_at(node, e["log_end_offset"] - expected, origin)
+        leader = e.get("leader_id")
+        if (kind == "FetchFromLeader" and leader in anchor and leader != node
+                and e["log_end_offset"] > leo.get(leader, 0)):
+            # The follower holds records its leader logged no step for yet (the leader may log
+            # none again: stopped or killed before its next event): the leader wrote them.
+            count = e["log_end_offset"] - leo[leader]
+            append_at(leader, count, origin)
+            leo[leader] += count
+        leo[node] = e["log_end_offset"]
+        out.append((e, origin))
+        if e["state"] == "Leader":
+            anchor[node] = len(out)
+        else:
+            anchor.pop(node, None)
+    return out
 
 
 def _infer_membership_steps(mine):
     """Put the spec's unlogged membership steps where the trace needs them: the broker's session
-    expired before a FenceBroker, the broker fetched the metadata log before an UnfenceBroker."""
+    expired before a FenceBroker and before a new incarnation's RegisterBroker, the broker fetched
+    the metadata log before an UnfenceBroker."""
     out = []
+    registered: set[int] = set()  # brokers registered so far (at any controller: the log is shared)
     for e, origin in mine:
-        if e["type"] in ("FenceBroker", "UnfenceBroker"):
-            kind = "ExpireBrokerSession" if e["type"] == "FenceBroker" else "BrokerFetchMetadata"
+        again = e["type"] == "RegisterBroker" and e["broker"] in registered
+        if e["type"] == "RegisterBroker":
+            registered.add(e["broker"])
+        if e["type"] in ("FenceBroker", "UnfenceBroker") or again:
+            # A new incarnation registers once the old one's session is over (or it is refused).
+            kind = "BrokerFetchMetadata" if e["type"] == "UnfenceBroker" else "ExpireBrokerSession"
             out.append(({"type": kind, "replica": e["replica"], "broker": e["broker"], "time_ms": None},
                         f"inferred: {kind} of broker {e['broker']} before {origin}"))
         out.append((e, origin))
@@ -325,7 +355,7 @@ def _linearise(mine):
         prev = groups[g][-1][0] if g is not None else None
         # One core step is one group even when another node's events were written between its
         # events: it happened at once, where its first event is.
-        if g is not None and _same_step(prev, e):
+        if g is not None and (e["type"] == "AppendMetadata" or _same_step(prev, e)):
             groups[g].append((e, origin))
         else:
             groups.append([(e, origin)])

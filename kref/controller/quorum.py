@@ -863,7 +863,8 @@ class QuorumCore:
         self.fetch_due_ms = None
         self._persist(out)
         self._announce(out)
-        self._emit(out, trace.RequestVote, now_ms, votes_granted=frozenset(self.votes_granted))
+        self._emit(out, trace.RequestVote, now_ms, votes_granted=frozenset(self.votes_granted),
+                   voters=frozenset(self.config.voters))
         request = VoteRequest(self.leader_epoch, self.node_id, self.last_epoch, self.log_end_offset)
         for voter in sorted(self.config.voters):
             if voter != self.node_id:
@@ -925,7 +926,7 @@ class QuorumCore:
         # The LeaderChange control record: nothing is committed in this epoch
         # until it is, and with it every older entry before it.
         self._append_as_leader(1, ("LeaderChange", self.node_id, self.leader_epoch), out, control=True)
-        self._emit(out, trace.BecomeActiveController, now_ms, votes_granted=votes)
+        self._emit(out, trace.BecomeActiveController, now_ms, votes_granted=votes, voters=frozenset(self.config.voters))
         for voter in sorted(self.config.voters):
             if voter != self.node_id:
                 self.begin_epoch_due_ms[voter] = now_ms + self.config.retry_backoff_ms * 5

@@ -43,6 +43,7 @@ class RequestVote(QuorumEvent):
     """The election timer fired: candidate in leader_epoch, voting for itself."""
 
     votes_granted: frozenset[int]
+    voters: frozenset[int] = frozenset()  # the configured voters (spec: Voters), what a majority is of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +65,7 @@ class BecomeActiveController(QuorumEvent):
     """A majority voted: leader of leader_epoch, LeaderChange appended."""
 
     votes_granted: frozenset[int]
+    voters: frozenset[int] = frozenset()  # the configured voters (spec: Voters)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,7 +25,7 @@ from tests.controller.quorum_harness import QuorumCluster, SafetyViolation, rand
 from tests.replication.datadriven import Block, run_script
 
 TESTDATA = Path(__file__).parent / "testdata" / "quorum"
-CONTEXT = {"time_ms", "topic", "partition", "replica"}
+CONTEXT = {"time_ms", "topic", "partition", "replica", "voters"}  # voters: the configuration, not a step
 
 
 def _ints(value: str) -> list[int]:

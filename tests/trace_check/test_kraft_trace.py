@@ -12,8 +12,11 @@ Two sources of traces:
   watermark advanced without a majority. Each must be rejected at exactly the
   doctored line.
 - the quorum simulator (kref/sim/quorum.py: the same QuorumCore under crashes,
-  pauses, isolation, dropped/duplicated/delayed messages) with no client
-  proposals (spec/KRaft.tla has no entry type for them), fixed seeds.
+  pauses, isolation, dropped/duplicated/delayed messages), fixed seeds, with
+  and without client proposals (AppendMetadata entries);
+- a real cluster of three combined broker+controller processes that creates
+  a topic and kills -9 and restarts a broker (AppendMetadata, re-registration,
+  controlled shutdown at the end), and doctored membership traces.
 Every TLC run is bounded (timeout_s); a check takes a few seconds.
 """
 
@@ -135,13 +138,28 @@ def test_a_high_watermark_advanced_without_a_majority_is_rejected(tmp_path):
     assert "'type': 'AdvanceHighWatermark'" in report
 
 
-def test_unmodelled_records_and_too_long_traces_are_refused(tmp_path, monkeypatch):
+def test_a_metadata_record_appended_by_a_non_leader_is_rejected(tmp_path):
+    files = recorded()
+    n3 = files[3]
+    i = find(n3, "BeginQuorumEpoch", leader_epoch=1)
+    # Node 3, a follower, says its log grew by a record of its own (a topic record it wrote).
+    n3[i] = {**n3[i], "log_end_offset": n3[i]["log_end_offset"] + 1, "last_epoch": n3[i]["leader_epoch"]}
+    report = rejected_at(tmp_path, files, 3, i)
+    assert "'type': 'BeginQuorumEpoch'" in report
+
+
+def test_a_leaders_metadata_records_are_appended_and_long_traces_refused(monkeypatch):
     files = recorded()
     n2 = files[2]
     i = find(n2, "AdvanceHighWatermark", leader_epoch=1)
-    n2[i] = {**n2[i], "log_end_offset": n2[i]["log_end_offset"] + 5}  # a controller's RegisterBroker & co.
-    code, report = validate(write(tmp_path, files), spec="kraft")
-    assert code == 2 and "does not model" in report, report
+    grown = {**n2[i], "log_end_offset": n2[i]["log_end_offset"] + 5}  # topic and partition records
+    n2[i] = grown
+    events = [(e, f"node-{n}:{k + 1}") for n in (1, 2, 3) for k, e in enumerate(files[n])]
+    events.sort(key=lambda x: x[0]["mono_ns"])
+    steps = kraft.normalise(events, voters=[1, 2, 3])
+    at = steps.origin.index(f"node-2:{i + 1}")
+    appended = [k for k, o in enumerate(steps.origin) if o.startswith("inferred: AppendMetadata by leader 2")]
+    assert len(appended) == 5 and max(appended) < at, (appended, at)
     monkeypatch.setattr(kraft, "MAX_STEPS", 10)
     with pytest.raises(TraceError, match="more than 10"):
         kraft.normalise(kraft.load([RECORDED / f"node-{n}.ndjson" for n in (1, 2, 3)]))
@@ -151,10 +169,12 @@ def test_a_real_quorum_with_a_killed_leader_is_a_behaviour_of_kraft_tla(tmp_path
     """Three controller processes: election, kill -9 of the leader, re-election, restart; then TLC."""
     with running_cluster(tmp_path, 3, 0, TIMEOUTS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        leader, p = wait_for_leader(specs)
-        wait_until(lambda: (q := describe_quorum(by_id[leader].controller_port)) is not None
-                   and all(v.log_end_offset >= q.high_watermark > 0 for v in q.current_voters),
-                   "the voters to replicate the LeaderChange record")
+        def replicated():
+            # Whoever leads now: under load the first leader may resign before its record spreads.
+            leader, p = wait_for_leader(specs)
+            return (leader, p) if all(v.log_end_offset >= p.high_watermark > 0 for v in p.current_voters) else None
+
+        leader, p = wait_until(replicated, "the voters to replicate a leader's LeaderChange record")
         processes[leader].send_signal(signal.SIGKILL)
         processes[leader].wait(timeout=10)
         second, p2 = wait_for_leader(specs, exclude={leader}, above_epoch=p.leader_epoch)
@@ -175,22 +195,26 @@ def test_a_real_quorum_with_a_killed_leader_is_a_behaviour_of_kraft_tla(tmp_path
 # Seed 10 (5 voters) needs a restarted node's own steps taken back with a late BeginQuorumEpoch; seed 41
 # (3 voters) has two core steps of one node at one virtual millisecond (a vote, then BeginQuorumEpoch).
 SIM_SEEDS = [(5, 5), (10, 5), (2, 3), (41, 3)]
+# Seeds run with the simulator's client proposals (every 25 ms: the leader's log grows by AppendMetadata).
+PROPOSING_SEEDS = [(1, 3), (2, 5)]
 
 
 def test_simulated_quorums_under_faults_are_behaviours_of_kraft_tla(tmp_path):
     """The seeds' traces are checked in one TLC run per quorum size (trace_check.tlc batches)."""
     batch = []
-    for seed, voters in SIM_SEEDS:
-        sim = QuorumSim(seed, QuorumSettings(voters=voters, propose_interval_ms=10**9), trace=True)
+    runs = [(seed, voters, 10**9) for seed, voters in SIM_SEEDS] + [(seed, voters, 25) for seed, voters in PROPOSING_SEEDS]
+    for seed, voters, propose_ms in runs:
+        sim = QuorumSim(seed, QuorumSettings(voters=voters, propose_interval_ms=propose_ms), trace=True)
         sim.run()
         assert sim.world.faults, f"seed {seed} injected no fault"
-        path = tmp_path / f"sim-{seed}.ndjson"
+        path = tmp_path / f"sim-{seed}-{propose_ms}.ndjson"
         path.write_text("".join(line + "\n" for line in sim.world.lines))
         steps = kraft.normalise(kraft.load([path]), voters=range(1, voters + 1))
         assert len([s for s in steps.steps if s["type"] == "BecomeActiveController"]) >= 2
+        assert (propose_ms == 25) == any(s["type"] == "AppendMetadata" for s in steps.steps)
         batch.append(steps)
     verdicts = kraft.check_and_explain_batch(batch, timeout_s=TIMEOUT_S)
-    for (seed, voters), steps, v in zip(SIM_SEEDS, batch, verdicts):
+    for (seed, voters, _), steps, v in zip(runs, batch, verdicts):
         print(f"seed={seed} voters={voters}: {len(steps.steps)} steps, accepted={v.accepted}")
         assert v.accepted, (f"seed {seed} ({voters} voters) rejected at step {v.reached}: "
                             f"{steps.origin[v.reached - 1]} {steps.steps[v.reached - 1]}\n{v.state}")
@@ -201,17 +225,18 @@ MEMBERSHIP = Path(__file__).parent / "testdata" / "kraft-membership"
 
 def test_recorded_broker_membership_is_a_behaviour_of_kraft_tla():
     """Three broker+controller nodes (tests/controller/test_controller_processes.py's registration
-    test): elections and RegisterBroker, BrokerHeartbeat, FenceBroker, UnfenceBroker, checked up to
-    a broker's re-registration (a new incarnation, which the spec does not model)."""
+    test): elections and RegisterBroker, BrokerHeartbeat, FenceBroker, UnfenceBroker, a broker's
+    re-registration (a new incarnation) and controlled shutdowns, checked whole."""
     paths = [MEMBERSHIP / f"node-{n}.ndjson" for n in (1, 2, 3)]
     steps = kraft.normalise(kraft.load(paths), voters=[1, 2, 3])
     kinds = {s["type"] for s in steps.steps}
     assert {"RegisterBroker", "UnfenceBroker", "FenceBroker", "BrokerHeartbeat", "ExpireBrokerSession",
             "BrokerFetchMetadata", "BecomeActiveController"} <= kinds
-    assert "new incarnation" in steps.stopped
+    assert "ControlledShutdown" in kinds and not steps.stopped
+    assert len([s for s in steps.steps if s["type"] == "RegisterBroker" and s["broker"] == 1]) == 2
     code, report = validate(paths, voters=[1, 2, 3], timeout_s=TIMEOUT_S)
     assert code == 0, report
-    assert "checked up to the RegisterBroker of a new incarnation" in report
+    assert "checked up to" not in report
 
 
 def test_a_broker_unfenced_before_it_caught_up_is_rejected(tmp_path):
@@ -227,3 +252,80 @@ def test_a_broker_unfenced_before_it_caught_up_is_rejected(tmp_path):
     assert code == 1, report
     assert f"  event:  {tmp_path / 'node-3.ndjson'}:{i + 2}" in report, report
     assert "broker_metadata_offset |->" in report
+
+
+CLUSTER_SETTINGS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+}
+
+
+def test_a_real_cluster_with_topics_and_a_restarted_broker_is_a_behaviour_of_kraft_tla(tmp_path):
+    """Three combined broker+controller processes: a topic created (TopicRecord, PartitionRecords:
+    AppendMetadata), a node that is not the active controller killed -9 and restarted at once (a new
+    incarnation registers again, within or after the old one's session), then every process stopped
+    with SIGTERM (controlled shutdowns). The three files' quorum and membership steps, checked whole."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kref.controller.local_cluster import bootstrap_servers, brokers_listed
+    from tests.controller.test_controller_processes import current_leader
+
+    with running_cluster(tmp_path, 3, 3, CLUSTER_SETTINGS) as (specs, processes, start):
+        by_id = {s.node_id: s for s in specs}
+        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
+        admin.create_topics([NewTopic("traced", num_partitions=3, replication_factor=3)])["traced"].result(timeout=30)
+        leader, _ = wait_until(lambda: current_leader(specs), "an active controller")
+        victim = next(s.node_id for s in specs if s.node_id != leader)
+        processes[victim].send_signal(signal.SIGKILL)
+        processes[victim].wait(timeout=10)
+        start(by_id[victim])
+        wait_until(lambda: by_id[victim].log_file.read_text().count("registered and unfenced") >= 2,
+                   "the new incarnation registered and unfenced")
+    paths = [s.dir / "trace.ndjson" for s in specs]
+    steps = kraft.normalise(kraft.load(paths))  # the voters as RequestVote/BecomeActiveController name them
+    assert steps.voters == sorted(by_id) and not steps.voters_inferred
+    kinds = [s["type"] for s in steps.steps]
+    assert {"AppendMetadata", "Crash", "Restart", "UnfenceBroker"} <= set(kinds)
+    assert len([s for s in steps.steps if s["type"] == "RegisterBroker" and s["broker"] == victim]) >= 2
+    code, report = validate(paths, spec="kraft", timeout_s=TIMEOUT_S)
+    assert "as the trace shows them" not in report
+    # The SIGTERMs at the end usually log ControlledShutdowns too (not asserted: which node stops first varies).
+    print(f"{len(steps.steps)} steps, {kinds.count('AppendMetadata')} AppendMetadata, "
+          f"{kinds.count('ControlledShutdown')} ControlledShutdown: {report}")
+    assert code == 0, report
+
+
+def test_a_new_incarnation_unfenced_before_it_caught_up_is_rejected(tmp_path):
+    """The broker's metadata offset passed its first registration, not its second: the spec's
+    UnfenceBroker reads the latest registration (the new broker epoch)."""
+    files = {n: read(MEMBERSHIP / f"node-{n}.ndjson") for n in (1, 2, 3)}
+    node, i = next((n, k) for n in (1, 2, 3) for k, e in enumerate(files[n])
+                   if e["type"] == "RegisterBroker" and e["broker"] == 1
+                   and any(x["type"] == "RegisterBroker" and x["broker"] == 1 for n2 in (1, 2, 3)
+                           for x in files[n2] if x["mono_ns"] < e["mono_ns"]))
+    events = files[node]
+    events.insert(i + 1, {**events[i], "type": "UnfenceBroker", "fenced": False, "metadata_offset": events[i]["broker_epoch"],
+                          "time_ms": events[i]["time_ms"] + 1, "mono_ns": events[i]["mono_ns"] + 1})
+    code, report = validate(write(tmp_path, files), voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / f'node-{node}.ndjson'}:{i + 2}" in report, report
+
+
+def test_the_configured_voters_come_from_the_events(tmp_path):
+    """A 5-voter simulator trace names its voters in RequestVote/BecomeActiveController; voter sets
+    that disagree are refused."""
+    sim = QuorumSim(4, QuorumSettings(voters=5, propose_interval_ms=10**9), trace=True)
+    sim.run()
+    path = tmp_path / "sim.ndjson"
+    path.write_text("".join(line + "\n" for line in sim.world.lines))
+    events = kraft.load([path])
+    steps = kraft.normalise(events)
+    assert steps.voters == [1, 2, 3, 4, 5] and not steps.voters_inferred
+    i = next(k for k, (e, _) in enumerate(events) if e["type"] == "RequestVote")
+    events[i] = ({**events[i][0], "voters": [1, 2, 3]}, events[i][1])
+    with pytest.raises(TraceError, match="different voter sets"):
+        kraft.normalise(events)
