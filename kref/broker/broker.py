@@ -178,6 +178,11 @@ class Broker:
     def use_producer_id_manager(self, manager: ProducerIdManager) -> None:
         self.producer_id_manager = manager
 
+    def _core_high_watermark(self, key: tuple[str, int]) -> int | None:
+        """Retention's bound: the replica core's high watermark, not the Log's copy."""
+        part = self.replica_manager.partitions.get(key) if self.replica_manager is not None else None
+        return part.core.high_watermark if part is not None else None
+
     # --- clock -----------------------------------------------------------------
 
     def now_ms(self) -> int:
@@ -295,7 +300,7 @@ class Broker:
                 self.replica_manager.tick(self.now_ms())
                 next_isr_check = now + isr_check_every
             if now >= next_cleanup:
-                self.log_manager.cleanup(self.now_ms())
+                self.log_manager.cleanup(self.now_ms(), self._core_high_watermark)
                 # Retention moved log start offsets: the replica cores own them.
                 self.replica_manager.report_log_start_offsets(self.now_ms())
                 next_cleanup = now + cleanup_every
