@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -54,6 +54,11 @@ from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.cleaner_driver import LogCleaner, cleaner_config_of
 from kref.storage.log_manager import LogDirInUseError, LogManager, lock_log_dir
 from kref.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kref.broker.group_area import GroupArea
+    from kref.broker.group_coordinator import GroupCoordinatorDriver
+    from kref.coordinator.producer_id import ProducerIdManager
 
 __all__ = [
     "Broker",
@@ -129,7 +134,10 @@ class Broker:
         self.produce_purgatory = Purgatory("produce", max_operations=MAX_DELAYED_PRODUCES)
         self.fetch_purgatory = Purgatory("fetch", max_operations=MAX_DELAYED_FETCHES)
         self.trace_sink: TraceSink = NdjsonTraceSink(trace_file, node=self.node_id) if trace_file else NullTraceSink()
-        self.group_coordinator: Any = None
+        # The groups area (kref/broker/group_area.py), attached by its handlers.
+        self.group_area: GroupArea | None = None
+        # InitProducerId's blocks: made by the groups area, or by the KRaft node.
+        self.producer_id_manager: ProducerIdManager | None = None
         self.log_manager: Any = None
         self.log_cleaner: LogCleaner | None = None  # compaction (docs/compaction.md), started with the background tasks
         self.cluster_id: str = ""
@@ -140,9 +148,6 @@ class Broker:
         # Called with (broker, topic_name) after IncrementalAlterConfigs
         # changed a topic's configs (the Logs already have the new LogConfig).
         self.on_topic_config_changed: list[Callable[[Broker, str], None]] = []
-        # Set by the groups area before open(): (partition_dir, partition, topic)
-        # -> producer state for that Log (LogManager's hook).
-        self.producer_state_factory: Callable[[str, int, str], Any] | None = None
         self.default_log_config = LogConfig.from_properties(config.topic_config_defaults())
         self._log_dirs = [Path(d) for d in config.log_dirs]
         self._log_dir_locks: list[FileHandle] = []
@@ -159,6 +164,24 @@ class Broker:
         # manager made a hosted partition "leader" or "follower", or dropped it
         # ("none"): the group coordinator follows __consumer_offsets leadership.
         self.on_partition_role: list[Callable[[str, int, str, int], None]] = []
+
+    # --- areas -----------------------------------------------------------------
+
+    @property
+    def group_coordinator(self) -> GroupCoordinatorDriver | None:
+        return self.group_area.coordinator if self.group_area is not None else None
+
+    def attach_group_area(self, area: GroupArea) -> None:
+        """Before open(): the LogManager takes the area's producer state factory."""
+        self.group_area = area
+
+    def use_producer_id_manager(self, manager: ProducerIdManager) -> None:
+        self.producer_id_manager = manager
+
+    def _core_high_watermark(self, key: tuple[str, int]) -> int | None:
+        """Retention's bound: the replica core's high watermark, not the Log's copy."""
+        part = self.replica_manager.partitions.get(key) if self.replica_manager is not None else None
+        return part.core.high_watermark if part is not None else None
 
     # --- clock -----------------------------------------------------------------
 
@@ -197,7 +220,7 @@ class Broker:
             [str(d) for d in self._log_dirs],
             self.default_log_config,
             now,
-            producer_state_factory=self.producer_state_factory,
+            producer_state_factory=self.group_area.producer_state_factory if self.group_area else None,
             fs=REAL_FILE_SYSTEM,  # the storage's file-system port (kref/ports/fs.py)
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
@@ -277,7 +300,7 @@ class Broker:
                 self.replica_manager.tick(self.now_ms())
                 next_isr_check = now + isr_check_every
             if now >= next_cleanup:
-                self.log_manager.cleanup(self.now_ms())
+                self.log_manager.cleanup(self.now_ms(), self._core_high_watermark)
                 # Retention moved log start offsets: the replica cores own them.
                 self.replica_manager.report_log_start_offsets(self.now_ms())
                 next_cleanup = now + cleanup_every

@@ -3,14 +3,23 @@
 Theory of operation
 -------------------
 `install(broker)` (called by the group, offsets and init_producer_id handler
-modules, idempotent) gives the broker:
+modules, idempotent) builds one typed `GroupArea` and hands it to
+`Broker.attach_group_area` (the broker declares every attribute itself; no
+area sets attributes on it). The area holds:
 
-- `broker.group_coordinator`: the trio driver around the pure
-  GroupCoordinator, configured from the group.* / offsets.* properties;
-- `broker.producer_state_factory`: every partition Log gets a
-  ProducerStateManager (idempotent-producer checks, .snapshot files), since
-  the LogManager is created afterwards in `Broker.open`;
-- `broker.producer_id_manager` (lazily, once the log dirs exist);
+- `coordinator` (the broker's `group_coordinator`): the trio driver around
+  the pure GroupCoordinator, configured from the group.* / offsets.*
+  properties;
+- `producer_state_factory`: every partition Log gets a ProducerStateManager
+  (idempotent-producer checks, .snapshot files), since the LogManager is
+  created afterwards in `Broker.open`;
+- `offsets_roles` / `offsets_loads_waiting`: which `__consumer_offsets`
+  partitions this broker leads, and those led before the nursery ran.
+
+The broker's producer id manager is made lazily, once the log dirs exist
+(`producer_id_manager`), unless the KRaft node gave it one. The area also
+registers:
+
 - an `on_partition_role` hook: the coordinator of a group is the leader of
   the group's `__consumer_offsets` partition. Becoming its leader (a new
   leader epoch) marks the partition loading and reads it in the background
@@ -39,6 +48,8 @@ import datetime
 import logging
 import os
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import trio
 
@@ -79,6 +90,18 @@ class CoordinatorWriteError(Exception):
     pass
 
 
+@dataclass
+class GroupArea:
+    """The group coordinator's part of a broker (see the module docstring)."""
+
+    coordinator: GroupCoordinatorDriver
+    producer_state_factory: Callable[[str, int, str], ProducerStateManager]
+    # __consumer_offsets partition -> (role, leader_epoch)
+    offsets_roles: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # partitions led before the nursery ran -> leader_epoch
+    offsets_loads_waiting: dict[int, int] = field(default_factory=dict)
+
+
 def _group_config(config, num_partitions: int | None = None) -> g.GroupConfig:
     return g.GroupConfig(
         group_min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -95,7 +118,7 @@ def _group_config(config, num_partitions: int | None = None) -> g.GroupConfig:
 def install(broker) -> None:
     if broker is None:  # a router built only to list API ranges (codec tests)
         return
-    if broker.group_coordinator is not None:
+    if broker.group_area is not None:
         return
     config = broker.config
     core = g.GroupCoordinator(_group_config(config), member_id_nonce=secrets.token_hex(4))
@@ -126,7 +149,7 @@ def install(broker) -> None:
         if broker.trace_sink.enabled:
             broker.trace_sink.emit(event)
 
-    broker.group_coordinator = GroupCoordinatorDriver(
+    coordinator = GroupCoordinatorDriver(
         core,
         now_ms=broker.now_ms,
         append=append,
@@ -136,12 +159,10 @@ def install(broker) -> None:
         commit_timeout_ms=config.offsets_commit_timeout_ms,
     )
     expiration_ms = config.producer_id_expiration_ms
-    broker.producer_state_factory = lambda path, partition, topic: ProducerStateManager(
-        path, producer_id_expiration_ms=expiration_ms
-    )
-    broker.producer_id_manager = None
-    broker.offsets_roles = {}  # __consumer_offsets partition -> (role, leader_epoch)
-    broker.offsets_loads_waiting = {}  # partitions led before the nursery ran -> leader_epoch
+    broker.attach_group_area(GroupArea(
+        coordinator,
+        lambda path, partition, topic: ProducerStateManager(path, producer_id_expiration_ms=expiration_ms),
+    ))
     broker.on_partition_role.append(lambda topic, p, role, epoch: _on_partition_role(broker, topic, p, role, epoch))
     broker.on_serving.append(lambda: _start(broker))
     broker.on_topic_deleted.append(_forget_offsets)
@@ -161,9 +182,10 @@ def _record_count(batch: bytes) -> int:
 
 def _start(broker) -> None:
     """The nursery runs: load the partitions this broker came up leading."""
-    for p, leader_epoch in sorted(broker.offsets_loads_waiting.items()):
+    area: GroupArea = broker.group_area
+    for p, leader_epoch in sorted(area.offsets_loads_waiting.items()):
         _schedule_load(broker, p, leader_epoch)
-    broker.offsets_loads_waiting.clear()
+    area.offsets_loads_waiting.clear()
     broker.start_soon(broker.group_coordinator.run_timers)
     broker.start_soon(_expire_producers, broker)
 
@@ -176,11 +198,12 @@ def _on_partition_role(broker, topic: str, p: int, role: str, leader_epoch: int)
     so members move to the new leader, which has the replicated records."""
     if topic != OFFSETS_TOPIC:
         return
-    driver: GroupCoordinatorDriver = broker.group_coordinator
-    before = broker.offsets_roles.get(p)
-    broker.offsets_roles[p] = (role, leader_epoch)
+    area: GroupArea = broker.group_area
+    driver = area.coordinator
+    before = area.offsets_roles.get(p)
+    area.offsets_roles[p] = (role, leader_epoch)
     if role != "leader":
-        broker.offsets_loads_waiting.pop(p, None)
+        area.offsets_loads_waiting.pop(p, None)
         if before is not None and before[0] == "leader":
             driver.step(g.Unload(p))
         return
@@ -195,7 +218,7 @@ def _on_partition_role(broker, topic: str, p: int, role: str, leader_epoch: int)
     if partition is not None and partition.log.log_end_offset <= partition.log.log_start_offset:
         driver.step(g.CompleteLoad(p, (), leader_epoch))  # nothing to read
     elif broker.nursery is None:
-        broker.offsets_loads_waiting[p] = leader_epoch  # _start loads it
+        area.offsets_loads_waiting[p] = leader_epoch  # _start loads it
     else:
         _schedule_load(broker, p, leader_epoch)
 
@@ -328,7 +351,7 @@ def producer_id_manager(broker) -> ProducerIdManager:
             broker.commit_metadata([record])  # durable before the first id is used
             return record.next_producer_id - PRODUCER_ID_BLOCK_SIZE, PRODUCER_ID_BLOCK_SIZE
 
-        broker.producer_id_manager = ProducerIdManager(reserve)
+        broker.use_producer_id_manager(ProducerIdManager(reserve))
     return broker.producer_id_manager
 
 

@@ -129,7 +129,7 @@ def run(args: Any, config: BrokerConfig) -> int:
         from kref.coordinator.producer_id import ProducerIdManager
 
         # KIP-730: producer ids come in blocks from the active controller.
-        broker.producer_id_manager = ProducerIdManager(lifecycle.allocate_producer_ids)
+        broker.use_producer_id_manager(ProducerIdManager(lifecycle.allocate_producer_ids))
     if broker is not None:
         from kref.controller.broker_view import ClusterView
 

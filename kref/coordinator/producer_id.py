@@ -20,9 +20,13 @@ any controller, after any crash. kref does the same:
   the 2^63 id space is used up. The KRaft controller core calls it for
   AllocateProducerIds; the single broker, its own controller, calls it and
   commits the record to its local metadata log (kref/metadata/local_source).
-- `ProducerIdManager` is the broker's side: it hands out the ids of its
-  current block and, when the block is used up, awaits `reserve()` for the
-  next one. A crash wastes at most the rest of one block.
+- `ProducerIdBlock` is the broker's side, as a pure core: it hands out the
+  ids of its current block, says when the block is used up, and accepts a
+  new block only if it starts past every id already handed out.
+  `ProducerIdManager` is its trio driver: it awaits `reserve()` (the
+  controller RPC, or the single broker's local commit) when the core asks
+  for a block, one reservation at a time. A crash wastes at most the rest
+  of one block.
 
 The single broker's former `kref-producer-ids.json` (a block end kept in a
 JSON file) is migrated once into a ProducerIdsRecord by `migrate_legacy_file`.
@@ -62,25 +66,45 @@ def grant_block(next_producer_id: int, broker_id: int, broker_epoch: int,
     return r.ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch, next_producer_id=end)
 
 
+class ProducerIdBlock:
+    """The ids of the current block (pure: no I/O, no clock)."""
+
+    def __init__(self) -> None:
+        self.next_producer_id = 0
+        self.block_end = 0
+
+    def take(self) -> int | None:
+        """The next id, or None when the block is used up (a new one is needed)."""
+        if self.next_producer_id >= self.block_end:
+            return None
+        producer_id = self.next_producer_id
+        self.next_producer_id += 1
+        return producer_id
+
+    def accept(self, start: int, length: int) -> None:
+        """Make [start, start + length) the current block."""
+        if length <= 0 or start < self.block_end:
+            # a block that overlaps one already used would repeat ids
+            raise RuntimeError(f"refusing producer id block [{start}, {start + length}) after {self.block_end}")
+        self.next_producer_id, self.block_end = start, start + length
+
+
 class ProducerIdManager:
-    """Ids from the current block; `reserve()` returns (first id, count) of the next one."""
+    """Driver of a ProducerIdBlock; `reserve()` returns (first id, count) of the next block."""
 
     def __init__(self, reserve: Callable[[], Awaitable[tuple[int, int]]]) -> None:
         self._reserve = reserve
-        self._next = self._end = 0
+        self.block = ProducerIdBlock()
         # One reservation at a time: concurrent InitProducerId calls share it.
         self._lock = trio.Lock()
 
     async def generate_producer_id(self) -> int:
         async with self._lock:
-            if self._next >= self._end:
-                start, length = await self._reserve()
-                if length <= 0 or start < self._end:
-                    # a block that overlaps one already used would repeat ids
-                    raise RuntimeError(f"refusing producer id block [{start}, {start + length}) after {self._end}")
-                self._next, self._end = start, start + length
-            producer_id = self._next
-            self._next += 1
+            producer_id = self.block.take()
+            if producer_id is None:
+                self.block.accept(*await self._reserve())
+                producer_id = self.block.take()
+            assert producer_id is not None  # accept() refuses an empty block
             return producer_id
 
 
@@ -102,6 +126,6 @@ def read_legacy_file(directory: str | os.PathLike, fs: FileSystem | None = None)
 
 
 __all__ = [
-    "PRODUCER_ID_BLOCK_SIZE", "ProducerIdsExhaustedError", "ProducerIdUnavailable", "ProducerIdManager", "grant_block",
+    "PRODUCER_ID_BLOCK_SIZE", "ProducerIdBlock", "ProducerIdsExhaustedError", "ProducerIdUnavailable", "ProducerIdManager", "grant_block",
     "read_legacy_file", "LEGACY_STATE_FILE",
 ]

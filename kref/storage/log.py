@@ -177,6 +177,10 @@ def _disk_errors_as_storage_errors(method: Callable[..., Any]) -> Callable[..., 
     return guarded
 
 
+# delete_old_segments' default: the Log's own (checkpointed) high watermark
+OWN_COPY = object()
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
     topic, sep, partition = name.rpartition("-")
     if not sep or not topic or not partition.isdigit():
@@ -773,12 +777,15 @@ class Log:
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """DeleteRecords: records below the new start become invisible now and
-        their segments deletable by the next retention pass."""
+        their segments deletable by the next retention pass.
+
+        Whether the start may move there (not past the high watermark) is the
+        owning core's decision (ReplicaCore.delete_records, the raft driver's
+        snapshot); the Log only refuses a start past its own data."""
         self._ensure_open()
-        bound = self.log_end_offset if self.high_watermark is None else self.high_watermark
-        if new_log_start_offset > bound:
+        if new_log_start_offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
-                f"cannot increment log start offset to {new_log_start_offset}: beyond the high watermark {bound}"
+                f"cannot increment log start offset to {new_log_start_offset}: beyond the log end {self.log_end_offset}"
             )
         if new_log_start_offset <= self.log_start_offset:
             return False
@@ -790,11 +797,15 @@ class Log:
         return True
 
     @_disk_errors_as_storage_errors
-    def delete_old_segments(self, now_ms: int) -> int:
+    def delete_old_segments(self, now_ms: int, high_watermark: int | None | object = OWN_COPY) -> int:
         """Retention: delete the segments the retention planner picks (past
         retention.ms, beyond retention.bytes, or wholly below log_start_offset);
-        returns how many were deleted."""
+        returns how many were deleted. `high_watermark` (nothing at or above it
+        is deleted) is the owning replica core's; a Log with no core (tests,
+        tools) passes nothing and its checkpointed copy is used."""
         self._ensure_open()
+        if high_watermark is OWN_COPY:
+            high_watermark = self.high_watermark
         self._now_ms = now_ms
         summaries = [
             SegmentSummary(seg.base_offset, seg.size, seg.largest_timestamp) for seg in self.segments
@@ -805,7 +816,7 @@ class Log:
             now_ms=now_ms,
             log_start_offset=self.log_start_offset,
             log_end_offset=self.log_end_offset,
-            high_watermark=self.high_watermark,
+            high_watermark=high_watermark,
         )
         if count:
             self._delete_prefix(count)

@@ -41,6 +41,7 @@ from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomi
 from kref.storage.config import LogConfig
 from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.log import (
+    OWN_COPY,
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
@@ -246,14 +247,18 @@ class LogManager:
             if hws or self.fs.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
                 write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws, fs=self.fs)
 
-    def cleanup(self, now_ms: int) -> int:
-        """Retention, flush.ms and delayed file deletion for every log; returns segments deleted."""
+    def cleanup(self, now_ms: int, high_watermark_of: Callable[[tuple[str, int]], int | None] | None = None) -> int:
+        """Retention, flush.ms and delayed file deletion for every log; returns
+        segments deleted. `high_watermark_of(key)` is the owning replica core's
+        high watermark (None: the partition has no core here, the Log's
+        checkpointed copy bounds retention)."""
         self._now_ms = now_ms
         deleted = 0
-        for log in list(self._logs.values()):
+        for key, log in list(self._logs.items()):
             if log.closed:
                 continue
-            deleted += log.delete_old_segments(now_ms)
+            owned = high_watermark_of(key) if high_watermark_of is not None else None
+            deleted += log.delete_old_segments(now_ms, OWN_COPY if owned is None else owned)
             if now_ms - log.last_flush_ms >= log.config.flush_ms:
                 log.flush(now_ms)
         return deleted

@@ -9,7 +9,7 @@ import trio
 
 from kref.controller import controller as c
 from kref.coordinator.producer_id import (
-    PRODUCER_ID_BLOCK_SIZE, ProducerIdManager, ProducerIdsExhaustedError, grant_block,
+    PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager, ProducerIdsExhaustedError, grant_block,
 )
 from kref.metadata import records as r
 from kref.metadata import serde
@@ -97,3 +97,15 @@ def test_manager_uses_its_block_then_reserves_and_refuses_overlap():
 
     trio.run(main)
     assert len(granted) == 3
+
+
+def test_block_core_asks_for_a_block_and_refuses_empty_or_overlapping_ones():
+    block = ProducerIdBlock()
+    assert block.take() is None  # no block yet: the driver must reserve one
+    block.accept(5, 2)
+    assert [block.take(), block.take(), block.take()] == [5, 6, None]
+    for start, length in ((6, 3), (7, 0)):
+        with pytest.raises(RuntimeError, match="refusing producer id block"):
+            block.accept(start, length)
+    block.accept(7, 1)
+    assert block.take() == 7

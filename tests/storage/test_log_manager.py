@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import uuid
 
+import pytest
+
 from kref.storage.checkpoint import read_offset_checkpoint, topic_id_to_string
 from kref.storage.config import LogConfig
 from kref.storage.log_manager import LogManager
@@ -77,4 +79,40 @@ def test_cleanup_retention_by_time_and_flush_ms(tmp_path):
     lm.cleanup(5000)
     assert log.log_start_offset == log.log_end_offset == 10
     assert len(log.segments) == 1
+    lm.shutdown()
+
+
+def test_retention_is_bounded_by_the_owning_cores_high_watermark(tmp_path):
+    """The replica core owns the high watermark: retention asks it
+    (high_watermark_of), not the Log's checkpoint copy, and never deletes a
+    segment holding an offset at or above it."""
+    config = LogConfig.from_properties({"segment.bytes": "200", "retention.ms": "1000", "file.delete.delay.ms": "0"})
+    lm = LogManager([str(tmp_path)], config, 0)
+    lm.load_logs(0)
+    log = lm.get_or_create_log("h", 0)
+    for i in range(10):
+        log.append_as_leader(make_batch([b"z" * 40], timestamp=1000 + i), 0, 1000 + i)
+    log.update_high_watermark(10)  # the copy says everything is committed
+    core_hw = {("h", 0): 2}
+    lm.cleanup(5000, core_hw.get)
+    assert log.log_start_offset <= 2 < log.log_end_offset
+    core_hw[("h", 0)] = 10
+    lm.cleanup(5000, core_hw.get)
+    assert log.log_start_offset == log.log_end_offset == 10
+    lm.shutdown()
+
+
+def test_delete_records_bound_is_the_cores_the_log_refuses_only_past_its_data(tmp_path):
+    from kref.storage.errors import OffsetOutOfRangeError
+
+    lm = LogManager([str(tmp_path)], LogConfig(), 0)
+    lm.load_logs(0)
+    log = lm.get_or_create_log("d", 0)
+    for _ in range(5):
+        log.append_as_leader(make_batch([b"x"]), 0, 0)
+    log.update_high_watermark(1)
+    assert log.maybe_increment_log_start_offset(3)  # the core decided 3 (its high watermark)
+    assert log.log_start_offset == 3
+    with pytest.raises(OffsetOutOfRangeError, match="beyond the log end 5"):
+        log.maybe_increment_log_start_offset(6)
     lm.shutdown()
