@@ -257,13 +257,12 @@ class _Reader:
         store = bytearray(self.buffer_size + PAD)
         padded = np.frombuffer(store, dtype=np.uint8)
         view = memoryview(store)
+        ahead = ReadAhead(self.fh, self.buffer_size)
         while position < self.size:
             want = min(self.buffer_size, self.size - position)
             n = self.fh.readinto(view[:want], position)
             self.account(n)
-            # The next buffers' bytes start coming from disk while this one is parsed
-            # (a few ahead: the disk's pace varies; the kernel skips what it holds).
-            _will_need(self.fh, position + n, _PREFETCH_BUFFERS * self.buffer_size)
+            ahead.done_to(position + n)
             data = view[:n]
             headers = []
             p = 0
@@ -293,17 +292,34 @@ class _Reader:
             position += p
 
 
-_PREFETCH_BUFFERS = 4
+class ReadAhead:
+    """Asks the kernel for the next few read buffers of a file sequentially read
+    (POSIX_FADV_WILLNEED) so that the disk works while the reader parses.
 
+    A few buffers ahead, since the disk's pace varies; asked a window of
+    `AHEAD` buffers at a time, once the reader is within `LOW` buffers of
+    the window's end: each byte is advised once (the kernel walks the pages
+    it is asked about, even those it holds)."""
 
-def _will_need(fh, offset: int, length: int) -> None:
-    fd = getattr(fh, "fd", None)  # a real descriptor (RealFileSystem); the in-memory disk needs no hint
-    if fd is None:
-        return
-    try:
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
-    except (AttributeError, OSError):  # not on every platform; only a hint
-        pass
+    AHEAD = 4
+    LOW = 2
+
+    def __init__(self, fh, buffer_size: int) -> None:
+        fd = getattr(fh, "fd", None)  # a real descriptor (RealFileSystem); the in-memory disk needs no hint
+        self.fd = fd if isinstance(fd, int) else None
+        self.buffer_size = buffer_size
+        self.advised_to = 0
+
+    def done_to(self, position: int) -> None:
+        """The reader has everything before `position`."""
+        if self.fd is None or position + self.LOW * self.buffer_size <= self.advised_to:
+            return
+        start = max(self.advised_to, position)
+        self.advised_to = start + self.AHEAD * self.buffer_size
+        try:
+            os.posix_fadvise(self.fd, start, self.advised_to - start, os.POSIX_FADV_WILLNEED)
+        except (AttributeError, OSError):  # not on every platform; only a hint
+            self.fd = None
 
 
 class _Records:
