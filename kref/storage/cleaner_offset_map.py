@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 _RAW_KEY_LIMIT = 16  # keys shorter than a digest are their own (collision-free) map key
 _MIN_SLOTS = 1024
-_SCALAR_TAIL = 48  # pending keys below which probing goes on one key at a time
+_SCALAR_TAIL = 48
+_STAGE_RECORDS = 1 << 16  # staged puts inserted at the latest after this many records (24 B each)  # pending keys below which probing goes on one key at a time
 _MIX1 = 0x9E3779B97F4A7C15
 _MIX2 = 0xC2B2AE3D27D4EB4F
 
@@ -116,11 +117,15 @@ class OffsetMap:
         self._offsets = np.full(m, -1, dtype=np.int64)
         self._count = 0
         self._survivors: np.ndarray | None = None
+        self._staged: list[tuple[np.ndarray, np.ndarray]] = []
+        self._staged_records = 0  # records (keyed or not) the staged puts stand for
 
     def __len__(self) -> int:
+        self._flush()
         return self._count
 
     def room(self) -> int:
+        self._flush()
         return self.capacity - self._count
 
     def advance(self, offset: int) -> None:
@@ -139,9 +144,22 @@ class OffsetMap:
         order; batch i's are keyed_bounds[i] .. keyed_bounds[i + 1] - 1, out of its
         counts[i] records). A batch is mapped only if all its records fit in the
         room left (Kafka's rule, whether or not its keys are new); returns how many
-        batches were mapped, from the first: fewer than all when the map filled."""
-        if sum(counts) <= self.room():
-            self._put(hashes, offsets)  # no batch can fail the room check
+        batches were mapped, from the first: fewer than all when the map filled.
+
+        Puts that fit even if every staged key were new are staged, not
+        inserted: the probing rounds then run once for many read buffers
+        (their numpy calls cost per call, not per key). Whatever reads the map
+        inserts the staged keys first, so no caller sees the difference."""
+        total = sum(counts)
+        if self._staged_records + total <= self.capacity - self._count:
+            if len(offsets):  # no batch can fail the room check
+                self._staged.append((hashes, offsets))
+            self._staged_records += total
+            if self._staged_records >= _STAGE_RECORDS:
+                self._flush()
+            return len(counts)
+        if total <= self.room():
+            self._put(hashes, offsets)
             return len(counts)
         for i, count in enumerate(counts):
             if count > self.room():
@@ -155,6 +173,17 @@ class OffsetMap:
         import numpy as np
 
         return self.put_batches(key_hash(key), np.array([offset], dtype=np.int64), [0, 1], [1]) == 1
+
+    def _flush(self) -> None:
+        if not self._staged_records:
+            return
+        import numpy as np
+
+        staged, self._staged, self._staged_records = self._staged, [], 0
+        if len(staged) == 1:
+            self._put(*staged[0])
+        elif staged:
+            self._put(np.concatenate([hs for hs, _ in staged]), np.concatenate([os for _, os in staged]))
 
     def _slots_of(self, hashes: "np.ndarray", m: int) -> "np.ndarray":
         import numpy as np
@@ -248,6 +277,7 @@ class OffsetMap:
         """The offset mapped for each key (`key_hashes`), -1 where none is."""
         import numpy as np
 
+        self._flush()
         table_keys, table_offsets = self._keys, self._offsets
         m = len(table_offsets)
         result = np.full(len(hashes), -1, dtype=np.int64)
@@ -272,6 +302,7 @@ class OffsetMap:
         """The mapped offsets (each key's last), sorted."""
         import numpy as np
 
+        self._flush()
         if self._survivors is None:
             self._survivors = np.sort(self._offsets[self._offsets >= 0])
         return self._survivors
