@@ -41,6 +41,7 @@ import logging
 import os
 import struct
 import threading
+from array import array
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -264,14 +265,7 @@ class _Reader:
             self.account(n)
             ahead.done_to(position + n)
             data = view[:n]
-            headers = []
-            p = 0
-            while p + h.HEADER_SIZE <= n:
-                total = h.LOG_OVERHEAD + unpack_length(data, p + 8)[0]
-                if p + total > n:
-                    break
-                headers.append(read_header(data, p, max_batch_size=MAX_CLEANER_BATCH_BYTES))
-                p += total
+            headers, p = _whole_batches(data, n)
             if p == 0:
                 if self.size - position < h.HEADER_SIZE:
                     raise CorruptRecordError(f"torn batch header at position {position}", position)
@@ -290,6 +284,109 @@ class _Reader:
             else:
                 yield data, padded, headers, position
             position += p
+
+    def spans(self, spans: list[tuple[int, int]]) -> Iterator[tuple[memoryview, "np.ndarray", list[BatchHeader], int]]:
+        """As `chunks`, for the given (start, end) file ranges only, each whole
+        batches (a `_Layout` says where they lie): the rewrite pass skips what
+        it knows it drops. A range larger than the buffer (one big batch) is
+        read alone, exactly."""
+        import numpy as np
+
+        store = bytearray(self.buffer_size + PAD)
+        padded, view = np.frombuffer(store, dtype=np.uint8), memoryview(store)
+        for start, end in spans:
+            n = end - start
+            if n > self.buffer_size:
+                big = bytearray(n + PAD)
+                arr, target = np.frombuffer(big, dtype=np.uint8), memoryview(big)
+            else:
+                arr, target = padded, view
+            got = self.fh.readinto(target[:n], start)
+            self.account(got)
+            data = target[:n]
+            headers, p = _whole_batches(data, got)
+            if got != n or p != n:
+                raise CleaningAbortedError(f"{self.fh} changed: {n} bytes of whole batches expected at {start}, {p} found")
+            yield data, arr, headers, start
+
+
+def _whole_batches(data: memoryview, n: int) -> tuple[list[BatchHeader], int]:
+    """The headers of the whole batches at the start of data[:n], and where they end."""
+    unpack_length = _LENGTH.unpack_from
+    headers = []
+    p = 0
+    while p + h.HEADER_SIZE <= n:
+        total = h.LOG_OVERHEAD + unpack_length(data, p + 8)[0]
+        if p + total > n:
+            break
+        headers.append(read_header(data, p, max_batch_size=MAX_CLEANER_BATCH_BYTES))
+        p += total
+    return headers, p
+
+
+class _Layout:
+    """Where each batch of a segment lies and what its header tells the rewrite
+    pass, noted by the map pass as it reads the segment whole (8 bytes per
+    field per batch, in all at most LAYOUT_MAX_BATCHES batches per cleaning).
+    With it the rewrite pass reads only the buffers holding a batch it may
+    keep: a batch that is not a control batch, holds no key's last offset and
+    is no producer's last batch is dropped on its header alone (as
+    plan_unread_batch says), so its bytes need not be read again."""
+
+    __slots__ = ("positions", "ends", "base_offsets", "last_offsets", "records", "producer_ids", "control")
+
+    def __init__(self) -> None:
+        self.positions, self.ends = array("q"), array("q")
+        self.base_offsets, self.last_offsets = array("q"), array("q")
+        self.records, self.producer_ids, self.control = array("q"), array("q"), array("b")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def add(self, headers: list[BatchHeader], where: int) -> None:
+        self.positions.extend([where + hd.position for hd in headers])
+        self.ends.extend([where + hd.next_position for hd in headers])
+        self.base_offsets.extend([hd.base_offset for hd in headers])
+        self.last_offsets.extend([hd.last_offset for hd in headers])
+        self.records.extend([hd.records_count for hd in headers])
+        self.producer_ids.extend([hd.producer_id for hd in headers])
+        self.control.extend([hd.is_control_batch for hd in headers])
+
+    def spans(self, om: OffsetMap, producer_last: frozenset[int], buffer_size: int) -> tuple[list[tuple[int, int]], int, int]:
+        """The file ranges the rewrite pass reads (each at most one buffer, or one
+        batch), and the count of batches and records it skips."""
+        import numpy as np
+
+        base = np.frombuffer(self.base_offsets, dtype=np.int64)
+        last = np.frombuffer(self.last_offsets, dtype=np.int64)
+        last_of_producer = np.frombuffer(self.producer_ids, dtype=np.int64) >= 0
+        if producer_last and last_of_producer.any():
+            last_of_producer &= np.isin(last, np.fromiter(producer_last, dtype=np.int64, count=len(producer_last)))
+        else:
+            last_of_producer[:] = False
+        control = np.frombuffer(self.control, dtype=np.int8) != 0
+        dropped = ~control & (om.survivors_in(base, last) == 0) & ~last_of_producer
+        positions, ends = self.positions, self.ends
+        spans: list[tuple[int, int]] = []
+        firsts: list[int] = []  # first batch of each span
+        lasts: list[int] = []
+        for i in np.flatnonzero(~dropped).tolist():
+            if spans and ends[i] - spans[-1][0] <= buffer_size:
+                spans[-1] = (spans[-1][0], ends[i])  # the dropped batches between are read: one buffer, one pass
+                lasts[-1] = i
+            else:
+                spans.append((positions[i], ends[i]))
+                firsts.append(i)
+                lasts.append(i)
+        so_far = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(np.frombuffer(self.records, dtype=np.int64), out=so_far[1:])
+        first_at, last_at = np.array(firsts, dtype=np.int64), np.array(lasts, dtype=np.int64)
+        read_batches = int((last_at - first_at + 1).sum())
+        read_records = int((so_far[last_at + 1] - so_far[first_at]).sum())
+        return spans, len(self) - read_batches, int(so_far[-1]) - read_records
+
+
+LAYOUT_MAX_BATCHES = 1 << 18
 
 
 class ReadAhead:
@@ -636,6 +733,7 @@ class Cleaner:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     stats: CleaningStats = field(default_factory=CleaningStats)
+    _layouts: dict[tuple[str, int], _Layout] = field(default_factory=dict, repr=False)  # the last map pass's
 
     def _account(self, n: int) -> None:
         if self.stop.is_set():
@@ -668,6 +766,8 @@ class Cleaner:
 
         om = self.offset_map
         om.clear(first_dirty_offset)
+        self._layouts = {}
+        noted = 0
         end_offset = first_dirty_offset
         for seg in picture.segments:
             if seg.next_offset <= first_dirty_offset or seg.size == 0:
@@ -675,8 +775,13 @@ class Cleaner:
             if seg.base_offset >= first_uncleanable_offset:
                 break
             reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read, picture.fs)
+            layout: _Layout | None = _Layout()
             try:
                 for data, padded, headers, where in reader.chunks():
+                    if layout is not None:
+                        layout.add(headers, where)
+                        if noted + len(layout) > LAYOUT_MAX_BATCHES:
+                            layout = None
                     mapped = [hd for hd in headers if hd.last_offset >= first_dirty_offset and hd.base_offset < first_uncleanable_offset]
                     data_batches = [hd for hd in mapped if not hd.is_control_batch]
                     if data_batches:
@@ -705,6 +810,10 @@ class Cleaner:
                         end_offset = hd.next_offset
                     if headers and headers[-1].base_offset >= first_uncleanable_offset:
                         break
+                else:  # read whole: the rewrite pass may skip by the layout
+                    if layout is not None:
+                        self._layouts[(seg.path, seg.size)] = layout
+                        noted += len(layout)
             finally:
                 reader.close()
         # Everything below first_uncleanable was mapped: the whole dirty part is clean after this run.
@@ -753,8 +862,16 @@ class Cleaner:
         try:
             for seg in group:
                 reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read, picture.fs)
+                layout = self._layouts.pop((seg.path, seg.size), None)
+                if layout is None:
+                    buffers = reader.chunks()
+                else:
+                    spans, skipped_batches, skipped_records = layout.spans(self.offset_map, producer_last, reader.buffer_size)
+                    self.stats.batches_read += skipped_batches
+                    self.stats.records_read += skipped_records
+                    buffers = reader.spans(spans)
                 try:
-                    for data, padded, headers, where in reader.chunks():
+                    for data, padded, headers, where in buffers:
                         horizon = self._clean_buffer(writer, data, padded, headers, where, now_ms, picture.delete_retention_ms, producer_last)
                         if horizon >= 0 and (earliest_horizon < 0 or horizon < earliest_horizon):
                             earliest_horizon = horizon
