@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
 _RAW_KEY_LIMIT = 16  # keys shorter than a digest are their own (collision-free) map key
 _MIN_SLOTS = 1024
-_SCALAR_TAIL = 48
-_STAGE_RECORDS = 1 << 16  # staged puts inserted at the latest after this many records (24 B each)  # pending keys below which probing goes on one key at a time
+_SCALAR_TAIL = 48  # pending keys below which probing goes on one key at a time
+_STAGE_RECORDS = 1 << 16  # staged puts inserted at the latest after this many records (24 B each)
 _MIX1 = 0x9E3779B97F4A7C15
 _MIX2 = 0xC2B2AE3D27D4EB4F
 
@@ -58,11 +58,10 @@ def key_hashes(padded: "np.ndarray", starts: "np.ndarray", lengths: "np.ndarray"
     # Every byte position read as the first of a little-endian 8-byte word.
     words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
     lengths = lengths.astype(np.int64)
-    with np.errstate(over="ignore"):
-        low_bits = np.minimum(lengths, 8) * 8  # key bits in word 0
-        high_bits = np.clip(lengths - 8, 0, 8) * 8  # in word 1
-        out[:, 0] = words[starts] & _masks(low_bits)
-        out[:, 1] = words[starts + 8] & _masks(high_bits) | (np.uint64(0x80) | lengths.astype(np.uint64)) << np.uint64(56)
+    low_masks, high_masks, length_bytes = _key_tables()
+    clipped = np.minimum(lengths, _RAW_KEY_LIMIT)  # longer keys are overwritten below
+    out[:, 0] = words[starts] & low_masks[clipped]
+    out[:, 1] = words[starts + 8] & high_masks[clipped] | length_bytes[clipped]
     long_ = np.flatnonzero(lengths >= _RAW_KEY_LIMIT)
     if len(long_):
         md5 = hashlib.md5
@@ -75,12 +74,22 @@ def key_hashes(padded: "np.ndarray", starts: "np.ndarray", lengths: "np.ndarray"
     return out
 
 
-def _masks(bits: "np.ndarray") -> "np.ndarray":
-    """(1 << bits) - 1 for bits in 0..64, as uint64."""
+_KEY_TABLES: tuple["np.ndarray", "np.ndarray", "np.ndarray"] | None = None
+
+
+def _key_tables() -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Per key length 0..16: the masks keeping its bytes in word 0 and word 1, and
+    the length byte (0x80 | length) in word 1's top byte."""
+    global _KEY_TABLES
+    if _KEY_TABLES is not None:
+        return _KEY_TABLES
     import numpy as np
 
-    safe = np.minimum(bits, 63).astype(np.uint64)
-    return np.where(bits >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << safe) - np.uint64(1))
+    low = [(1 << (8 * min(n, 8))) - 1 for n in range(_RAW_KEY_LIMIT + 1)]
+    high = [(1 << (8 * min(max(n - 8, 0), 8))) - 1 for n in range(_RAW_KEY_LIMIT + 1)]
+    length = [((0x80 | n) & 0xFF) << 56 for n in range(_RAW_KEY_LIMIT + 1)]
+    _KEY_TABLES = np.array(low, dtype="<u8"), np.array(high, dtype="<u8"), np.array(length, dtype="<u8")
+    return _KEY_TABLES
 
 
 def key_hash(key: bytes) -> "np.ndarray":
