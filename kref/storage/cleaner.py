@@ -88,6 +88,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH = struct.Struct(">i")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+_ZERO_HEADER = bytes(h.HEADER_SIZE)
 
 
 class CleaningAbortedError(Exception):
@@ -502,10 +503,14 @@ class _Kept:
     def offsets(self, i: int) -> set[int]:
         return set(self.records.offsets[self.at[self.kept_bounds[i] : self.kept_bounds[i + 1]]].tolist())
 
+    def runs(self, i: int) -> tuple[list[int], list[int]]:
+        """Starts and ends in `records.buf` of batch i's kept byte runs."""
+        lo, hi = self.run_bounds[i], self.run_bounds[i + 1]
+        return self.run_starts[lo:hi], self.run_ends[lo:hi]
+
     def body(self, i: int) -> bytes:
         buf = self.records.buf
-        lo, hi = self.run_bounds[i], self.run_bounds[i + 1]
-        return b"".join([buf[a:b] for a, b in zip(self.run_starts[lo:hi], self.run_ends[lo:hi])])
+        return b"".join([buf[a:b] for a, b in zip(*self.runs(i))])
 
 
 def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | None, bool, int, int, int]]:
@@ -594,14 +599,24 @@ def _pack_batch(
 ) -> bytes:
     out = bytearray(h.HEADER_SIZE)
     out += section
+    _seal_batch(out, 0, header, records_count, base_timestamp, max_timestamp, attributes)
+    return bytes(out)
+
+
+def _seal_batch(
+    out: bytearray, at: int, header: BatchHeader, records_count: int, base_timestamp: int, max_timestamp: int, attributes: int
+) -> None:
+    """Fill in the header of the batch laid out from out[at] to the end of `out`
+    (header bytes, then its records section), CRC last."""
     _HEADER.pack_into(
-        out, 0,
-        header.base_offset, len(out) - h.LOG_OVERHEAD, header.partition_leader_epoch, 2, 0, attributes,
+        out, at,
+        header.base_offset, len(out) - at - h.LOG_OVERHEAD, header.partition_leader_epoch, 2, 0, attributes,
         header.last_offset_delta, base_timestamp, max_timestamp, header.producer_id, header.producer_epoch,
         header.base_sequence, records_count,
     )  # fmt: skip
-    struct.pack_into(">I", out, h.CRC_OFFSET, crc32c.crc32c(memoryview(out)[h.ATTRIBUTES_OFFSET :]))
-    return bytes(out)
+    with memoryview(out) as view:  # released at once: `out` may grow after
+        crc = crc32c.crc32c(view[at + h.ATTRIBUTES_OFFSET :])
+    struct.pack_into(">I", out, at + h.CRC_OFFSET, crc)
 
 
 @dataclass
@@ -652,15 +667,36 @@ class _CleanedWriter:
         self.time_entries: list[tuple[int, int]] = []
 
     def append(self, batch: bytes | memoryview, last_offset: int, max_timestamp: int) -> None:
+        self._note(len(batch), last_offset, max_timestamp)
+        self.pending += batch
+        if len(self.pending) >= self.buffer_limit:
+            self._write()
+
+    def append_runs(
+        self, header: BatchHeader, buf: memoryview, starts: list[int], ends: list[int], records_count: int, max_timestamp: int
+    ) -> None:
+        """A rewritten batch (same base timestamp, attributes and fields as `header`)
+        of the record byte runs buf[starts[k]:ends[k]], laid out straight in the
+        write buffer: the kept bytes are copied once, the CRC computed there."""
+        length = h.HEADER_SIZE + sum(ends) - sum(starts)
+        self._note(length, header.last_offset, max_timestamp)
+        pending = self.pending
+        at = len(pending)
+        pending += _ZERO_HEADER
+        for a, b in zip(starts, ends):
+            pending += buf[a:b]
+        _seal_batch(pending, at, header, records_count, header.base_timestamp, max_timestamp, header.attributes)
+        if len(pending) >= self.buffer_limit:
+            self._write()
+
+    def _note(self, length: int, last_offset: int, max_timestamp: int) -> None:
+        """A batch of `length` bytes comes next: the indexes' bookkeeping, as LogSegment.append's."""
         if max_timestamp > self.max_timestamp:
             self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
         if self.bytes_since_index > self.index_interval_bytes:
             self._index(last_offset, self.size + len(self.pending))
             self.bytes_since_index = 0
-        self.bytes_since_index += len(batch)
-        self.pending += batch
-        if len(self.pending) >= self.buffer_limit:
-            self._write()
+        self.bytes_since_index += length
 
     def _index(self, last_offset: int, position: int) -> None:
         relative = last_offset - self.base_offset
@@ -926,8 +962,7 @@ class Cleaner:
                     if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
                         earliest_horizon = plan.delete_horizon_ms
                 if plan.action is BatchAction.REWRITE:
-                    out, max_ts = self._rewrite(hd, data, kept, i, plan.delete_horizon_ms)
-                    writer.append(out, hd.last_offset, max_ts)
+                    self._rewrite(writer, hd, data, kept, i, plan.delete_horizon_ms)
                 i += 1
                 if plan.action is BatchAction.REWRITE:
                     continue
@@ -947,8 +982,8 @@ class Cleaner:
         writer.append(out, header.last_offset, header.max_timestamp)
 
     @staticmethod
-    def _rewrite(header: BatchHeader, data: memoryview, kept: "_Kept", i: int, horizon: int | None) -> tuple[bytes, int]:
-        """Batch i of `kept` with only its kept records, header fields preserved."""
+    def _rewrite(writer: "_CleanedWriter", header: BatchHeader, data: memoryview, kept: "_Kept", i: int, horizon: int | None) -> None:
+        """Write batch i of `kept` with only its kept records, header fields preserved."""
         log_append_time = header.is_log_append_time
         if horizon is not None and not header.has_delete_horizon_ms:
             # A new delete horizon moves baseTimestamp, so every timestamp delta changes.
@@ -969,13 +1004,16 @@ class Cleaner:
                 last_offset_delta=header.last_offset_delta,
             )
             max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in decoded)
-            return out, max_ts
+            writer.append(out, header.last_offset, max_ts)
+            return
         # Same baseTimestamp: the kept records' bytes are valid as they are.
-        body = kept.body(i)
-        if header.compression_type != CompressionType.NONE:
-            body = compress(header.compression_type, body)
         max_ts = header.max_timestamp if log_append_time else header.base_timestamp + kept.max_timestamp_delta(i)
-        return _pack_batch(header, body, kept.count(i), header.base_timestamp, max_ts, header.attributes), max_ts
+        if header.compression_type == CompressionType.NONE:
+            starts, ends = kept.runs(i)
+            writer.append_runs(header, kept.records.buf, starts, ends, kept.count(i), max_ts)
+            return
+        body = compress(header.compression_type, kept.body(i))
+        writer.append(_pack_batch(header, body, kept.count(i), header.base_timestamp, max_ts, header.attributes), header.last_offset, max_ts)
 
 
 # ---------------------------------------------------------------------------
