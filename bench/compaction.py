@@ -37,40 +37,53 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kref.coordinator.offsets_format import OffsetCommitValue, encode_offset_commit_key, encode_offset_commit_value  # noqa: E402
 from kref.records.batch import Record, build_batch  # noqa: E402
 from bench.storage import drop_cache  # noqa: E402
-from kref.storage.cleaner import DOUBLE_MAX, Cleaner, Throttler, clean_log_now, summarize  # noqa: E402
+from kref.storage.cleaner import DOUBLE_MAX, Cleaner, ReadAhead, Throttler, clean_log_now, summarize  # noqa: E402
 from kref.storage.cleaner_planner import OffsetMap, cleanable_offsets, offset_map_capacity  # noqa: E402
 from kref.storage.config import LogConfig  # noqa: E402
 from kref.storage.log import Log  # noqa: E402
 from kref.storage.producer_state import ProducerStateManager  # noqa: E402
+from kref.storage.segment import REAL_FILE_SYSTEM  # noqa: E402
 
 MIB = 1024 * 1024
 KAFKA_DEDUPE_BUFFER = 128 * MIB
+IO_BUFFER = MIB  # the cleaner's read buffer, and the peer's
 
 
 def new_cleaner() -> Cleaner:
-    return Cleaner(OffsetMap(offset_map_capacity(KAFKA_DEDUPE_BUFFER, 1, 0.9)), Throttler(DOUBLE_MAX), io_buffer_size=MIB)
+    return Cleaner(OffsetMap(offset_map_capacity(KAFKA_DEDUPE_BUFFER, 1, 0.9)), Throttler(DOUBLE_MAX), io_buffer_size=IO_BUFFER)
 
 
-def raw_read(paths: list[str]) -> tuple[int, float]:
+def raw_read(paths: list[str], buffer_size: int = IO_BUFFER) -> tuple[int, float, float]:
+    """The peer: read the same segment files exactly as the cleaner's reader does
+    (through the FileSystem port, one reused buffer of the cleaner's
+    io_buffer_size, preadv, the same read-ahead hints), doing nothing with the
+    bytes. Returns (bytes, wall seconds, CPU seconds of this process)."""
     total = 0
-    start = time.perf_counter()
+    store = bytearray(buffer_size)
+    view = memoryview(store)
+    start, cpu = time.perf_counter(), time.process_time()
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
+        fh = REAL_FILE_SYSTEM.open(path)
         try:
-            while True:
-                chunk = os.read(fd, MIB)
-                if not chunk:
+            size, position = fh.size(), 0
+            ahead = ReadAhead(fh, buffer_size)
+            while position < size:
+                n = fh.readinto(view[: min(buffer_size, size - position)], position)
+                if n <= 0:
                     break
-                total += len(chunk)
+                position += n
+                ahead.done_to(position)
+            total += position
         finally:
-            os.close(fd)
-    return total, time.perf_counter() - start
+            fh.close()
+    return total, time.perf_counter() - start, time.process_time() - cpu
 
 
 def _write_dirty_log(directory: str, args: argparse.Namespace) -> tuple[int, int, int, float]:
@@ -100,12 +113,34 @@ def _throughput_config() -> LogConfig:
     )
 
 
-def _clean_copy(pristine: str, work: str, cold: bool) -> tuple[float, float, float, Cleaner, int]:
+@dataclass
+class Pair:
+    """One paired run: the peer's read and the cleaning, on the same copy in the same page-cache state."""
+
+    size: int
+    raw_s: float
+    raw_cpu: float
+    clean_s: float
+    clean_cpu: float
+    map_s: float
+    load: float
+
+    @property
+    def wall_ratio(self) -> float:  # cleaner MiB/s over raw read MiB/s
+        return self.raw_s / self.clean_s
+
+    @property
+    def cpu_ratio(self) -> float:  # cleaner MiB per CPU-s over raw read MiB per CPU-s
+        return self.raw_cpu / self.clean_cpu
+
+
+def _clean_copy(pristine: str, work: str, cold: bool) -> tuple[Pair, Cleaner, int]:
     """Copy the dirty log, then time a raw sequential read of the copy and its whole
-    cleaning, each starting from the page cache dropped (cold) or warm (cached).
-    Returns (raw MiB/s, cleaning MiB/s, map pass seconds, the cleaner, end offset).
-    The cleaner's CPU seconds go in its stats: on a loaded machine wall time
-    also counts waiting for a core."""
+    cleaning, each starting from the same page-cache state: the copy's pages
+    dropped (cold: both read from disk; the cleaner's second pass then finds
+    what its first pass read, as it would in a broker) or all resident
+    (cached: one untimed read first). Wall and CPU seconds of each side:
+    on a loaded machine wall time also counts waiting for a core."""
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(pristine, work)
     log = Log.open(work, _throughput_config(), 0, producer_state=ProducerStateManager(work))
@@ -122,7 +157,8 @@ def _clean_copy(pristine: str, work: str, cold: bool) -> tuple[float, float, flo
                 drop_cache(p)
         else:
             raw_read(paths)
-        read_bytes, read_s = raw_read(paths)
+        read_bytes, read_s, read_cpu = raw_read(paths)
+        assert read_bytes == size
         if cold:
             for p in paths:
                 drop_cache(p)
@@ -131,13 +167,14 @@ def _clean_copy(pristine: str, work: str, cold: bool) -> tuple[float, float, flo
         end, _ = clean_log_now(log, cleaner, to_clean, 20_000)
         clean_s = time.perf_counter() - start
         cleaner.stats.cpu_seconds = time.process_time() - cpu
-        return read_bytes / MIB / read_s, size / MIB / clean_s, cleaner.stats.map_seconds, cleaner, end
+        pair = Pair(size, read_s, read_cpu, clean_s, cleaner.stats.cpu_seconds, cleaner.stats.map_seconds, os.getloadavg()[0])
+        return pair, cleaner, end
     finally:
         log.close()
 
 
-def _spread(values: list[float]) -> str:
-    return f"median {statistics.median(values):.3f}x (min {min(values):.3f}x, max {max(values):.3f}x, {len(values)} runs)"
+def _spread(values: list[float], unit: str = "x") -> str:
+    return f"median {statistics.median(values):.3f}{unit} (min {min(values):.3f}{unit}, max {max(values):.3f}{unit}, {len(values)} runs)"
 
 
 def throughput(root: str, args: argparse.Namespace) -> None:
@@ -147,25 +184,28 @@ def throughput(root: str, args: argparse.Namespace) -> None:
           f"{n_keys:,} distinct keys ({args.distinct_percent}%), written in {build_s:.1f}s")  # fmt: skip
     cold_ok = all(drop_cache(os.path.join(pristine, "compact-0", n)) for n in os.listdir(os.path.join(pristine, "compact-0")))
     print(f"page cache dropped for the cold rows (posix_fadvise DONTNEED): {'yes' if cold_ok else 'no'}; "
-          f"{args.runs} paired runs, each on a fresh copy of the dirty log; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    ratios: dict[str, list[float]] = {"cold": [], "cached": [], "map": []}
+          f"{args.runs} paired runs, each on a fresh copy of the dirty log; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"peer: raw sequential read of the same files as the cleaner reads them ({IO_BUFFER // 1024} KiB buffer, read-ahead hints); "
+          "ratio = cleaner MiB/s over raw MiB/s (wall) and cleaner MiB per CPU-s over raw MiB per CPU-s (CPU)")  # fmt: skip
+    pairs: dict[str, list[Pair]] = {"cold": [], "cached": []}
     for run in range(args.runs):
         for mode in ("cold", "cached"):
-            raw, cleaning, map_s, cleaner, end = _clean_copy(os.path.join(pristine, "compact-0"), os.path.join(root, "work-0"), mode == "cold")
-            ratios[mode].append(cleaning / raw)
-            line = (f"run {run + 1} {mode:6s}: raw sequential read {raw:8.1f} MiB/s, whole cleaning {cleaning:7.1f} MiB/s "
-                    f"({size / MIB / cleaning:.2f}s, {cleaner.stats.cpu_seconds:.2f} CPU-s), ratio {cleaning / raw:.3f}x")  # fmt: skip
-            if mode == "cached":
-                map_mbs = size / MIB / map_s
-                ratios["map"].append(map_mbs / raw)
-                line += f"; map pass alone {map_mbs:7.1f} MiB/s ({map_mbs / raw:.3f}x)"
-            print(line)
+            pair, cleaner, end = _clean_copy(os.path.join(pristine, "compact-0"), os.path.join(root, "work-0"), mode == "cold")
+            pairs[mode].append(pair)
+            print(f"run {run + 1} {mode:6s}: raw read {pair.raw_s:.3f}s / {pair.raw_cpu:.3f} CPU-s, "
+                  f"cleaning {pair.clean_s:.3f}s / {pair.clean_cpu:.3f} CPU-s (map pass {pair.map_s:.3f}s); "
+                  f"ratio wall {pair.wall_ratio:.3f}x, CPU {pair.cpu_ratio:.3f}x; load {pair.load:.1f}")  # fmt: skip
     s = cleaner.stats
     print(f"  each cleaning: map pass + rewrite read {s.bytes_read / MIB:.0f} MiB, wrote {s.bytes_written / MIB:.1f} MiB, "
           f"kept {s.records_kept:,} of {s.records_read:,} records, cleaned to offset {end:,}")  # fmt: skip
-    print(f"whole cleaning / raw read, cold:   {_spread(ratios['cold'])}   (goal >= 0.3x)")
-    print(f"whole cleaning / raw read, cached: {_spread(ratios['cached'])}")
-    print(f"map pass / raw read, cached:       {_spread(ratios['map'])}")
+    per_256 = 256 * MIB / size
+    for mode in ("cold", "cached"):
+        ps = pairs[mode]
+        print(f"{mode:6s}: cleaner CPU-s per 256 MiB {_spread([p.clean_cpu * per_256 for p in ps], ' s')}")
+        print(f"{mode:6s}: ratio by wall time {_spread([p.wall_ratio for p in ps])}   (goal >= 0.3x)")
+        print(f"{mode:6s}: ratio by CPU time  {_spread([p.cpu_ratio for p in ps])}")
+    loads = [p.load for ps in pairs.values() for p in ps]
+    print(f"load average during the runs: {min(loads):.1f} .. {max(loads):.1f}")
 
 
 def consumer_offsets(root: str, args: argparse.Namespace) -> None:

@@ -41,6 +41,7 @@ import logging
 import os
 import struct
 import threading
+from array import array
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -87,6 +88,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH = struct.Struct(">i")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+_ZERO_HEADER = bytes(h.HEADER_SIZE)
 
 
 class CleaningAbortedError(Exception):
@@ -257,22 +259,14 @@ class _Reader:
         store = bytearray(self.buffer_size + PAD)
         padded = np.frombuffer(store, dtype=np.uint8)
         view = memoryview(store)
+        ahead = ReadAhead(self.fh, self.buffer_size)
         while position < self.size:
             want = min(self.buffer_size, self.size - position)
             n = self.fh.readinto(view[:want], position)
             self.account(n)
-            # The next buffers' bytes start coming from disk while this one is parsed
-            # (a few ahead: the disk's pace varies; the kernel skips what it holds).
-            _will_need(self.fh, position + n, _PREFETCH_BUFFERS * self.buffer_size)
+            ahead.done_to(position + n)
             data = view[:n]
-            headers = []
-            p = 0
-            while p + h.HEADER_SIZE <= n:
-                total = h.LOG_OVERHEAD + unpack_length(data, p + 8)[0]
-                if p + total > n:
-                    break
-                headers.append(read_header(data, p, max_batch_size=MAX_CLEANER_BATCH_BYTES))
-                p += total
+            headers, p = _whole_batches(data, n)
             if p == 0:
                 if self.size - position < h.HEADER_SIZE:
                     raise CorruptRecordError(f"torn batch header at position {position}", position)
@@ -292,18 +286,138 @@ class _Reader:
                 yield data, padded, headers, position
             position += p
 
+    def spans(self, spans: list[tuple[int, int]]) -> Iterator[tuple[memoryview, "np.ndarray", list[BatchHeader], int]]:
+        """As `chunks`, for the given (start, end) file ranges only, each whole
+        batches (a `_Layout` says where they lie): the rewrite pass skips what
+        it knows it drops. A range larger than the buffer (one big batch) is
+        read alone, exactly."""
+        import numpy as np
 
-_PREFETCH_BUFFERS = 4
+        store = bytearray(self.buffer_size + PAD)
+        padded, view = np.frombuffer(store, dtype=np.uint8), memoryview(store)
+        for start, end in spans:
+            n = end - start
+            if n > self.buffer_size:
+                big = bytearray(n + PAD)
+                arr, target = np.frombuffer(big, dtype=np.uint8), memoryview(big)
+            else:
+                arr, target = padded, view
+            got = self.fh.readinto(target[:n], start)
+            self.account(got)
+            data = target[:n]
+            headers, p = _whole_batches(data, got)
+            if got != n or p != n:
+                raise CleaningAbortedError(f"{self.fh} changed: {n} bytes of whole batches expected at {start}, {p} found")
+            yield data, arr, headers, start
 
 
-def _will_need(fh, offset: int, length: int) -> None:
-    fd = getattr(fh, "fd", None)  # a real descriptor (RealFileSystem); the in-memory disk needs no hint
-    if fd is None:
-        return
-    try:
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
-    except (AttributeError, OSError):  # not on every platform; only a hint
-        pass
+def _whole_batches(data: memoryview, n: int) -> tuple[list[BatchHeader], int]:
+    """The headers of the whole batches at the start of data[:n], and where they end."""
+    unpack_length = _LENGTH.unpack_from
+    headers = []
+    p = 0
+    while p + h.HEADER_SIZE <= n:
+        total = h.LOG_OVERHEAD + unpack_length(data, p + 8)[0]
+        if p + total > n:
+            break
+        headers.append(read_header(data, p, max_batch_size=MAX_CLEANER_BATCH_BYTES))
+        p += total
+    return headers, p
+
+
+class _Layout:
+    """Where each batch of a segment lies and what its header tells the rewrite
+    pass, noted by the map pass as it reads the segment whole (8 bytes per
+    field per batch, in all at most LAYOUT_MAX_BATCHES batches per cleaning).
+    With it the rewrite pass reads only the buffers holding a batch it may
+    keep: a batch that is not a control batch, holds no key's last offset and
+    is no producer's last batch is dropped on its header alone (as
+    plan_unread_batch says), so its bytes need not be read again."""
+
+    __slots__ = ("positions", "ends", "base_offsets", "last_offsets", "records", "producer_ids", "control")
+
+    def __init__(self) -> None:
+        self.positions, self.ends = array("q"), array("q")
+        self.base_offsets, self.last_offsets = array("q"), array("q")
+        self.records, self.producer_ids, self.control = array("q"), array("q"), array("b")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def add(self, headers: list[BatchHeader], where: int) -> None:
+        self.positions.extend([where + hd.position for hd in headers])
+        self.ends.extend([where + hd.next_position for hd in headers])
+        self.base_offsets.extend([hd.base_offset for hd in headers])
+        self.last_offsets.extend([hd.last_offset for hd in headers])
+        self.records.extend([hd.records_count for hd in headers])
+        self.producer_ids.extend([hd.producer_id for hd in headers])
+        self.control.extend([hd.is_control_batch for hd in headers])
+
+    def spans(self, om: OffsetMap, producer_last: frozenset[int], buffer_size: int) -> tuple[list[tuple[int, int]], int, int]:
+        """The file ranges the rewrite pass reads (each at most one buffer, or one
+        batch), and the count of batches and records it skips."""
+        import numpy as np
+
+        base = np.frombuffer(self.base_offsets, dtype=np.int64)
+        last = np.frombuffer(self.last_offsets, dtype=np.int64)
+        last_of_producer = np.frombuffer(self.producer_ids, dtype=np.int64) >= 0
+        if producer_last and last_of_producer.any():
+            last_of_producer &= np.isin(last, np.fromiter(producer_last, dtype=np.int64, count=len(producer_last)))
+        else:
+            last_of_producer[:] = False
+        control = np.frombuffer(self.control, dtype=np.int8) != 0
+        dropped = ~control & (om.survivors_in(base, last) == 0) & ~last_of_producer
+        positions, ends = self.positions, self.ends
+        spans: list[tuple[int, int]] = []
+        firsts: list[int] = []  # first batch of each span
+        lasts: list[int] = []
+        for i in np.flatnonzero(~dropped).tolist():
+            if spans and ends[i] - spans[-1][0] <= buffer_size:
+                spans[-1] = (spans[-1][0], ends[i])  # the dropped batches between are read: one buffer, one pass
+                lasts[-1] = i
+            else:
+                spans.append((positions[i], ends[i]))
+                firsts.append(i)
+                lasts.append(i)
+        so_far = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(np.frombuffer(self.records, dtype=np.int64), out=so_far[1:])
+        first_at, last_at = np.array(firsts, dtype=np.int64), np.array(lasts, dtype=np.int64)
+        read_batches = int((last_at - first_at + 1).sum())
+        read_records = int((so_far[last_at + 1] - so_far[first_at]).sum())
+        return spans, len(self) - read_batches, int(so_far[-1]) - read_records
+
+
+LAYOUT_MAX_BATCHES = 1 << 18
+
+
+class ReadAhead:
+    """Asks the kernel for the next few read buffers of a file sequentially read
+    (POSIX_FADV_WILLNEED) so that the disk works while the reader parses.
+
+    A few buffers ahead, since the disk's pace varies; asked a window of
+    `AHEAD` buffers at a time, once the reader is within `LOW` buffers of
+    the window's end: each byte is advised once (the kernel walks the pages
+    it is asked about, even those it holds)."""
+
+    AHEAD = 4
+    LOW = 2
+
+    def __init__(self, fh, buffer_size: int) -> None:
+        fd = getattr(fh, "fd", None)  # a real descriptor (RealFileSystem); the in-memory disk needs no hint
+        self.fd = fd if isinstance(fd, int) else None
+        self.buffer_size = buffer_size
+        self.advised_to = 0
+
+    def done_to(self, position: int) -> None:
+        """The reader has everything before `position`."""
+        if self.fd is None or position + self.LOW * self.buffer_size <= self.advised_to:
+            return
+        start = max(self.advised_to, position)
+        self.advised_to = start + self.AHEAD * self.buffer_size
+        try:
+            os.posix_fadvise(self.fd, start, self.advised_to - start, os.POSIX_FADV_WILLNEED)
+        except (AttributeError, OSError):  # not on every platform; only a hint
+            self.fd = None
 
 
 class _Records:
@@ -389,10 +503,14 @@ class _Kept:
     def offsets(self, i: int) -> set[int]:
         return set(self.records.offsets[self.at[self.kept_bounds[i] : self.kept_bounds[i + 1]]].tolist())
 
+    def runs(self, i: int) -> tuple[list[int], list[int]]:
+        """Starts and ends in `records.buf` of batch i's kept byte runs."""
+        lo, hi = self.run_bounds[i], self.run_bounds[i + 1]
+        return self.run_starts[lo:hi], self.run_ends[lo:hi]
+
     def body(self, i: int) -> bytes:
         buf = self.records.buf
-        lo, hi = self.run_bounds[i], self.run_bounds[i + 1]
-        return b"".join([buf[a:b] for a, b in zip(self.run_starts[lo:hi], self.run_ends[lo:hi])])
+        return b"".join([buf[a:b] for a, b in zip(*self.runs(i))])
 
 
 def _scan_records(section: bytes, base_offset: int) -> list[tuple[int, bytes | None, bool, int, int, int]]:
@@ -481,14 +599,24 @@ def _pack_batch(
 ) -> bytes:
     out = bytearray(h.HEADER_SIZE)
     out += section
+    _seal_batch(out, 0, header, records_count, base_timestamp, max_timestamp, attributes)
+    return bytes(out)
+
+
+def _seal_batch(
+    out: bytearray, at: int, header: BatchHeader, records_count: int, base_timestamp: int, max_timestamp: int, attributes: int
+) -> None:
+    """Fill in the header of the batch laid out from out[at] to the end of `out`
+    (header bytes, then its records section), CRC last."""
     _HEADER.pack_into(
-        out, 0,
-        header.base_offset, len(out) - h.LOG_OVERHEAD, header.partition_leader_epoch, 2, 0, attributes,
+        out, at,
+        header.base_offset, len(out) - at - h.LOG_OVERHEAD, header.partition_leader_epoch, 2, 0, attributes,
         header.last_offset_delta, base_timestamp, max_timestamp, header.producer_id, header.producer_epoch,
         header.base_sequence, records_count,
     )  # fmt: skip
-    struct.pack_into(">I", out, h.CRC_OFFSET, crc32c.crc32c(memoryview(out)[h.ATTRIBUTES_OFFSET :]))
-    return bytes(out)
+    with memoryview(out) as view:  # released at once: `out` may grow after
+        crc = crc32c.crc32c(view[at + h.ATTRIBUTES_OFFSET :])
+    struct.pack_into(">I", out, at + h.CRC_OFFSET, crc)
 
 
 @dataclass
@@ -539,15 +667,36 @@ class _CleanedWriter:
         self.time_entries: list[tuple[int, int]] = []
 
     def append(self, batch: bytes | memoryview, last_offset: int, max_timestamp: int) -> None:
+        self._note(len(batch), last_offset, max_timestamp)
+        self.pending += batch
+        if len(self.pending) >= self.buffer_limit:
+            self._write()
+
+    def append_runs(
+        self, header: BatchHeader, buf: memoryview, starts: list[int], ends: list[int], records_count: int, max_timestamp: int
+    ) -> None:
+        """A rewritten batch (same base timestamp, attributes and fields as `header`)
+        of the record byte runs buf[starts[k]:ends[k]], laid out straight in the
+        write buffer: the kept bytes are copied once, the CRC computed there."""
+        length = h.HEADER_SIZE + sum(ends) - sum(starts)
+        self._note(length, header.last_offset, max_timestamp)
+        pending = self.pending
+        at = len(pending)
+        pending += _ZERO_HEADER
+        for a, b in zip(starts, ends):
+            pending += buf[a:b]
+        _seal_batch(pending, at, header, records_count, header.base_timestamp, max_timestamp, header.attributes)
+        if len(pending) >= self.buffer_limit:
+            self._write()
+
+    def _note(self, length: int, last_offset: int, max_timestamp: int) -> None:
+        """A batch of `length` bytes comes next: the indexes' bookkeeping, as LogSegment.append's."""
         if max_timestamp > self.max_timestamp:
             self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
         if self.bytes_since_index > self.index_interval_bytes:
             self._index(last_offset, self.size + len(self.pending))
             self.bytes_since_index = 0
-        self.bytes_since_index += len(batch)
-        self.pending += batch
-        if len(self.pending) >= self.buffer_limit:
-            self._write()
+        self.bytes_since_index += length
 
     def _index(self, last_offset: int, position: int) -> None:
         relative = last_offset - self.base_offset
@@ -620,6 +769,7 @@ class Cleaner:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     stats: CleaningStats = field(default_factory=CleaningStats)
+    _layouts: dict[tuple[str, int], _Layout] = field(default_factory=dict, repr=False)  # the last map pass's
 
     def _account(self, n: int) -> None:
         if self.stop.is_set():
@@ -652,6 +802,8 @@ class Cleaner:
 
         om = self.offset_map
         om.clear(first_dirty_offset)
+        self._layouts = {}
+        noted = 0
         end_offset = first_dirty_offset
         for seg in picture.segments:
             if seg.next_offset <= first_dirty_offset or seg.size == 0:
@@ -659,8 +811,13 @@ class Cleaner:
             if seg.base_offset >= first_uncleanable_offset:
                 break
             reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read, picture.fs)
+            layout: _Layout | None = _Layout()
             try:
                 for data, padded, headers, where in reader.chunks():
+                    if layout is not None:
+                        layout.add(headers, where)
+                        if noted + len(layout) > LAYOUT_MAX_BATCHES:
+                            layout = None
                     mapped = [hd for hd in headers if hd.last_offset >= first_dirty_offset and hd.base_offset < first_uncleanable_offset]
                     data_batches = [hd for hd in mapped if not hd.is_control_batch]
                     if data_batches:
@@ -689,6 +846,10 @@ class Cleaner:
                         end_offset = hd.next_offset
                     if headers and headers[-1].base_offset >= first_uncleanable_offset:
                         break
+                else:  # read whole: the rewrite pass may skip by the layout
+                    if layout is not None:
+                        self._layouts[(seg.path, seg.size)] = layout
+                        noted += len(layout)
             finally:
                 reader.close()
         # Everything below first_uncleanable was mapped: the whole dirty part is clean after this run.
@@ -737,8 +898,16 @@ class Cleaner:
         try:
             for seg in group:
                 reader = _Reader(seg.path, seg.size, self.io_buffer_size, self._account_read, picture.fs)
+                layout = self._layouts.pop((seg.path, seg.size), None)
+                if layout is None:
+                    buffers = reader.chunks()
+                else:
+                    spans, skipped_batches, skipped_records = layout.spans(self.offset_map, producer_last, reader.buffer_size)
+                    self.stats.batches_read += skipped_batches
+                    self.stats.records_read += skipped_records
+                    buffers = reader.spans(spans)
                 try:
-                    for data, padded, headers, where in reader.chunks():
+                    for data, padded, headers, where in buffers:
                         horizon = self._clean_buffer(writer, data, padded, headers, where, now_ms, picture.delete_retention_ms, producer_last)
                         if horizon >= 0 and (earliest_horizon < 0 or horizon < earliest_horizon):
                             earliest_horizon = horizon
@@ -793,8 +962,7 @@ class Cleaner:
                     if earliest_horizon < 0 or plan.delete_horizon_ms < earliest_horizon:
                         earliest_horizon = plan.delete_horizon_ms
                 if plan.action is BatchAction.REWRITE:
-                    out, max_ts = self._rewrite(hd, data, kept, i, plan.delete_horizon_ms)
-                    writer.append(out, hd.last_offset, max_ts)
+                    self._rewrite(writer, hd, data, kept, i, plan.delete_horizon_ms)
                 i += 1
                 if plan.action is BatchAction.REWRITE:
                     continue
@@ -814,8 +982,8 @@ class Cleaner:
         writer.append(out, header.last_offset, header.max_timestamp)
 
     @staticmethod
-    def _rewrite(header: BatchHeader, data: memoryview, kept: "_Kept", i: int, horizon: int | None) -> tuple[bytes, int]:
-        """Batch i of `kept` with only its kept records, header fields preserved."""
+    def _rewrite(writer: "_CleanedWriter", header: BatchHeader, data: memoryview, kept: "_Kept", i: int, horizon: int | None) -> None:
+        """Write batch i of `kept` with only its kept records, header fields preserved."""
         log_append_time = header.is_log_append_time
         if horizon is not None and not header.has_delete_horizon_ms:
             # A new delete horizon moves baseTimestamp, so every timestamp delta changes.
@@ -836,13 +1004,16 @@ class Cleaner:
                 last_offset_delta=header.last_offset_delta,
             )
             max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in decoded)
-            return out, max_ts
+            writer.append(out, header.last_offset, max_ts)
+            return
         # Same baseTimestamp: the kept records' bytes are valid as they are.
-        body = kept.body(i)
-        if header.compression_type != CompressionType.NONE:
-            body = compress(header.compression_type, body)
         max_ts = header.max_timestamp if log_append_time else header.base_timestamp + kept.max_timestamp_delta(i)
-        return _pack_batch(header, body, kept.count(i), header.base_timestamp, max_ts, header.attributes), max_ts
+        if header.compression_type == CompressionType.NONE:
+            starts, ends = kept.runs(i)
+            writer.append_runs(header, kept.records.buf, starts, ends, kept.count(i), max_ts)
+            return
+        body = compress(header.compression_type, kept.body(i))
+        writer.append(_pack_batch(header, body, kept.count(i), header.base_timestamp, max_ts, header.attributes), header.last_offset, max_ts)
 
 
 # ---------------------------------------------------------------------------

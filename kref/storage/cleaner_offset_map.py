@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 _RAW_KEY_LIMIT = 16  # keys shorter than a digest are their own (collision-free) map key
 _MIN_SLOTS = 1024
 _SCALAR_TAIL = 48  # pending keys below which probing goes on one key at a time
+_STAGE_RECORDS = 1 << 16  # staged puts inserted at the latest after this many records (24 B each)
 _MIX1 = 0x9E3779B97F4A7C15
 _MIX2 = 0xC2B2AE3D27D4EB4F
 
@@ -57,11 +58,10 @@ def key_hashes(padded: "np.ndarray", starts: "np.ndarray", lengths: "np.ndarray"
     # Every byte position read as the first of a little-endian 8-byte word.
     words = np.ndarray(shape=(len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
     lengths = lengths.astype(np.int64)
-    with np.errstate(over="ignore"):
-        low_bits = np.minimum(lengths, 8) * 8  # key bits in word 0
-        high_bits = np.clip(lengths - 8, 0, 8) * 8  # in word 1
-        out[:, 0] = words[starts] & _masks(low_bits)
-        out[:, 1] = words[starts + 8] & _masks(high_bits) | (np.uint64(0x80) | lengths.astype(np.uint64)) << np.uint64(56)
+    low_masks, high_masks, length_bytes = _key_tables()
+    clipped = np.minimum(lengths, _RAW_KEY_LIMIT)  # longer keys are overwritten below
+    out[:, 0] = words[starts] & low_masks[clipped]
+    out[:, 1] = words[starts + 8] & high_masks[clipped] | length_bytes[clipped]
     long_ = np.flatnonzero(lengths >= _RAW_KEY_LIMIT)
     if len(long_):
         md5 = hashlib.md5
@@ -74,12 +74,22 @@ def key_hashes(padded: "np.ndarray", starts: "np.ndarray", lengths: "np.ndarray"
     return out
 
 
-def _masks(bits: "np.ndarray") -> "np.ndarray":
-    """(1 << bits) - 1 for bits in 0..64, as uint64."""
+_KEY_TABLES: tuple["np.ndarray", "np.ndarray", "np.ndarray"] | None = None
+
+
+def _key_tables() -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Per key length 0..16: the masks keeping its bytes in word 0 and word 1, and
+    the length byte (0x80 | length) in word 1's top byte."""
+    global _KEY_TABLES
+    if _KEY_TABLES is not None:
+        return _KEY_TABLES
     import numpy as np
 
-    safe = np.minimum(bits, 63).astype(np.uint64)
-    return np.where(bits >= 64, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << safe) - np.uint64(1))
+    low = [(1 << (8 * min(n, 8))) - 1 for n in range(_RAW_KEY_LIMIT + 1)]
+    high = [(1 << (8 * min(max(n - 8, 0), 8))) - 1 for n in range(_RAW_KEY_LIMIT + 1)]
+    length = [((0x80 | n) & 0xFF) << 56 for n in range(_RAW_KEY_LIMIT + 1)]
+    _KEY_TABLES = np.array(low, dtype="<u8"), np.array(high, dtype="<u8"), np.array(length, dtype="<u8")
+    return _KEY_TABLES
 
 
 def key_hash(key: bytes) -> "np.ndarray":
@@ -116,11 +126,15 @@ class OffsetMap:
         self._offsets = np.full(m, -1, dtype=np.int64)
         self._count = 0
         self._survivors: np.ndarray | None = None
+        self._staged: list[tuple[np.ndarray, np.ndarray]] = []
+        self._staged_records = 0  # records (keyed or not) the staged puts stand for
 
     def __len__(self) -> int:
+        self._flush()
         return self._count
 
     def room(self) -> int:
+        self._flush()
         return self.capacity - self._count
 
     def advance(self, offset: int) -> None:
@@ -139,9 +153,22 @@ class OffsetMap:
         order; batch i's are keyed_bounds[i] .. keyed_bounds[i + 1] - 1, out of its
         counts[i] records). A batch is mapped only if all its records fit in the
         room left (Kafka's rule, whether or not its keys are new); returns how many
-        batches were mapped, from the first: fewer than all when the map filled."""
-        if sum(counts) <= self.room():
-            self._put(hashes, offsets)  # no batch can fail the room check
+        batches were mapped, from the first: fewer than all when the map filled.
+
+        Puts that fit even if every staged key were new are staged, not
+        inserted: the probing rounds then run once for many read buffers
+        (their numpy calls cost per call, not per key). Whatever reads the map
+        inserts the staged keys first, so no caller sees the difference."""
+        total = sum(counts)
+        if self._staged_records + total <= self.capacity - self._count:
+            if len(offsets):  # no batch can fail the room check
+                self._staged.append((hashes, offsets))
+            self._staged_records += total
+            if self._staged_records >= _STAGE_RECORDS:
+                self._flush()
+            return len(counts)
+        if total <= self.room():
+            self._put(hashes, offsets)
             return len(counts)
         for i, count in enumerate(counts):
             if count > self.room():
@@ -155,6 +182,17 @@ class OffsetMap:
         import numpy as np
 
         return self.put_batches(key_hash(key), np.array([offset], dtype=np.int64), [0, 1], [1]) == 1
+
+    def _flush(self) -> None:
+        if not self._staged_records:
+            return
+        import numpy as np
+
+        staged, self._staged, self._staged_records = self._staged, [], 0
+        if len(staged) == 1:
+            self._put(*staged[0])
+        elif staged:
+            self._put(np.concatenate([hs for hs, _ in staged]), np.concatenate([os for _, os in staged]))
 
     def _slots_of(self, hashes: "np.ndarray", m: int) -> "np.ndarray":
         import numpy as np
@@ -248,6 +286,7 @@ class OffsetMap:
         """The offset mapped for each key (`key_hashes`), -1 where none is."""
         import numpy as np
 
+        self._flush()
         table_keys, table_offsets = self._keys, self._offsets
         m = len(table_offsets)
         result = np.full(len(hashes), -1, dtype=np.int64)
@@ -272,6 +311,7 @@ class OffsetMap:
         """The mapped offsets (each key's last), sorted."""
         import numpy as np
 
+        self._flush()
         if self._survivors is None:
             self._survivors = np.sort(self._offsets[self._offsets >= 0])
         return self._survivors

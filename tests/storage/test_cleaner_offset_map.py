@@ -94,6 +94,38 @@ def test_offset_map_is_a_bounded_dict(batches, capacity):
             assert om.get(k) == -1
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(st.lists(KEYS, min_size=0, max_size=40), min_size=1, max_size=30),
+    capacity=st.sampled_from([1, 3, 20, 60, 200, 5000]),
+    looks=st.lists(st.booleans(), min_size=30, max_size=30),
+)
+def test_staged_puts_decide_as_immediate_ones(batches, capacity, looks):
+    """Puts are staged while they fit even if every staged key were new; the map is
+    read only now and then (`looks`), so several staged calls meet a call that
+    no longer fits: each call's answer and the final map are the model's."""
+    om = OffsetMap(capacity)
+    model: dict[bytes, int] = {}
+    offset = 0
+    for n, b in enumerate(batches):
+        offsets = np.arange(offset, offset + len(b), dtype=np.int64)
+        fitted = om.put_batches(hashes_of(b) if b else np.zeros((0, 2), dtype=np.uint64), offsets, [0, len(b)], [len(b)])
+        fits = len(b) <= capacity - len(model)
+        if fits:
+            for j, k in enumerate(b):
+                model[k] = offset + j
+        assert fitted == (1 if fits else 0)
+        offset += len(b)
+        if looks[n]:
+            assert len(om) == len(model)
+        if not fits:
+            break
+    assert len(om) == len(model)
+    for k, o in model.items():
+        assert om.get(k) == o
+    assert om.survivor_offsets().tolist() == sorted(model.values())
+
+
 def _build_log(directory: str, rng: random.Random) -> tuple[Log, list[tuple[int, bytes, bytes | None]]]:
     config = LogConfig.from_properties(
         {"cleanup.policy": "compact", "segment.bytes": str(256 * 1024), "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000000"}
