@@ -305,6 +305,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
     mine = _leader_isr_updates(mine, skipped)
+    mine = _unlogged_out_of_range(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
@@ -456,6 +457,41 @@ def _leader_isr_updates(mine, skipped):
         out.append((e, origin))
     if added:
         skipped["BecomeLeader of an isr-only change, inferred (not logged)"] = added
+    return out
+
+
+def _unlogged_out_of_range(mine, skipped):
+    """Put a LeaderHandleFetch before a truncation that answers a fetch the leader refused silently.
+
+    A follower whose last fetched epoch is older than every epoch the leader
+    knows gets OFFSET_OUT_OF_RANGE from kref's leader, which logs nothing, and
+    truncates. The spec's leader answers that fetch with the diverging epoch
+    -1 and end offset 0 (EndOffsetForEpoch finds no epoch), and the
+    follower's TruncateToEpochEndOffset then cuts to the end of its own
+    epochs below it: the step is put right before the truncation, for the
+    leader the FollowerFetch named.
+    """
+    out = []
+    pending: dict[int, dict[str, Any]] = {}  # follower -> its FollowerFetch not answered yet
+    added = 0
+    for e, origin in mine:
+        kind = e["type"]
+        if kind == "FollowerFetch":
+            pending[e["replica"]] = e
+        elif kind in ("LeaderHandleFetch", "FetchError"):
+            pending.pop(e.get("follower", e.get("replica")), None)
+        elif kind == "TruncateToEpochEndOffset" and "leader" in pending.get(e["replica"], {}):
+            req = pending.pop(e["replica"])
+            out.append(({"type": "LeaderHandleFetch", "replica": req["leader"], "follower": e["replica"],
+                         "leader_epoch": req["leader_epoch"], "fetch_offset": req["fetch_offset"],
+                         "last_fetched_epoch": req["last_fetched_epoch"], "diverging_epoch": -1,
+                         "diverging_end_offset": 0}, origin))
+            added += 1
+        elif _resets_fetch(e) or kind == "Crash":
+            pending.pop(e.get("replica"), None)
+        out.append((e, origin))
+    if added:
+        skipped["LeaderHandleFetch answering OFFSET_OUT_OF_RANGE, inferred (not logged)"] = added
     return out
 
 
