@@ -29,7 +29,10 @@
 (*   min.insync.replicas and acknowledged when the high watermark passes   *)
 (*   it; acks=1 is appended whatever the ISR and promises nothing.         *)
 (* - A crash loses the unflushed suffix of a log and a lagging high        *)
-(*   watermark checkpoint; later the controller fences the broker (its     *)
+(*   watermark checkpoint (leaders keep the crashed follower's last fetch  *)
+(*   offset, KIP-903 keeps it out of ISR expansions after the restart, and *)
+(*   its fetch on the wire may still arrive); later the controller fences  *)
+(*   the broker (its                                                       *)
 (*   session expired), elects a new leader from the unfenced ISR with a    *)
 (*   new leader epoch, moves leadership to a preferred replica, and (only  *)
 (*   when UncleanLeaderElectionEnable) elects a replica outside the ISR.   *)
@@ -88,6 +91,8 @@ VARIABLES
     isr,                   \* ISR as the replica last applied it (leader: its ISR)
     remote_log_end_offset, \* [leader -> [follower -> LEO the leader last saw
                            \*  in a valid fetch, -1 = unknown]]
+    remote_broker_epoch,   \* [leader -> [follower -> broker epoch that fetch
+                           \*  carried (KIP-903), -1 = unknown]]
     fetch,                 \* [follower -> its one in-flight fetch: request or
                            \*  response, or [type |-> "None"]]
     alter_partition,       \* [leader -> its one in-flight AlterPartition:
@@ -108,11 +113,13 @@ VARIABLES
                            \* taken so far, bounded by MCReplication
 
 vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-          remote_log_end_offset, fetch, alter_partition, controller, produced,
+          remote_log_end_offset, remote_broker_epoch, fetch, alter_partition,
+          controller, produced,
           acks_all, acked, consumed, faults>>
 
 replica_vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                  remote_log_end_offset, fetch, alter_partition>>
+                  remote_log_end_offset, remote_broker_epoch, fetch,
+                  alter_partition>>
 ghost_vars == <<produced, acks_all, acked, consumed>>
 
 -----------------------------------------------------------------------------
@@ -179,17 +186,17 @@ MaximalIsr(l) ==
                  ELSE alter_partition[l].new_isr)
 
 \* The leader sends AlterPartition for new_isr with the epochs it applied
-\* and, for each replica it adds, the broker epoch of the incarnation whose
-\* fetches justified it (KIP-903).  That is the broker's current
-\* registration: a crash makes every leader forget the follower's offset
-\* (see Crash), so only fetches of the new incarnation count afterwards.
+\* and, for each replica it adds, the broker epoch carried by the fetch
+\* that justified it (KIP-903): the leader keeps a follower's last fetch
+\* across the follower's crash (it cannot know), so the controller is the
+\* one to refuse an offset of a previous incarnation (INELIGIBLE_REPLICA).
 SendAlterPartition(l, new_isr) ==
     alter_partition' = [alter_partition EXCEPT ![l] =
                           [type |-> "AlterPartitionRequest", new_isr |-> new_isr,
                            leader_epoch |-> leader_epoch[l],
                            partition_epoch |-> partition_epoch[l],
                            broker_epochs |-> [r \in new_isr \ isr[l] |->
-                                                controller.broker_epoch[r]]]]
+                                                remote_broker_epoch[l][r]]]]
 
 Unknown == [f \in Replicas |-> -1]
 
@@ -231,6 +238,7 @@ Init ==
     /\ partition_epoch = [r \in Replicas |-> -1]
     /\ isr = [r \in Replicas |-> Replicas]
     /\ remote_log_end_offset = [r \in Replicas |-> Unknown]
+    /\ remote_broker_epoch = [r \in Replicas |-> Unknown]
     /\ fetch = [r \in Replicas |-> NoFetch]
     /\ alter_partition = [r \in Replicas |-> NoAlterPartition]
     /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
@@ -259,7 +267,7 @@ LeaderAppend(l, batch, acks) ==
     /\ produced' = produced \cup Range(batch)
     /\ acks_all' = IF acks = "all" THEN acks_all \cup Range(batch) ELSE acks_all
     /\ UNCHANGED <<role, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, alter_partition, controller,
+                   remote_log_end_offset, remote_broker_epoch, fetch, alter_partition, controller,
                    acked, consumed, faults>>
 
 \* Leader l answers the fetch request of follower f sent in l's epoch.
@@ -280,25 +288,33 @@ LeaderHandleFetch(l, f) ==
                ELSE /\ req.last_fetched_epoch # -1
                     /\ \/ eo.epoch < req.last_fetched_epoch
                        \/ eo.end_offset < req.fetch_offset
-       IN IF diverging
-          THEN /\ fetch' = [fetch EXCEPT ![f] =
+       IN /\ IF diverging
+             THEN UNCHANGED <<remote_log_end_offset, remote_broker_epoch>>
+             ELSE /\ remote_log_end_offset' =
+                        [remote_log_end_offset EXCEPT ![l][f] = req.fetch_offset]
+                  /\ remote_broker_epoch' =
+                        [remote_broker_epoch EXCEPT ![l][f] = req.broker_epoch]
+          \* A request of a crashed incarnation of f (see Crash) is still
+          \* handled, but its answer goes to a connection that died with it.
+          /\ IF role[f] = "Offline"
+             THEN fetch' = [fetch EXCEPT ![f] = NoFetch]
+             ELSE IF diverging
+             THEN fetch' = [fetch EXCEPT ![f] =
                      IF TruncateToHighWatermarkOnBecomeFollower
                      THEN [type |-> "DivergingEpoch", epoch |-> -1,
                            end_offset |-> Len(log[l])]
                      ELSE [type |-> "DivergingEpoch", epoch |-> eo.epoch,
                            end_offset |-> eo.end_offset]]
-               /\ UNCHANGED remote_log_end_offset
-          \* A response carries any prefix of what the leader has past the
-          \* fetch offset, none included: fetch.max.bytes, max.partition.fetch.bytes
-          \* and a response cut short by the leader leave the rest for the next
-          \* fetch (a follower may stay an epoch behind for many rounds).
-          ELSE /\ \E upto \in req.fetch_offset .. Len(log[l]) :
+             \* A response carries any prefix of what the leader has past the
+             \* fetch offset, none included: fetch.max.bytes,
+             \* max.partition.fetch.bytes and a response cut short by the
+             \* leader leave the rest for the next fetch (a follower may stay
+             \* an epoch behind for many rounds).
+             ELSE \E upto \in req.fetch_offset .. Len(log[l]) :
                     fetch' = [fetch EXCEPT ![f] =
                      [type |-> "FetchResponse",
                       records |-> SubSeq(log[l], req.fetch_offset + 1, upto),
                       high_watermark |-> high_watermark[l]]]
-               /\ remote_log_end_offset' =
-                     [remote_log_end_offset EXCEPT ![l][f] = req.fetch_offset]
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    alter_partition, controller, ghost_vars, faults>>
 
@@ -325,7 +341,7 @@ AdvanceHighWatermark(l) ==
           /\ consumed' = consumed \cup
                          {log[l][i] : i \in high_watermark[l] + 1 .. new_hw}
     /\ UNCHANGED <<role, log, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, alter_partition, controller,
+                   remote_log_end_offset, remote_broker_epoch, fetch, alter_partition, controller,
                    produced, acks_all, faults>>
 
 \* Leader l asks the controller to remove the followers in `out` that have
@@ -340,7 +356,7 @@ ShrinkIsr(l, out) ==
     /\ \A f \in out : remote_log_end_offset[l][f] < Len(log[l])
     /\ SendAlterPartition(l, isr[l] \ out)
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, controller, ghost_vars>>
+                   remote_log_end_offset, remote_broker_epoch, fetch, controller, ghost_vars>>
     /\ faults' = [faults EXCEPT !.shrink = @ + 1]
 
 \* Leader l asks to add follower f once it has fetched up to the high
@@ -353,7 +369,7 @@ ExpandIsr(l, f) ==
     /\ remote_log_end_offset[l][f] >= EpochStartOffset(l)
     /\ SendAlterPartition(l, isr[l] \cup {f})
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, controller, ghost_vars, faults>>
+                   remote_log_end_offset, remote_broker_epoch, fetch, controller, ghost_vars, faults>>
 
 \* Leader l applies the controller's answer.  A committed change is taken
 \* only if it is newer than the partition epoch l already applied (the
@@ -370,7 +386,7 @@ HandleAlterPartitionResponse(l) ==
                 /\ partition_epoch' = [partition_epoch EXCEPT ![l] = resp.partition_epoch]
            ELSE UNCHANGED <<isr, partition_epoch>>
     /\ alter_partition' = [alter_partition EXCEPT ![l] = NoAlterPartition]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, remote_log_end_offset,
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, remote_log_end_offset, remote_broker_epoch,
                    fetch, controller, ghost_vars, faults>>
 
 -----------------------------------------------------------------------------
@@ -387,9 +403,10 @@ FollowerFetch(f) ==
                    [type |-> "FetchRequest",
                     fetch_offset |-> Len(log[f]),
                     last_fetched_epoch |-> LastEpoch(f),
-                    current_leader_epoch |-> leader_epoch[f]]]
+                    current_leader_epoch |-> leader_epoch[f],
+                    broker_epoch |-> controller.broker_epoch[f]]]
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
                    faults>>
 
 \* The fetch of follower f fails: no replica leads in f's epoch any more
@@ -402,7 +419,7 @@ FetchError(f) ==
                             /\ leader_epoch[l] = fetch[f].current_leader_epoch
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
                    faults>>
 
 \* Follower f appends the records of a fetch response and takes the
@@ -416,7 +433,7 @@ FollowerAppend(f) ==
                                    Min2(fetch[f].high_watermark, Len(new_log))]
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
                    faults>>
 
 \* Follower f handles a diverging-epoch answer (KIP-279/320): it looks up the
@@ -440,7 +457,7 @@ TruncateToEpochEndOffset(f) ==
           /\ high_watermark' = [high_watermark EXCEPT ![f] = Min2(@, to)]
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, alter_partition, controller, ghost_vars,
+                   remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
                    faults>>
 
 -----------------------------------------------------------------------------
@@ -463,10 +480,10 @@ BecomeLeader(r) ==
     /\ leader_epoch' = [leader_epoch EXCEPT ![r] = controller.leader_epoch]
     /\ partition_epoch' = [partition_epoch EXCEPT ![r] = controller.partition_epoch]
     /\ isr' = [isr EXCEPT ![r] = controller.isr]
-    /\ remote_log_end_offset' =
-          IF role[r] = "Leader" /\ leader_epoch[r] = controller.leader_epoch
-          THEN remote_log_end_offset
-          ELSE [remote_log_end_offset EXCEPT ![r] = Unknown]
+    /\ IF role[r] = "Leader" /\ leader_epoch[r] = controller.leader_epoch
+       THEN UNCHANGED <<remote_log_end_offset, remote_broker_epoch>>
+       ELSE /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
+            /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
     /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     /\ UNCHANGED <<log, high_watermark, controller, ghost_vars, faults>>
@@ -488,6 +505,7 @@ BecomeFollower(r) ==
               THEN [log EXCEPT ![r] = Prefix(@, high_watermark[r])]
               ELSE log
     /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
+    /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
     /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     /\ UNCHANGED <<high_watermark, controller, ghost_vars, faults>>
@@ -529,7 +547,7 @@ CommitAlterPartition(l) ==
                   isr |-> controller'.isr,
                   partition_epoch |-> controller'.partition_epoch]]
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, ghost_vars, faults>>
+                   remote_log_end_offset, remote_broker_epoch, fetch, ghost_vars, faults>>
 
 \* Elect an unfenced ISR member when the partition has no leader, with a
 \* new leader epoch; with KIP-966, an unfenced ELR member when no ISR
@@ -641,14 +659,19 @@ Crash(r) ==
                                              ELSE IF keep < Len(log[r]) THEN @ \cup {r}
                                              ELSE @ \ {r}]
     /\ role' = [role EXCEPT ![r] = "Offline"]
-    \* r forgets its followers; every leader forgets r's offset.  The latter
-    \* stands for KIP-903: AlterPartition carries the broker epoch of the
-    \* fetch that justified an ISR expansion and the controller refuses one
-    \* from r's previous incarnation (whose log may have lost entries since).
-    /\ remote_log_end_offset' =
-          [l \in Replicas |-> IF l = r THEN Unknown
-                              ELSE [remote_log_end_offset[l] EXCEPT ![r] = -1]]
-    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+    \* r forgets its followers.  Every other leader keeps r's last fetch
+    \* offset: no broker learns of a crash before the controller fences it,
+    \* so until then a leader's high watermark may count what r held before
+    \* it lost its unflushed suffix (as Kafka's does; the fault assumption
+    \* above is what makes that safe), and only the broker epoch the fetch
+    \* carried keeps it from justifying an ISR expansion after r's restart
+    \* (KIP-903, see SendAlterPartition).
+    /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
+    /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
+    \* A fetch request r sent is on the wire: the leader may still handle
+    \* it (LeaderHandleFetch; the answer reaches no one) until r restarts.
+    \* An answer on its way to r is lost.
+    /\ fetch' = [fetch EXCEPT ![r] = IF @.type = "FetchRequest" THEN @ ELSE NoFetch]
     /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     \* The partition metadata a broker applied lives in memory: gone.
     /\ leader_epoch' = [leader_epoch EXCEPT ![r] = -1]
@@ -670,8 +693,11 @@ Restart(r) ==
        IN  controller' = [controller EXCEPT !.broker_epoch[r] = @ + 1,
                                             !.elr = IF drop THEN @ \ {r} ELSE @,
                                             !.partition_epoch = IF drop THEN @ + 1 ELSE @]
+    \* A request of the old process still on the wire is dropped here (a
+    \* simplification: one the leader takes after the restart is not modelled).
+    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
     /\ UNCHANGED <<log, high_watermark, leader_epoch, partition_epoch, isr,
-                   remote_log_end_offset, fetch, alter_partition,
+                   remote_log_end_offset, remote_broker_epoch, alter_partition,
                    ghost_vars, faults>>
 
 -----------------------------------------------------------------------------
@@ -715,7 +741,8 @@ Entry == [offset : Nat, leader_epoch : Nat, value : Values]
 FetchMessage ==
          {NoFetch}
     \cup [type : {"FetchRequest"}, fetch_offset : Nat,
-          last_fetched_epoch : Int, current_leader_epoch : Nat]
+          last_fetched_epoch : Int, current_leader_epoch : Nat,
+          broker_epoch : Nat]
     \cup [type : {"FetchResponse"}, records : Seq(Entry), high_watermark : Nat]
     \cup [type : {"DivergingEpoch"}, epoch : Int, end_offset : Nat]
 
@@ -743,6 +770,7 @@ TypeOK ==
     /\ partition_epoch \in [Replicas -> Nat \cup {-1}]
     /\ isr \in [Replicas -> SUBSET Replicas]
     /\ remote_log_end_offset \in [Replicas -> [Replicas -> Int]]
+    /\ remote_broker_epoch \in [Replicas -> [Replicas -> Int]]
     /\ fetch \in [Replicas -> FetchMessage]
     /\ alter_partition \in [Replicas -> AlterPartitionMessage]
     /\ controller \in [leader : Replicas \cup {NoLeader},
@@ -819,8 +847,11 @@ NoConsumedRecordLost ==
         /\ \A r \in Replicas : e.offset < high_watermark[r] => InLog(r, e)
 
 \* The leader of the current epoch never believes a follower of that epoch
-\* has more than its log holds: its remote log end offsets are lower
-\* bounds, which is what makes the high watermark (their minimum) safe.
+\* has more than its log holds, once the follower's current incarnation
+\* fetched (an offset of an incarnation that crashed since may be above
+\* what survived: the fault assumption of Crash covers that case): its
+\* remote log end offsets are lower bounds, which is what makes the high
+\* watermark (their minimum) safe.
 \* A leader that kept offsets from an earlier epoch of its own (re-elected
 \* without applying the epochs between) may count entries that the
 \* follower truncated while following another leader.
@@ -830,7 +861,9 @@ FollowerOffsetsBelowLogEnd ==
         /\ controller.leader = l
         /\ leader_epoch[l] = controller.leader_epoch
         => \A f \in Replicas \ {l} :
-              role[f] = "Follower" /\ leader_epoch[f] = leader_epoch[l]
+              (/\ role[f] = "Follower"
+               /\ leader_epoch[f] = leader_epoch[l]
+               /\ remote_broker_epoch[l][f] = controller.broker_epoch[f])
                   => remote_log_end_offset[l][f] <= Len(log[f])
 
 \* KIP-841: a fenced broker is not in the committed ISR, except as its last

@@ -93,7 +93,8 @@ TLeaderHandleFetch ==
     /\ fetch[f].fetch_offset = Ev.fetch_offset
     /\ fetch[f].last_fetched_epoch = Ev.last_fetched_epoch
     /\ LeaderHandleFetch(l, f)
-    /\ IF Ev.diverging_epoch = -1 /\ Ev.diverging_end_offset = -1
+    /\ IF fetch'[f].type = "None" THEN TRUE  \* f crashed after sending it: no answer
+       ELSE IF Ev.diverging_epoch = -1 /\ Ev.diverging_end_offset = -1
        THEN /\ fetch'[f].type = "FetchResponse"
             \* How many records the answer carried, when the trace shows it
             \* (the follower's next append, or none when it fetched again).
@@ -142,10 +143,13 @@ THandleAlterPartitionResponse ==
 
 TBecomeLeader ==
     LET r == Ev.replica IN
-    /\ Len(log[r]) = Ev.log_end_offset
+    /\ "log_end_offset" \in DOMAIN Ev => Len(log[r]) = Ev.log_end_offset
     /\ BecomeLeader(r)
     /\ leader_epoch'[r] = Ev.leader_epoch
-    /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
+    \* (trace_check infers an isr-only BecomeLeader that kref does not log,
+    \* marked same_term, with only what the next event of the leader shows)
+    /\ "partition_epoch" \in DOMAIN Ev => partition_epoch'[r] = Ev.partition_epoch + pe_shift
+    /\ "same_term" \in DOMAIN Ev => role[r] = "Leader" /\ leader_epoch[r] = Ev.leader_epoch
     /\ isr'[r] = Ev.isr
 
 \* A follower applying a registration with the same leader and leader epoch

@@ -14,8 +14,12 @@ import pytest
 from kref.sim.campaign import run_campaign
 from trace_check.seeds import validate_seeds
 
-# Crashes-only seeds whose whole traces (230-880 steps each) are accepted, checked in one TLC run.
-FIXED_SEEDS = (1, 3, 4, 5, 6, 8, 17, 19, 20, 129)  # 8: a restarted life that crashed before it registered
+# Crashes-only seeds whose whole traces (190-880 steps each) are accepted, checked in one TLC run.
+# 8: a restarted life that crashed before it registered; 10: the leader counts a crashed follower's last
+# fetch for the HW; 13: a crashed follower's fetch still on the wire is handled; 21: an isr-only change the
+# leader applied silently; 42: a broker down before the partition's first event; 44: a fetch refused with
+# OFFSET_OUT_OF_RANGE (not logged by the leader).
+FIXED_SEEDS = (1, 3, 4, 5, 6, 8, 10, 13, 17, 19, 20, 21, 42, 44, 129)
 
 
 def test_fixed_simulator_seeds_validate_in_one_batch():
@@ -23,7 +27,7 @@ def test_fixed_simulator_seeds_validate_in_one_batch():
     assert [r["seed"] for r in rows] == list(FIXED_SEEDS)
     bad = [r for r in rows if r["trace_verdict"] != "accepted"]
     assert not bad, bad
-    assert all(r["trace_steps"] > 200 for r in rows), rows
+    assert all(r["trace_steps"] > 150 for r in rows), rows
 
 
 def test_local_campaign_validates_each_seeds_trace(tmp_path):
