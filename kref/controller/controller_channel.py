@@ -146,7 +146,13 @@ class ControllerChannel:
                 connection.stream.socket.close()
 
     def close(self) -> None:
-        for idle in self._idle.values():
-            for connection in idle:
-                connection.stream.socket.close()
-        self._idle.clear()
+        """Close the kept connections; also called after trio.run returned (the node exiting)."""
+        idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                try:
+                    connection.stream.socket.close()
+                except RuntimeError:
+                    # Outside trio's run: trio cannot close its socket, and the
+                    # process is exiting; the kernel closes the descriptor.
+                    pass

@@ -152,3 +152,15 @@ def test_concurrent_rpcs_are_bounded_per_destination():
         channel.close()
 
     run(body)
+
+
+def test_close_after_the_trio_run_ended():
+    """A node closes its channel after trio.run returned (kref/controller/node.py): no error."""
+    channel = ControllerChannel()
+
+    async def body(controller, address):
+        await channel.request(1, address, heartbeat(), 5.0, "c")
+
+    run(body)
+    channel.close()
+    channel.close()
