@@ -48,9 +48,9 @@ from kref.controller import lifecycle as lc
 from kref.controller import quorum as q
 from kref.controller.raft_driver import RaftNode, _kio
 from kref.metadata import serde
-from kref.protocol.codec import decode_response, encode_request, response_class
+from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
-from kref.protocol.framing import FrameDecoder, FrameError
+from kref.protocol.framing import FrameError
 from kref.protocol.messages import build, nested
 
 log = logging.getLogger("kref.controller")
@@ -65,7 +65,6 @@ BROKER_RESOURCE_TYPE = 4
 REPLY_TIMEOUT_S = 10.0
 CONTROLLER_TICK_S = 0.05
 MAX_PENDING = 10_000
-MAX_CONTROLLER_RESPONSE_BYTES = 16 << 20
 
 
 class ControllerDriver:
@@ -399,22 +398,14 @@ RPC_ERRORS = (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceEr
 async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
     """One request to the active controller's CONTROLLER listener (the leader
     this node's quorum core knows, at its controller.quorum.voters address)."""
-    voter = raft.voters.get(raft.core.leader_id)
+    leader_id = raft.core.leader_id
+    voter = raft.voters.get(leader_id)
     if voter is None:
         raise ConnectionError("no known active controller")
-    with trio.fail_after(timeout_s):
-        stream = await trio.open_tcp_stream(voter.host or "127.0.0.1", voter.port)
-        try:
-            await stream.send_all(encode_request(body, 1, client_id))
-            decoder = FrameDecoder(MAX_CONTROLLER_RESPONSE_BYTES)
-            while (frame := decoder.next_frame()) is None:
-                data = await stream.receive_some(65536)
-                if not data:
-                    raise ConnectionError("controller closed the connection")
-                decoder.feed(data)
-        finally:
-            await stream.aclose()
-    return decode_response(frame, response_class(type(body).__api_key__, type(body).__version__))[1]
+    # Over the node's kept connections (kref/controller/controller_channel.py).
+    return await raft.controller_channel.request(
+        leader_id, (voter.host or "127.0.0.1", voter.port), body, timeout_s, client_id,
+    )
 
 
 class BrokerLifecycle:

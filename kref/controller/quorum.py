@@ -42,7 +42,13 @@ name, kref/trace/kraft.py):
 - BeginQuorumEpochRequest           -> BeginQuorumEpoch (Follower of its sender).
 - FetchRequest (leader)             -> the diverging-epoch check; records
   from fetch_offset and the HW; the voter's end offset -> AdvanceHighWatermark
-  (majority offset, only once it lies in the leader's own epoch).
+  (majority offset, only once it lies in the leader's own epoch). A Fetch
+  with a max wait, at the log end, that did not move the HW, is parked
+  (KafkaRaftClient's fetch purgatory): after every step the core answers a
+  parked Fetch once records are appended past it, the HW moves, its max wait
+  ends (Tick), or this node stops leading its epoch. Parking adds no trace
+  event: the spec sees the Fetch when it is received and its answer when the
+  fetcher gets it, as before.
 - FetchResponse (follower/observer) -> FetchFromLeader or
   TruncateToEpochEndOffset; a higher epoch -> BecomeUnattached.
 - Shutdown (leader)                 -> Resigned, EndQuorumEpoch to the voters
@@ -118,8 +124,14 @@ class QuorumConfig:
     fetch_timeout_ms: int = 2000  # controller.quorum.fetch.timeout.ms
     retry_backoff_ms: int = 20  # controller.quorum.retry.backoff.ms
     # After an empty Fetch response the follower waits this long before the
-    # next Fetch (the trio driver long-polls instead and sets it to 0).
+    # next Fetch; only without a long poll (fetch_max_wait_ms = 0).
     fetch_backoff_ms: int = 50
+    # The max wait this node asks for on its Fetch (Kafka's follower sends
+    # 500 ms): the leader parks a Fetch with nothing to return until records
+    # are appended, the high watermark moves, or this time ends. 0: answered
+    # at once, and the follower polls every fetch_backoff_ms. It must stay
+    # well under fetch_timeout_ms (the follower's timer waits on the answer).
+    fetch_max_wait_ms: int = 0
     # Seeds the election jitter; the driver picks it (randomly, or a test's seed).
     jitter_seed: int = 0
     # Bound on the batches one Fetch response may carry (the driver also
@@ -190,6 +202,7 @@ class FetchRequest:
     current_leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
+    max_wait_ms: int = 0  # Fetch's MaxWaitMs: how long the leader may park it
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,12 +385,16 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class SendFetchResponse:
-    """Answer a Fetch: the driver reads up to max_batches batches from from_offset."""
+    """Answer a Fetch: the driver reads up to max_batches batches from from_offset.
+
+    `parked`: this answers a Fetch the leader parked in an earlier step (the
+    driver still holds that RPC open), not a request of this step."""
 
     destination: int
     response: FetchResponse
     from_offset: int
     max_batches: int
+    parked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,6 +519,15 @@ class SnapshotFetch:
     installing: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ParkedFetch:
+    """A Fetch the leader holds: nothing to return yet (KafkaRaftClient's fetch purgatory)."""
+
+    request: FetchRequest
+    high_watermark: int  # the leader's, when it parked the Fetch
+    deadline_ms: int
+
+
 @dataclass(slots=True)
 class QuorumCore:
     config: QuorumConfig
@@ -522,6 +548,8 @@ class QuorumCore:
     end_offsets: dict[int, int] = field(default_factory=dict)  # leader: voter -> fetch offset
     last_fetch_ms: dict[int, int] = field(default_factory=dict)  # leader: voter -> time of its last Fetch
     observer_offsets: dict[int, int] = field(default_factory=dict)  # leader: observer -> fetch offset
+    parked_fetches: dict[int, ParkedFetch] = field(default_factory=dict)  # leader: fetcher -> its held Fetch
+    told_high_watermark: dict[int, int] = field(default_factory=dict)  # leader: fetcher -> HW in its last answer
     votes_granted: set[int] = field(default_factory=set)
     election_deadline_ms: int = 0
     fetch_due_ms: int | None = None  # follower: when to send the next Fetch (None: one is in flight)
@@ -672,6 +700,8 @@ class QuorumCore:
                 self._on_snapshot_fetch_failed(event, now_ms, out)
             case _:
                 raise TypeError(f"not a quorum event: {event!r}")
+        if self.parked_fetches:
+            self._complete_parked_fetches(now_ms, out)
         return out
 
     # ------------------------------------------------------------ helpers
@@ -714,6 +744,7 @@ class QuorumCore:
         self.end_offsets.clear()
         self.last_fetch_ms.clear()
         self.observer_offsets.clear()
+        self.told_high_watermark.clear()
         self.votes_granted.clear()
         self.begin_epoch_due_ms.clear()
 
@@ -812,8 +843,9 @@ class QuorumCore:
         if self.state is State.UNATTACHED and self.config.is_voter:
             return
         if self.fetch_due_ms is None:
-            # One Fetch in flight; a lost one is retried after the fetch timeout's half.
-            if now_ms - self.fetch_sent_ms < max(self.config.fetch_timeout_ms // 2, 1):
+            # One Fetch in flight; a lost one is retried after the fetch timeout's
+            # half (plus the max wait the leader may hold it).
+            if now_ms - self.fetch_sent_ms < max(self.config.fetch_timeout_ms // 2, 1) + self.config.fetch_max_wait_ms:
                 return
         elif now_ms < self.fetch_due_ms:
             return
@@ -844,7 +876,8 @@ class QuorumCore:
         out.append(
             Send(
                 destination,
-                FetchRequest(self.node_id, self.leader_epoch, self.log_end_offset, self.last_epoch),
+                FetchRequest(self.node_id, self.leader_epoch, self.log_end_offset, self.last_epoch,
+                             self.config.fetch_max_wait_ms),
             )
         )
 
@@ -985,6 +1018,7 @@ class QuorumCore:
         if r.replica_id != source:
             answer(ErrorCode.INVALID_REQUEST)
             return
+        self._release_parked_fetch(source, out)
         if r.current_leader_epoch > self.leader_epoch:
             # The fetcher knows a newer epoch than we do: learn it.
             self._become_unattached(r.current_leader_epoch, source, now_ms, out)
@@ -1027,10 +1061,60 @@ class QuorumCore:
             self._maybe_advance_high_watermark(now_ms, out)
         else:
             self.observer_offsets[source] = r.fetch_offset
+        if (
+            r.max_wait_ms > 0
+            and r.fetch_offset == self.log_end_offset
+            and self.told_high_watermark.get(source) == self.high_watermark
+        ):
+            # Nothing to return and no newer high watermark than the one this
+            # fetcher was last told (had the HW moved since, or with this very
+            # Fetch, it would not learn it until the next append: KIP-1166's
+            # gap, closed here on the leader's side): hold it. The wait is
+            # bounded by the fetch timeout whatever the fetcher asked for.
+            wait = min(r.max_wait_ms, self.config.fetch_timeout_ms)
+            self.parked_fetches[source] = ParkedFetch(r, self.high_watermark, now_ms + wait)
+            return
+        self.told_high_watermark[source] = self.high_watermark
         response = FetchResponse(
             ErrorCode.NONE, self.leader_id, self.leader_epoch, self.high_watermark, fetch_offset=r.fetch_offset
         )
         out.append(SendFetchResponse(source, response, r.fetch_offset, self.config.max_fetch_batches))
+
+    def _complete_parked_fetches(self, now_ms: int, out: list[Effect]) -> None:
+        """Answer each held Fetch that can be answered now (checked after every step).
+
+        Records were appended past its offset -> those records; the high
+        watermark moved -> the new one; its max wait ended -> an empty answer;
+        this node is no longer the leader of the Fetch's epoch -> NOT_LEADER_OR_FOLLOWER
+        with what it knows, so the fetcher looks again at once.
+        """
+        for source in sorted(self.parked_fetches):
+            parked = self.parked_fetches[source]
+            r = parked.request
+            if self.state is not State.LEADER or self.leader_epoch != r.current_leader_epoch:
+                code, from_offset = ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+            elif self.log_end_offset > r.fetch_offset:
+                code, from_offset = ErrorCode.NONE, r.fetch_offset
+            elif self.high_watermark != parked.high_watermark or now_ms >= parked.deadline_ms:
+                code, from_offset = ErrorCode.NONE, -1
+            else:
+                continue
+            del self.parked_fetches[source]
+            if code == ErrorCode.NONE:
+                self.told_high_watermark[source] = self.high_watermark
+            response = FetchResponse(code, self.leader_id, self.leader_epoch, self.high_watermark, fetch_offset=r.fetch_offset)
+            out.append(SendFetchResponse(source, response, from_offset, self.config.max_fetch_batches, parked=True))
+
+    def _release_parked_fetch(self, source: int, out: list[Effect]) -> None:
+        """A new Fetch from a fetcher with one held: the held one is answered (empty) first."""
+        parked = self.parked_fetches.pop(source, None)
+        if parked is not None:
+            self.told_high_watermark[source] = self.high_watermark
+            response = FetchResponse(
+                ErrorCode.NONE, self.leader_id, self.leader_epoch, self.high_watermark,
+                fetch_offset=parked.request.fetch_offset,
+            )
+            out.append(SendFetchResponse(source, response, -1, 0, parked=True))
 
     def last_epoch_at_start(self) -> int:
         """The epoch of the entry just before the log start (the base snapshot's)."""
@@ -1131,7 +1215,9 @@ class QuorumCore:
             self.fetch_due_ms = now_ms
         else:
             self._follow_high_watermark(r.high_watermark, out)
-            self.fetch_due_ms = now_ms + self.config.fetch_backoff_ms
+            # Long-polled: an empty answer means the wait ended or the high
+            # watermark moved, so fetch again at once.
+            self.fetch_due_ms = now_ms + (0 if self.config.fetch_max_wait_ms > 0 else self.config.fetch_backoff_ms)
         self._maybe_send_fetch(now_ms, out)
 
     # ------------------------------------------------------------ snapshots, follower side

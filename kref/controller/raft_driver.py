@@ -26,8 +26,15 @@ Committed records (below the high watermark, control batches skipped) are
 handed, in offset order and once each, to the `on_commit` callbacks: the
 metadata image (and the active controller) read the log through them.
 
-A Fetch is answered at once (no long poll); a follower that got nothing
-fetches again after `fetch_backoff_ms`.
+Fetch is long-polled, as Kafka's: this node asks for a max wait of
+`fetch_max_wait_ms` (Kafka's 500 ms, cut to a quarter of
+controller.quorum.fetch.timeout.ms when that is short, so that a held Fetch
+always comes back well before the follower's timer). When the core parks a
+Fetch (it decides when, kref/controller/quorum.py), the RPC handler waits on
+a per-fetcher slot; the core's later `SendFetchResponse(parked=True)` (after
+an append, a high watermark move, a Tick past the max wait, or a lost
+leadership) fills the slot and the handler answers. Without a long poll an
+idle quorum re-fetched every 50 ms on every follower and observer.
 
 Snapshots (kref/controller/snapshot.py): the driver keeps its own
 MetadataImage of what is committed (fed by the same records as on_commit).
@@ -65,6 +72,7 @@ from kref.controller.metadata_log import (
     write_quorum_state,
 )
 from kref.controller import snapshot as snap
+from kref.controller.controller_channel import ControllerChannel
 from kref.metadata import serde
 from kref.metadata.image import MetadataImage
 from kref.ports.clock import Clock, SystemClock
@@ -79,6 +87,7 @@ TICK_MS = 10
 TRACE_FLUSH_TICKS = 10  # the trace reaches the file within ~100 ms (kill -9 loses at most that)
 MAX_QUEUED_PER_PEER = 64
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+FETCH_MAX_WAIT_MS = 500  # what Kafka's KRaft followers ask for (KafkaRaftClient)
 
 VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52, 1, 53, 54, 55, 59
 RETENTION_CHECK_TICKS = 100  # metadata.max.retention.ms is checked about once a second
@@ -118,6 +127,7 @@ class RaftNode:
         trace_sink: Any = None,
         jitter_seed: int | None = None,
         fetch_backoff_ms: int = 50,
+        fetch_max_wait_ms: int | None = None,
         clock: Clock | None = None,
         fs: FileSystem | None = None,
     ) -> None:
@@ -152,6 +162,10 @@ class RaftNode:
             fetch_timeout_ms=config.controller_quorum_fetch_timeout_ms,
             retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
             fetch_backoff_ms=fetch_backoff_ms,
+            fetch_max_wait_ms=(
+                min(FETCH_MAX_WAIT_MS, config.controller_quorum_fetch_timeout_ms // 4)
+                if fetch_max_wait_ms is None else fetch_max_wait_ms
+            ),
             max_snapshot_chunk_bytes=config.controller_quorum_fetch_snapshot_max_bytes,
             jitter_seed=random.getrandbits(63) if jitter_seed is None else jitter_seed,
         )
@@ -193,6 +207,16 @@ class RaftNode:
         # Called with the new high watermark after on_commit (pending replies wait on it).
         self.on_high_watermark: list[Callable[[int], None]] = []
         self._queues: dict[int, trio.MemorySendChannel] = {}
+        # Fetch RPCs the core holds, by fetcher: at most one each (a new Fetch
+        # from the same fetcher makes the core answer the held one first).
+        self._parked: dict[int, _HeldFetch] = {}
+        # Controller RPCs this node sends (heartbeats, AlterPartition, forwarded
+        # admin requests), over kept connections; closed before the server
+        # would close them as idle (connections.max.idle.ms).
+        idle_ms = config.connections_max_idle_ms
+        self.controller_channel = ControllerChannel(
+            idle_close_s=(idle_ms / 2000 if idle_ms >= 0 else float("inf")),
+        )
         self._receivers: dict[int, trio.MemoryReceiveChannel] = {}
         self.closed = False
         for peer in self.voters:
@@ -379,7 +403,11 @@ class RaftNode:
                     response = effect.response
                     if effect.from_offset >= 0:
                         response = _with_records(response, self.metadata_log.read(effect.from_offset))
-                    if reply_to is not None and effect.destination == reply_to:
+                    if effect.parked:
+                        held = self._parked.pop(effect.destination, None)
+                        if held is not None:  # else its RPC is gone (connection closed)
+                            held.answer(response)
+                    elif reply_to is not None and effect.destination == reply_to:
                         reply = response
                     else:
                         self._enqueue(effect.destination, response)
@@ -459,6 +487,10 @@ class RaftNode:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            for held in self._parked.values():
+                held.answer(None)
+            self._parked.clear()
+            self.controller_channel.close()
             self.metadata_log.close()
 
     def _enqueue(self, destination: int, message: q.Message) -> None:
@@ -545,7 +577,7 @@ class RaftNode:
                 return cls(
                     cluster_id=self.cluster_id,
                     replica_id=message.replica_id,
-                    max_wait=datetime.timedelta(milliseconds=0),
+                    max_wait=datetime.timedelta(milliseconds=message.max_wait_ms),
                     min_bytes=0,
                     topics=(m.FetchTopic(topic=METADATA_TOPIC, partitions=(m.FetchPartition(
                         partition=0, current_leader_epoch=message.current_leader_epoch,
@@ -676,10 +708,15 @@ class RaftNode:
             return cls(throttle_time=_zero(), error_code=code, responses=())
         fp = topics[0].partitions[0]
         source = request.replica_id
+        max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000)) if request.max_wait else 0
         reply = self.step(
-            q.Received(source, q.FetchRequest(source, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch)),
+            q.Received(source, q.FetchRequest(
+                source, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch, max_wait_ms,
+            )),
             reply_to=source,
         )
+        if reply is None and source in self.core.parked_fetches:
+            reply = await self._wait_parked(source)
         if not isinstance(reply, q.FetchResponse):
             reply = q.FetchResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch, self.core.high_watermark)
         records = reply.batches[0].payload if reply.batches else b""
@@ -696,6 +733,23 @@ class RaftNode:
         )
         return cls(throttle_time=_zero(), error_code=ErrorCode.NONE,
                    responses=(m.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),))
+
+    async def _wait_parked(self, source: int) -> q.FetchResponse | None:
+        """Hold the Fetch RPC until the core answers the Fetch it parked.
+
+        The core answers at the latest on the first Tick past its deadline
+        (at most the fetch timeout away); the bound here only guards against
+        a bug leaving the RPC open forever.
+        """
+        held = _HeldFetch()
+        self._parked[source] = held
+        try:
+            with trio.move_on_after(2 * self.quorum_config.fetch_timeout_ms / 1000):
+                await held.event.wait()
+        finally:
+            if self._parked.get(source) is held:
+                del self._parked[source]
+        return held.response
 
     async def _handle_fetch_snapshot(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(FETCH_SNAPSHOT, ctx.api_version, "response")
@@ -741,6 +795,20 @@ class RaftNode:
                             leader_epoch=core.leader_epoch, high_watermark=core.high_watermark,
                             current_voters=voters, observers=observers),
         )),))
+
+
+class _HeldFetch:
+    """One parked Fetch RPC: the handler waits on `event` for the core's answer."""
+
+    __slots__ = ("event", "response")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: q.FetchResponse | None = None
+
+    def answer(self, response: q.FetchResponse | None) -> None:
+        self.response = response
+        self.event.set()
 
 
 def wall_ms() -> int:

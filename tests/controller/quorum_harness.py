@@ -59,6 +59,7 @@ class QuorumCluster:
         check_log_up_to_date: bool = True,
         max_fetch_batches: int = 64,
         max_snapshot_chunk_bytes: int = 1024 * 1024,
+        fetch_max_wait_ms: int = 0,
     ) -> None:
         self.now_ms = 0
         self.network: list[tuple[int, int, q.Message]] = []
@@ -78,6 +79,7 @@ class QuorumCluster:
                 check_log_up_to_date=check_log_up_to_date,
                 max_fetch_batches=max_fetch_batches,
                 max_snapshot_chunk_bytes=max_snapshot_chunk_bytes,
+                fetch_max_wait_ms=fetch_max_wait_ms,
             )
             self.nodes[node_id] = Node(config, q.QuorumCore.new(config, self.now_ms))
 
@@ -293,6 +295,9 @@ class QuorumCluster:
             if node.log_start or node.snapshots:
                 snaps = ",".join(f"{e}-{ep}" for e, ep in sorted(node.snapshots))
                 extra = f" start={node.log_start} snapshots=[{snaps}]"
+            if c.parked_fetches:
+                held = ",".join(f"{src}@{p.request.fetch_offset}" for src, p in sorted(c.parked_fetches.items()))
+                extra += f" parked=[{held}]"
             lines.append(
                 f"{n}: {c.state.value} epoch={c.leader_epoch} voted_for={c.voted_for} leader={c.leader_id}"
                 f" leo={c.log_end_offset} hw={c.high_watermark}{extra} log=[{log}]"
@@ -302,7 +307,7 @@ class QuorumCluster:
 
 def random_schedule(
     seed: int, steps: int, voters: int = 3, observers: int = 1, check_log_up_to_date: bool = True,
-    snapshots: bool = False,
+    snapshots: bool = False, fetch_max_wait_ms: int = 0,
 ) -> QuorumCluster:
     """Drive a cluster with a seeded schedule of time, deliveries, drops,
     reorders, proposals, partitions, crashes, restarts and graceful shutdowns,
@@ -310,7 +315,7 @@ def random_schedule(
     rng = random.Random(seed)
     voter_ids = list(range(1, voters + 1))
     cluster = QuorumCluster(voter_ids, list(range(100, 100 + observers)), seed=seed, election_timeout_ms=300, fetch_timeout_ms=600,
-        check_log_up_to_date=check_log_up_to_date,
+        check_log_up_to_date=check_log_up_to_date, fetch_max_wait_ms=fetch_max_wait_ms,
     )
     payload = 0
     # Snapshots draw from their own stream: the schedules without them stay as they were.

@@ -1,0 +1,166 @@
+"""Controller RPCs over kept connections (kref/controller/controller_channel.py).
+
+A small trio server on 127.0.0.1 plays the controller: it decodes each
+BrokerHeartbeat with kref's codec and answers it, counting the connections it
+accepted, and can close a connection after an answer or hold an answer back.
+The channel must reuse one connection for back-to-back RPCs, reconnect after
+the peer closed it (the request is sent again only when the peer never read
+it), close a connection whose RPC timed out, and keep at most max_in_flight
+RPCs per destination under way.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+
+import pytest
+import trio
+
+from kref.controller.controller_channel import ControllerChannel
+from kref.protocol.codec import decode_request, encode_response, request_class, response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.framing import FrameDecoder
+
+HEARTBEAT = 63
+
+
+class FakeController:
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.answered = 0
+        self.close_after_answer = False
+        self.hold = trio.Event()
+        self.hold.set()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        self.accepted += 1
+        decoder = FrameDecoder(1 << 20)
+        async with stream:
+            while True:
+                try:
+                    data = await stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    return
+                if not data:
+                    return
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not None:
+                    request = decode_request(frame, {HEARTBEAT: (0, 0)})
+                    self.in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                    await self.hold.wait()
+                    self.in_flight -= 1
+                    response = response_class(HEARTBEAT, 0)(
+                        throttle_time=datetime.timedelta(0), error_code=ErrorCode.NONE, is_caught_up=True,
+                        is_fenced=False, should_shut_down=False,
+                    )
+                    self.answered += 1
+                    try:
+                        await stream.send_all(encode_response(request, response))
+                    except trio.BrokenResourceError:
+                        return
+                    if self.close_after_answer:
+                        return
+
+
+def heartbeat(broker_id: int = 7):
+    return request_class(HEARTBEAT, 0)(
+        broker_id=broker_id, broker_epoch=1, current_metadata_offset=0, want_fence=False, want_shut_down=False,
+    )
+
+
+async def start(nursery: trio.Nursery, controller: FakeController) -> tuple[str, int]:
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, controller.serve, 0, host="127.0.0.1"))
+    return "127.0.0.1", listeners[0].socket.getsockname()[1]
+
+
+def run(test) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            controller = FakeController()
+            address = await start(nursery, controller)
+            await test(controller, address)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_back_to_back_rpcs_share_one_connection():
+    async def body(controller, address):
+        channel = ControllerChannel()
+        for _ in range(20):
+            response = await channel.request(1, address, heartbeat(), 5.0, "kref-broker-7")
+            assert response.error_code == 0 and response.is_caught_up
+        assert (controller.accepted, controller.answered, channel.connects) == (1, 20, 1)
+        channel.close()
+
+    run(body)
+
+
+def test_reconnects_after_the_peer_closed_the_kept_connection():
+    async def body(controller, address):
+        channel = ControllerChannel()
+        controller.close_after_answer = True
+        for _ in range(5):
+            await trio.sleep(0.01)  # the peer's close reaches us before the next request
+            response = await channel.request(1, address, heartbeat(), 5.0, "c")
+            assert response.error_code == 0
+        # Every request answered once: a resend only happened where the peer had not read it.
+        assert controller.answered == 5
+        assert controller.accepted == channel.connects == 5
+        channel.close()
+
+    run(body)
+
+
+def test_a_timed_out_rpc_closes_its_connection():
+    async def body(controller, address):
+        channel = ControllerChannel()
+        await channel.request(1, address, heartbeat(), 5.0, "c")
+        controller.hold = trio.Event()
+        with pytest.raises(trio.TooSlowError):
+            await channel.request(1, address, heartbeat(), 0.2, "c")
+        controller.hold.set()
+        response = await channel.request(1, address, heartbeat(), 5.0, "c")
+        assert response.error_code == 0
+        assert channel.connects == 2  # the half-answered connection was not reused
+        channel.close()
+
+    run(body)
+
+
+def test_concurrent_rpcs_are_bounded_per_destination():
+    async def body(controller, address):
+        channel = ControllerChannel(max_in_flight=3, max_idle=2)
+        controller.hold = trio.Event()
+        answers = []
+
+        async def one() -> None:
+            answers.append(await channel.request(1, address, heartbeat(), 10.0, "c"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(one)
+            await trio.sleep(0.3)
+            assert controller.in_flight == 3  # the other 7 wait for a slot
+            controller.hold.set()
+        assert len(answers) == 10 and controller.max_in_flight == 3
+        assert channel.connects <= 10 and controller.accepted == channel.connects
+        channel.close()
+
+    run(body)
+
+
+def test_close_after_the_trio_run_ended():
+    """A node closes its channel after trio.run returned (kref/controller/node.py): no error."""
+    channel = ControllerChannel()
+
+    async def body(controller, address):
+        await channel.request(1, address, heartbeat(), 5.0, "c")
+
+    run(body)
+    channel.close()
+    channel.close()
