@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     from kref.broker.config import BrokerConfig, ConfigError, StartupError, effective_config_lines
     from kref.broker.handlers import register_all
     from kref.broker.router import Router
-    from kref.broker.server import ListenError, run_broker
+    from kref.broker.server import ListenError, leaf_exceptions, run_broker
     from kref.trace.sink import TraceFileError
 
     logging.basicConfig(
@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         trio.run(functools.partial(run_broker, broker, router, on_started=started))
     except* ListenError as group:
-        for exc in group.exceptions:
+        for exc in leaf_exceptions(group):
             print(f"kref broker: {exc}", file=sys.stderr)
         status = 1
     return status

@@ -67,6 +67,15 @@ class ListenError(OSError):
     """A listener cannot be bound (port in use, bad address)."""
 
 
+def leaf_exceptions(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions inside nested groups: `except*` keeps trio's nursery nesting,
+    whose str() is only "Exceptions from Trio nursery"."""
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(leaf_exceptions(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
+
+
 async def handle_connection(stream: trio.SocketStream, broker: Broker, router: Router, listener_name: str) -> None:
     try:
         host, port = stream.socket.getpeername()[:2]

@@ -31,6 +31,7 @@ The processes are started only by this module and stopped by their pids.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -67,7 +68,36 @@ class NodeSpec:
         return self.dir / "data"
 
 
+_PORT_RANDOM = random.Random(os.urandom(16))  # never the tests' seeded generator
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, chosen BELOW the kernel's ephemeral range.
+
+    A port from bind(0) lies in the ephemeral range, so between this check and
+    the node's own bind any outgoing connection on the machine (another test's
+    client, a replica fetcher) may take it as its source port, and the node
+    then dies with "address in use". Ports below the range are never handed out
+    as source ports; only another listener can race us for one, and a random
+    pick among thousands makes that rare."""
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(200):
+            candidate = _PORT_RANDOM.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, candidate))
+                except OSError:
+                    continue
+                return candidate
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -81,7 +81,7 @@ async def serve_controller_listener(endpoint: ControllerEndpoint, router, *, tas
 def run(args: Any, config: BrokerConfig) -> int:
     """Run a node with process.roles; the exit status."""
     from kref.broker.router import Router
-    from kref.broker.server import ListenError
+    from kref.broker.server import ListenError, leaf_exceptions
     from kref.controller import meta_properties
     from kref.controller.raft_driver import RaftNode
     from kref.controller.settings import all_log_dirs, metadata_log_dir
@@ -176,7 +176,8 @@ def run(args: Any, config: BrokerConfig) -> int:
     try:
         trio.run(main)
     except* ListenError as group:
-        for exc in group.exceptions:
+        # except* keeps the nursery nesting: print the leaves, not "Exceptions from Trio nursery".
+        for exc in leaf_exceptions(group):
             print(f"kref broker: {exc}", file=sys.stderr)
         status = 1
     finally:
@@ -190,3 +191,4 @@ def run(args: Any, config: BrokerConfig) -> int:
 
 
 __all__ = ["run", "ControllerEndpoint", "serve_controller_listener"]
+

@@ -34,6 +34,7 @@ CONSTANTS
     CommitOnlyOwnEpoch = TRUE
     MaxEpoch = 1
     MaxBrokerRecords = 0
+    MaxMetadataRecords = 0
     MaxCrashes = 0
     MaxPauses = 0
 SPECIFICATION {spec}
