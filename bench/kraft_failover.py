@@ -8,7 +8,13 @@ forwards it to the controller) succeeds; restart the killed node and wait
 until it is back before the next round. Prints each round and the median,
 with the timeouts used. Not a test: figures for the report.
 
-    .venv/bin/python bench/kraft_failover.py [--rounds 5] [--election-ms 1000] [--fetch-ms 2000]
+With --partitions N, a topic of N partitions (replication factor 3) is
+created first, so every controller replays and holds N partitions, and each
+kill also moves the leadership of about a third of them: issue 9's
+"controller failover time with 10,000 partitions". The creation time is
+printed too.
+
+    .venv/bin/python bench/kraft_failover.py [--rounds 5] [--election-ms 1000] [--fetch-ms 2000] [--partitions 10000]
 """
 
 from __future__ import annotations
@@ -29,18 +35,19 @@ from kref.protocol.codec import request_class  # noqa: E402
 from tests.controller.test_quorum_processes import describe_quorum, wait_until  # noqa: E402
 
 
-def create_topic(port: int, name: str) -> bool:
+def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5) -> bool:
     cls = request_class(19, 7)
     m = sys.modules[cls.__module__]
     import datetime
 
     request = cls(
-        topics=(m.CreatableTopic(name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()),),
-        timeout=datetime.timedelta(seconds=5),
+        topics=(m.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
+                                   assignments=(), configs=()),),
+        timeout=datetime.timedelta(seconds=timeout_s),
         validate_only=False,
     )
     try:
-        with WireClient("127.0.0.1", port, timeout=5) as client:
+        with WireClient("127.0.0.1", port, timeout=timeout_s + 5) as client:
             response = client.request(request)
     except OSError:
         return False
@@ -52,6 +59,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--election-ms", type=int, default=1000)
     parser.add_argument("--fetch-ms", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=0, help="first create a topic of this many partitions (RF 3)")
     args = parser.parse_args()
     settings = {
         "controller.quorum.election.timeout.ms": str(args.election_ms),
@@ -67,6 +75,12 @@ def main() -> int:
         times = []
         try:
             wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers")
+            wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers")
+            if args.partitions:
+                start = time.monotonic()
+                if not create_topic(specs[0].client_port, "scale", args.partitions, 3, timeout_s=300):
+                    raise SystemExit(f"CreateTopics of {args.partitions} partitions failed")
+                print(f"created {args.partitions} partitions (RF 3) in {time.monotonic() - start:.1f} s", flush=True)
             for round_ in range(args.rounds):
                 leader = wait_until(
                     lambda: next((s.node_id for s in specs if describe_quorum(s.controller_port)), None), "a leader"
@@ -97,7 +111,7 @@ def main() -> int:
                 p.wait()
     print(
         f"controller failover (kill -9 -> next CreateTopics), election timeout {args.election_ms} ms, "
-        f"fetch timeout {args.fetch_ms} ms: median {statistics.median(times) * 1000:.0f} ms, "
+        f"fetch timeout {args.fetch_ms} ms, {args.partitions} extra partitions: median {statistics.median(times) * 1000:.0f} ms, "
         f"min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f} over {len(times)} rounds"
     )
     return 0
