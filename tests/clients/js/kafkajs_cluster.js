@@ -18,7 +18,20 @@ async function main () {
   out.brokers = cluster.brokers.map(b => b.nodeId).sort()
   out.controller = cluster.controller
   out.created = await admin.createTopics({ topics: [{ topic: TOPIC, numPartitions: 3, replicationFactor: 3 }], waitForLeaders: true })
-  const metadata = await admin.fetchTopicMetadata({ topics: [TOPIC] })
+  // Every broker applies the metadata log on its own, so a broker other than
+  // the one that forwarded CreateTopics may not know the topic for a few ms
+  // (Kafka has the same window). kafkajs retries only LEADER_NOT_AVAILABLE
+  // here, so a user retries UNKNOWN_TOPIC_OR_PARTITION itself: bounded, 10 s.
+  let metadata
+  for (let attempt = 0; ; attempt++) {
+    try {
+      metadata = await admin.fetchTopicMetadata({ topics: [TOPIC] })
+      break
+    } catch (e) {
+      if (e.type !== 'UNKNOWN_TOPIC_OR_PARTITION' || attempt >= 50) throw e
+      await new Promise(resolve => setTimeout(resolve, 200))
+    }
+  }
   out.partitions = metadata.topics[0].partitions.sort((a, b) => a.partitionId - b.partitionId)
     .map(p => ({ leader: p.leader, replicas: p.replicas.slice().sort(), isr: p.isr.slice().sort() }))
 
