@@ -58,7 +58,7 @@ from kref.protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from kref.broker.group_area import GroupArea
     from kref.broker.group_coordinator import GroupCoordinatorDriver
-    from kref.coordinator.producer_id import ProducerIdManager
+    from kref.coordinator.producer_id_driver import ProducerIdManager
 
 __all__ = [
     "Broker",
@@ -183,6 +183,11 @@ class Broker:
         part = self.replica_manager.partitions.get(key) if self.replica_manager is not None else None
         return part.core.high_watermark if part is not None else None
 
+    def _partition_retention(self, key: tuple[str, int], now_ms: int) -> int | None:
+        """Retention of a hosted partition goes through its replica core (None: no partition)."""
+        part = self.replica_manager.partitions.get(key) if self.replica_manager is not None else None
+        return part.apply_retention(now_ms) if part is not None else None
+
     # --- clock -----------------------------------------------------------------
 
     def now_ms(self) -> int:
@@ -300,9 +305,10 @@ class Broker:
                 self.replica_manager.tick(self.now_ms())
                 next_isr_check = now + isr_check_every
             if now >= next_cleanup:
-                self.log_manager.cleanup(self.now_ms(), self._core_high_watermark)
-                # Retention moved log start offsets: the replica cores own them.
-                self.replica_manager.report_log_start_offsets(self.now_ms())
+                # Each replica core admits its partition's new log start offset
+                # before the Log moves (Partition.apply_retention).
+                self.log_manager.cleanup(self.now_ms(), self._core_high_watermark,
+                                         owned_retention=self._partition_retention)
                 next_cleanup = now + cleanup_every
             if now >= next_checkpoint:
                 self.log_manager.checkpoint()

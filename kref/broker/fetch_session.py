@@ -37,10 +37,13 @@ fetch handler (kref/broker/handlers/fetch.py) drives it.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kref.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:  # pragma: no cover
+    import random
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -88,10 +91,12 @@ class SessionDecision:
 
 
 class FetchSessionCache:
-    def __init__(self, max_slots: int, rng: random.Random | None = None) -> None:
+    def __init__(self, max_slots: int, rng: random.Random) -> None:
+        # The session-id generator comes from the driver: the cache draws no
+        # randomness of its own, so a seeded run replays.
         self.max_slots = max(0, max_slots)
         self.sessions: dict[int, FetchSession] = {}
-        self._rng = rng or random.Random()
+        self._rng = rng
         self.evictions = 0
 
     # ------------------------------------------------------------ requests

@@ -57,9 +57,8 @@ from kref.broker.group_coordinator import GroupCoordinatorDriver
 from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
 from kref.coordinator.offsets_format import partition_for
-from kref.coordinator.producer_id import (
-    LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE, ProducerIdManager, grant_block, read_legacy_file,
-)
+from kref.coordinator.producer_id import LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE, grant_block
+from kref.coordinator.producer_id_driver import ProducerIdManager, read_legacy_file
 from kref.metadata.records import ProducerIdsRecord
 from kref.ports.fs import RealFileSystem
 from kref.protocol.errors import ErrorCode

@@ -183,7 +183,9 @@ class Partition:
             elif isinstance(effect, core.HighWatermarkAdvanced):
                 # The Log bounds retention by it and checkpoints it.
                 self.log.update_high_watermark(effect.high_watermark)
-                while self._above_hw and self._above_hw[0][0] < effect.high_watermark:
+                # Bytes count as arrived for parked fetches once the core says
+                # their last offset is visible.
+                while self._above_hw and self.core.is_visible(self._above_hw[0][0]):
                     self.visible_bytes += self._above_hw.popleft()[1]
                 woke = True
             elif isinstance(effect, core.LogEndOffsetAdvanced):
@@ -536,6 +538,18 @@ class Partition:
             return error_code_for(exc), self.log.log_start_offset
         self.report_log_start_offset(now_ms)
         return ErrorCode.NONE, self.core.log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Retention for this partition: the Log's planner proposes a new log start
+        offset (bounded by the core's high watermark), the core admits it, the
+        Log deletes the segments below it, and the core hears of the new start.
+        Returns how many segments were deleted."""
+        proposed = self.log.plan_retention(now_ms, self.core.high_watermark)
+        admitted = core.admit_retention_log_start(self.core, proposed) if proposed is not None else None
+        deleted = self.log.apply_retention(now_ms, admitted) if admitted is not None else 0
+        self.log.delete_pending_segments(now_ms)
+        self.report_log_start_offset(now_ms)
+        return deleted
 
     def report_log_start_offset(self, now_ms: int) -> None:
         """DeleteRecords or retention moved the Log's start: the core hears of it."""

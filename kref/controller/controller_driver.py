@@ -51,7 +51,7 @@ from kref.metadata import serde
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameError
-from kref.protocol.messages import build, nested
+from kref.protocol.messages import build, nested, results_by_topic
 
 log = logging.getLogger("kref.controller")
 
@@ -379,12 +379,9 @@ def elect_leaders_response(version: int, error_code: int, results) -> Any:
     response_type = response_class(ELECT_LEADERS, version)
     result_type = nested(response_type, "ReplicaElectionResult")
     partition_type = nested(response_type, "PartitionResult")
-    by_topic: dict[str, list] = {}
-    for topic, partition, code, message in results:
-        by_topic.setdefault(topic, []).append(build(
-            partition_type, partition_id=partition, error_code=code, error_message=message))
-    values = dict(throttle_time=_zero(), replica_election_results=tuple(
-        build(result_type, topic=topic, partition_result=tuple(parts)) for topic, parts in by_topic.items()))
+    values = dict(throttle_time=_zero(), replica_election_results=results_by_topic(
+        results, result_type, "topic", "partition_result", lambda partition, code, message: build(
+            partition_type, partition_id=partition, error_code=code, error_message=message)))
     if version >= 1:
         values["error_code"] = error_code
     return build(response_type, **values)

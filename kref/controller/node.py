@@ -126,7 +126,7 @@ def run(args: Any, config: BrokerConfig) -> int:
         controller.register(controller_router)
     lifecycle = BrokerLifecycle(raft, config, broker.config.advertised) if broker is not None else None
     if broker is not None:
-        from kref.coordinator.producer_id import ProducerIdManager
+        from kref.coordinator.producer_id_driver import ProducerIdManager
 
         # KIP-730: producer ids come in blocks from the active controller.
         broker.use_producer_id_manager(ProducerIdManager(lifecycle.allocate_producer_ids))

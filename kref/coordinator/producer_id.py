@@ -23,26 +23,20 @@ any controller, after any crash. kref does the same:
 - `ProducerIdBlock` is the broker's side, as a pure core: it hands out the
   ids of its current block, says when the block is used up, and accepts a
   new block only if it starts past every id already handed out.
-  `ProducerIdManager` is its trio driver: it awaits `reserve()` (the
-  controller RPC, or the single broker's local commit) when the core asks
-  for a block, one reservation at a time. A crash wastes at most the rest
-  of one block.
+  `ProducerIdManager` (kref/coordinator/producer_id_driver.py) is its trio
+  driver: it awaits `reserve()` (the controller RPC, or the single broker's
+  local commit) when the core asks for a block, one reservation at a time.
+  A crash wastes at most the rest of one block.
 
-The single broker's former `kref-producer-ids.json` (a block end kept in a
-JSON file) is migrated once into a ProducerIdsRecord by `migrate_legacy_file`.
+This module is pure (no trio, no clock, no files): the driver module holds
+the waiting and the read of the single broker's former
+`kref-producer-ids.json` (a block end kept in a JSON file), which is
+migrated once into a ProducerIdsRecord.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-
-import trio
-
 from kref.metadata import records as r
-from kref.ports.fs import FileSystem, RealFileSystem
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's block size too
 MAX_PRODUCER_ID = 2**63 - 1
@@ -89,43 +83,7 @@ class ProducerIdBlock:
         self.next_producer_id, self.block_end = start, start + length
 
 
-class ProducerIdManager:
-    """Driver of a ProducerIdBlock; `reserve()` returns (first id, count) of the next block."""
-
-    def __init__(self, reserve: Callable[[], Awaitable[tuple[int, int]]]) -> None:
-        self._reserve = reserve
-        self.block = ProducerIdBlock()
-        # One reservation at a time: concurrent InitProducerId calls share it.
-        self._lock = trio.Lock()
-
-    async def generate_producer_id(self) -> int:
-        async with self._lock:
-            producer_id = self.block.take()
-            if producer_id is None:
-                self.block.accept(*await self._reserve())
-                producer_id = self.block.take()
-            assert producer_id is not None  # accept() refuses an empty block
-            return producer_id
-
-
-def read_legacy_file(directory: str | os.PathLike, fs: FileSystem | None = None) -> int | None:
-    """The block end kept by kref's earlier JSON file, None when there is none
-    (read through the file-system port `fs`; the real disk when omitted)."""
-    path = Path(directory) / LEGACY_STATE_FILE
-    try:
-        state = json.loads((fs or RealFileSystem()).read_bytes(str(path)))
-        value = int(state["next_block_start"])
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError) as e:
-        # never guess: a lost high-water mark could hand out ids twice
-        raise RuntimeError(f"{path} is unreadable ({e}); refusing to allocate producer ids") from e
-    if value < 0:
-        raise RuntimeError(f"{path}: negative next_block_start {value}")
-    return value
-
-
 __all__ = [
-    "PRODUCER_ID_BLOCK_SIZE", "ProducerIdBlock", "ProducerIdsExhaustedError", "ProducerIdUnavailable", "ProducerIdManager", "grant_block",
-    "read_legacy_file", "LEGACY_STATE_FILE",
+    "PRODUCER_ID_BLOCK_SIZE", "ProducerIdBlock", "ProducerIdsExhaustedError", "ProducerIdUnavailable", "grant_block",
+    "LEGACY_STATE_FILE",
 ]

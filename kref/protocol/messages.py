@@ -14,9 +14,10 @@ import dataclasses
 import datetime
 import functools
 import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["build", "nested", "has_field", "ZERO_THROTTLE"]
+__all__ = ["build", "nested", "has_field", "results_by_topic", "ZERO_THROTTLE"]
 
 ZERO_THROTTLE = datetime.timedelta(0)
 
@@ -41,3 +42,17 @@ def build(cls: type, **values: Any) -> Any:
 def nested(cls: type, name: str) -> type | None:
     """The nested entity `name` of this message version, None if the version has none."""
     return getattr(sys.modules[cls.__module__], name, None)
+
+
+def results_by_topic(
+    rows: Iterable[tuple], topic_type: type, topic_field: str, partitions_field: str,
+    partition: Callable[..., Any],
+) -> tuple:
+    """Per-partition rows `(topic, *rest)` grouped into topic entries of `topic_type`,
+    topics in first-seen order and partitions in row order; `partition(*rest)`
+    builds each partition entry (the shape of most admin responses)."""
+    grouped: dict[str, list] = {}
+    for topic, *rest in rows:
+        grouped.setdefault(topic, []).append(partition(*rest))
+    return tuple(build(topic_type, **{topic_field: topic, partitions_field: tuple(parts)})
+                 for topic, parts in grouped.items())

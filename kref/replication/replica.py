@@ -887,3 +887,85 @@ class PartitionReplica(FollowerSide):
                 self.log_end_offset = self.log_start_offset
             if self.high_watermark < self.log_start_offset:
                 self.high_watermark = self.log_start_offset
+
+
+# ---------------------------------------------------------------- delayed fetch completion
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedFetch:
+    """What a parked Fetch saw of one partition when it was parked.
+
+    `visible_bytes` is the driver's count of bytes that had become readable
+    by consumers (below the high watermark) at that moment; the core tracks
+    offsets, not bytes, so the driver hands the count in and back.
+    """
+
+    fetch_offset: int
+    # A follower's fetch (replica_id >= 0): it reads up to the log end offset.
+    replica_fetch: bool
+    was_leader: bool
+    leader_epoch: int
+    # The epoch the fetch named (NO_EPOCH: none, KIP-320).
+    current_leader_epoch: int
+    visible_bytes: int
+
+
+def parked_fetch_progress(parked: ParkedFetch, replica: PartitionReplica | None, visible_bytes: int) -> int | None:
+    """One partition of Kafka's DelayedFetch.tryComplete: None = answer now, else
+    the bytes that became readable since the fetch was parked.
+
+    Answer now when the partition is gone or its leadership moved (the read
+    again says NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION), when a
+    fetch that named a leader epoch sees another one (the read again fences
+    it), when a follower's fetch finds the log end past its fetch offset
+    (followers read up to it, and replica.fetch.min.bytes is 1), or when a
+    consumer reading from this follower (KIP-392) finds its high watermark
+    past the fetch offset.
+    """
+    if replica is None or replica.is_leader != parked.was_leader:
+        return None
+    if parked.current_leader_epoch != NO_EPOCH and replica.leader_epoch != parked.leader_epoch:
+        return None
+    if parked.replica_fetch:
+        return None if replica.log_end_offset > parked.fetch_offset else 0
+    if not parked.was_leader:
+        return None if replica.high_watermark > parked.fetch_offset else 0
+    return visible_bytes - parked.visible_bytes
+
+
+def delayed_fetch_complete(
+    parked: list[tuple[ParkedFetch, PartitionReplica | None, int]], bytes_read: int, min_bytes: int
+) -> bool:
+    """Kafka's DelayedFetch.tryComplete: whether a parked Fetch is answered now.
+
+    `parked` holds, per partition, what the fetch saw at park, the replica
+    core now (None when the partition is gone) and the driver's count of
+    visible bytes now; `bytes_read` is what the first read found. The
+    deadline (max_wait_ms) is the purgatory's.
+    """
+    arrived = bytes_read
+    for seen, replica, visible_bytes in parked:
+        progress = parked_fetch_progress(seen, replica, visible_bytes)
+        if progress is None:
+            return True
+        arrived += progress
+    return arrived >= min_bytes
+
+
+# ---------------------------------------------------------------- retention
+
+
+def admit_retention_log_start(replica: PartitionReplica, proposed: int) -> int | None:
+    """Retention proposes a new log start offset (the retention planner's choice of
+    whole segments); the core admits it, or None: the Log does not move.
+
+    As for DeleteRecords (`delete_records`), the core owns the log start
+    offset: it moves forward only, and never past the high watermark, since
+    what consumers cannot read yet (or what a new leader may still need to
+    commit) is not retention's to delete. Leader and follower alike apply it
+    to their own log (Kafka runs retention on every replica).
+    """
+    if proposed <= replica.log_start_offset or proposed > replica.high_watermark:
+        return None
+    return proposed

@@ -801,12 +801,22 @@ class Log:
         """Retention: delete the segments the retention planner picks (past
         retention.ms, beyond retention.bytes, or wholly below log_start_offset);
         returns how many were deleted. `high_watermark` (nothing at or above it
-        is deleted) is the owning replica core's; a Log with no core (tests,
-        tools) passes nothing and its checkpointed copy is used."""
-        self._ensure_open()
+        is deleted) is the owning core's; a Log with no core (tests, tools, the
+        metadata log) passes nothing and its checkpointed copy is used. A
+        partition with a replica core goes through `plan_retention`, the
+        core's admission, then `apply_retention` instead."""
         if high_watermark is OWN_COPY:
             high_watermark = self.high_watermark
-        self._now_ms = now_ms
+        proposed = self.plan_retention(now_ms, high_watermark)
+        count = self.apply_retention(now_ms, proposed) if proposed is not None else 0
+        self.delete_pending_segments(now_ms)
+        return count
+
+    def plan_retention(self, now_ms: int, high_watermark: int | None) -> int | None:
+        """The log start offset retention proposes now (the retention planner's
+        choice of segments, given the owning core's high watermark), or None
+        when it deletes nothing. The Log does not move until told (`apply_retention`)."""
+        self._ensure_open()
         summaries = [
             SegmentSummary(seg.base_offset, seg.size, seg.largest_timestamp) for seg in self.segments
         ]
@@ -818,9 +828,26 @@ class Log:
             log_end_offset=self.log_end_offset,
             high_watermark=high_watermark,
         )
+        if count == 0:
+            return None
+        return self.segments[count].base_offset if count < len(self.segments) else self.log_end_offset
+
+    @_disk_errors_as_storage_errors
+    def apply_retention(self, now_ms: int, log_start_offset: int) -> int:
+        """Carry out an admitted retention plan: delete the segments wholly below
+        `log_start_offset` (a segment boundary, or the log end when every
+        segment goes) and start the log there; returns how many were deleted."""
+        self._ensure_open()
+        self._now_ms = now_ms
+        count = 0
+        for i, seg in enumerate(self.segments):
+            last = i + 1 == len(self.segments)
+            upper = self.log_end_offset if last else self.segments[i + 1].base_offset
+            if upper > log_start_offset or (last and seg.size == 0):
+                break
+            count += 1
         if count:
             self._delete_prefix(count)
-        self.delete_pending_segments(now_ms)
         return count
 
     def _delete_prefix(self, count: int) -> None:

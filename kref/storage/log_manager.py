@@ -247,18 +247,30 @@ class LogManager:
             if hws or self.fs.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
                 write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws, fs=self.fs)
 
-    def cleanup(self, now_ms: int, high_watermark_of: Callable[[tuple[str, int]], int | None] | None = None) -> int:
+    def cleanup(
+        self,
+        now_ms: int,
+        high_watermark_of: Callable[[tuple[str, int]], int | None] | None = None,
+        *,
+        owned_retention: Callable[[tuple[str, int], int], int | None] | None = None,
+    ) -> int:
         """Retention, flush.ms and delayed file deletion for every log; returns
-        segments deleted. `high_watermark_of(key)` is the owning replica core's
-        high watermark (None: the partition has no core here, the Log's
-        checkpointed copy bounds retention)."""
+        segments deleted. `owned_retention(key, now_ms)` runs retention through
+        the partition's owner (its replica core admits the new log start
+        offset, kref/broker/partition.py `apply_retention`) and returns the
+        segments deleted, or None when the partition has no core here; then
+        `high_watermark_of(key)` (the owning core's high watermark, None: the
+        Log's checkpointed copy) bounds the Log's own retention pass."""
         self._now_ms = now_ms
         deleted = 0
         for key, log in list(self._logs.items()):
             if log.closed:
                 continue
-            owned = high_watermark_of(key) if high_watermark_of is not None else None
-            deleted += log.delete_old_segments(now_ms, OWN_COPY if owned is None else owned)
+            done = owned_retention(key, now_ms) if owned_retention is not None else None
+            if done is None:
+                owned = high_watermark_of(key) if high_watermark_of is not None else None
+                done = log.delete_old_segments(now_ms, OWN_COPY if owned is None else owned)
+            deleted += done
             if now_ms - log.last_flush_ms >= log.config.flush_ms:
                 log.flush(now_ms)
         return deleted

@@ -9,8 +9,9 @@ import trio
 
 from kref.controller import controller as c
 from kref.coordinator.producer_id import (
-    PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager, ProducerIdsExhaustedError, grant_block,
+    PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdsExhaustedError, grant_block,
 )
+from kref.coordinator.producer_id_driver import ProducerIdManager
 from kref.metadata import records as r
 from kref.metadata import serde
 from kref.metadata.image import MetadataImage, MetadataImageError

@@ -18,9 +18,11 @@ and max_wait_ms.
 2. If that found at least min_bytes, or an error, or the client does not
    want to wait, answer now. Otherwise park a DelayedFetch in the fetch
    purgatory, watching those partitions; the drivers wake it when a high
-   watermark moves (new data became visible), and it completes once the
-   bytes appended since cover min_bytes, or after max_wait_ms. Then read
-   again and answer.
+   watermark moves (new data became visible). Whether it is answered is
+   the replica core's rule (`replica.delayed_fetch_complete`, Kafka's
+   DelayedFetch.tryComplete): the bytes that became visible since cover
+   min_bytes, or leadership or the epoch moved; else after max_wait_ms.
+   Then read again and answer.
 
 Fetch sessions (KIP-227, v7+): kref/broker/fetch_session.py decides what a
 request means. A full fetch (epoch 0) opens a session; an incremental one
@@ -48,6 +50,7 @@ from kref.broker.handlers.fetch_response import fetch_response_chunks
 from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
+from kref.replication import replica
 from kref.replication.purgatory import DelayedFetch
 from kref.broker.purgatory_wait import wait_for
 
@@ -196,30 +199,17 @@ async def fetch(broker, api_version: int, request) -> Any:
     has_error = any(r.error_code != ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
     if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
         parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
-        # A consumer is woken by high watermark movement (only bytes below it
-        # count); a follower reads up to the log end offset, so any append
-        # past its fetch offset answers it (replica.fetch.min.bytes is 1 by default).
+        # The replica core decides when this fetch is answered (Kafka's
+        # DelayedFetch.tryComplete); the handler only parks it and re-asks
+        # when a partition's high watermark or log end offset moves.
         follower = _replica_id(request) >= 0
-        start = [p.visible_bytes for p in parts]
-
-        leading = [p.is_leader for p in parts]
+        parked = [replica.ParkedFetch(w.fetch_offset, follower, p.is_leader, p.leader_epoch, w.current_leader_epoch,
+                                      p.visible_bytes) for w, p in zip(wanted, parts)]
 
         def ready() -> bool:
-            arrived = total
-            for w, p, before, was_leader in zip(wanted, parts, start, leading):
-                if p.is_leader != was_leader or broker.partitions.get(p.key) is not p:
-                    return True  # leadership moved or topic deleted: answer now
-                if follower:
-                    if p.log_end_offset > w.fetch_offset:
-                        return True
-                    continue
-                if not was_leader:
-                    # A consumer reading from this follower (KIP-392): its HW moved past.
-                    if p.high_watermark > w.fetch_offset:
-                        return True
-                    continue
-                arrived += p.visible_bytes - before
-            return arrived >= min_bytes
+            return replica.delayed_fetch_complete(
+                [(seen, p.core if broker.partitions.get(p.key) is p else None, p.visible_bytes)
+                 for seen, p in zip(parked, parts)], total, min_bytes)
 
         op = DelayedFetch([p.key for p in parts], ready)
         await wait_for(broker.fetch_purgatory, op, max_wait_ms)

@@ -28,7 +28,7 @@ from typing import Any
 
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
-from kref.protocol.messages import build, nested
+from kref.protocol.messages import build, nested, results_by_topic
 
 log = logging.getLogger("kref.handlers.reassignments")
 
@@ -70,13 +70,10 @@ def alter_response(version: int, error_code: int, results) -> Any:
     response_type = response_class(ALTER_PARTITION_REASSIGNMENTS, version)
     topic_type = nested(response_type, "ReassignableTopicResponse")
     partition_type = nested(response_type, "ReassignablePartitionResponse")
-    by_topic: dict[str, list] = {}
-    for topic, partition, code, message in results:
-        by_topic.setdefault(topic, []).append(build(
-            partition_type, partition_index=partition, error_code=code, error_message=message))
     message = None if error_code == ErrorCode.NONE else ErrorCode(error_code).name
-    return build(response_type, error_code=error_code, error_message=message, responses=tuple(
-        build(topic_type, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
+    return build(response_type, error_code=error_code, error_message=message, responses=results_by_topic(
+        results, topic_type, "name", "partitions", lambda partition, code, text: build(
+            partition_type, partition_index=partition, error_code=code, error_message=text)))
 
 
 def list_response(version: int, error_code: int, results) -> Any:
@@ -84,14 +81,11 @@ def list_response(version: int, error_code: int, results) -> Any:
     response_type = response_class(LIST_PARTITION_REASSIGNMENTS, version)
     topic_type = nested(response_type, "OngoingTopicReassignment")
     partition_type = nested(response_type, "OngoingPartitionReassignment")
-    by_topic: dict[str, list] = {}
-    for topic, partition, replicas, adding, removing in results:
-        by_topic.setdefault(topic, []).append(build(
-            partition_type, partition_index=partition, replicas=tuple(replicas),
-            adding_replicas=tuple(adding), removing_replicas=tuple(removing)))
     message = None if error_code == ErrorCode.NONE else ErrorCode(error_code).name
-    return build(response_type, error_code=error_code, error_message=message, topics=tuple(
-        build(topic_type, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
+    return build(response_type, error_code=error_code, error_message=message, topics=results_by_topic(
+        results, topic_type, "name", "partitions", lambda partition, replicas, adding, removing: build(
+            partition_type, partition_index=partition, replicas=tuple(replicas),
+            adding_replicas=tuple(adding), removing_replicas=tuple(removing))))
 
 
 async def _forward(broker, request, name: str):

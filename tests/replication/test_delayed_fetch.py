@@ -1,0 +1,70 @@
+"""The delayed-fetch completion rule (Kafka's DelayedFetch.tryComplete) is the
+replica core's (`replica.delayed_fetch_complete`); the fetch handler only parks
+the fetch and re-asks when a partition's high watermark or log end moves."""
+
+from __future__ import annotations
+
+from kref.replication import replica as r
+
+NOW = 1_700_000_000_000
+
+
+def leader(leo=8, hw=5, epoch=3) -> r.PartitionReplica:
+    core = r.PartitionReplica("t", 0, 1, tracing=False)
+    core.step(r.BecomeLeader(epoch, 0, frozenset({1}), (1, 2), 0, leo, hw), NOW)
+    return core
+
+
+def follower(leo=8, hw=5, epoch=3) -> r.PartitionReplica:
+    core = r.PartitionReplica("t", 0, 2, tracing=False)
+    core.step(r.BecomeFollower(1, epoch, 0, frozenset({1, 2}), (1, 2), 0, leo, hw), NOW)
+    return core
+
+
+def parked(core, fetch_offset, *, replica_fetch=False, named_epoch=r.NO_EPOCH, visible=100) -> r.ParkedFetch:
+    return r.ParkedFetch(fetch_offset, replica_fetch, core.is_leader, core.leader_epoch, named_epoch, visible)
+
+
+def test_a_consumer_waits_for_min_bytes_of_visible_data():
+    core = leader()
+    seen = parked(core, 5)
+    assert not r.delayed_fetch_complete([(seen, core, 100)], 0, 10)
+    assert not r.delayed_fetch_complete([(seen, core, 105)], 4, 10)  # 9 bytes so far
+    assert r.delayed_fetch_complete([(seen, core, 106)], 4, 10)
+    # Bytes from several partitions add up.
+    other = leader()
+    assert r.delayed_fetch_complete([(seen, core, 105), (parked(other, 5, visible=0), other, 5)], 0, 10)
+
+
+def test_a_gone_partition_or_moved_leadership_answers_at_once():
+    core = leader()
+    seen = parked(core, 5)
+    assert r.delayed_fetch_complete([(seen, None, 100)], 0, 10)
+    core.step(r.BecomeFollower(2, 4, 1, frozenset({1, 2}), (1, 2), 0, 8, 5), NOW)
+    assert r.delayed_fetch_complete([(seen, core, 100)], 0, 10)
+
+
+def test_an_epoch_change_fences_only_a_fetch_that_named_its_epoch():
+    core = leader()
+    named, unnamed = parked(core, 5, named_epoch=3), parked(core, 5)
+    core.step(r.BecomeLeader(4, 1, frozenset({1}), (1, 2), 0, 8, 5), NOW)
+    assert r.delayed_fetch_complete([(named, core, 100)], 0, 10)
+    assert not r.delayed_fetch_complete([(unnamed, core, 100)], 0, 10)
+
+
+def test_a_follower_fetch_completes_when_the_log_end_passes_its_offset():
+    core = leader(leo=8)
+    seen = parked(core, 8, replica_fetch=True)
+    assert not r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
+    core.step(r.ClientProduce(1, 1, 1), NOW)
+    core.step(r.LogAppended(1, 1, 8, 8, 9), NOW)
+    assert r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
+
+
+def test_a_consumer_on_a_follower_waits_for_its_high_watermark():
+    core = follower(leo=8, hw=5)
+    seen = parked(core, 5)
+    assert not r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
+    core.step(r.FollowerAppended(8, 8, 9, 6), NOW)
+    assert core.high_watermark == 6
+    assert r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
