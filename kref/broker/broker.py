@@ -179,9 +179,10 @@ class Broker:
         self.producer_id_manager = manager
 
     def _core_high_watermark(self, key: tuple[str, int]) -> int | None:
-        """Retention's bound: the replica core's high watermark, not the Log's copy."""
+        """The replica core's high watermark (the one live copy) for
+        replication-offset-checkpoint and retention; None: no partition here."""
         part = self.replica_manager.partitions.get(key) if self.replica_manager is not None else None
-        return part.core.high_watermark if part is not None else None
+        return part.high_watermark_to_checkpoint if part is not None else None
 
     def _partition_retention(self, key: tuple[str, int], now_ms: int) -> int | None:
         """Retention of a hosted partition goes through its replica core (None: no partition)."""
@@ -227,6 +228,7 @@ class Broker:
             now,
             producer_state_factory=self.group_area.producer_state_factory if self.group_area else None,
             fs=REAL_FILE_SYSTEM,  # the storage's file-system port (kref/ports/fs.py)
+            high_watermark_of=self._core_high_watermark,  # the checkpoint reads the cores
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)

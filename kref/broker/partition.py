@@ -159,6 +159,22 @@ class Partition:
         return self.log.log_end_offset
 
     @property
+    def high_watermark_to_restore(self) -> int:
+        """The high watermark a BecomeLeader/BecomeFollower starts from: the core's
+        once it has a role, before that the one recovered from replication-offset-checkpoint."""
+        if self.core.role is not core.Role.NONE:
+            return self.core.high_watermark
+        return self.log.recovered_high_watermark or 0
+
+    @property
+    def high_watermark_to_checkpoint(self) -> int | None:
+        """What replication-offset-checkpoint holds for this partition: the core's
+        high watermark once it has a role (the one live copy), else what was recovered."""
+        if self.core.role is not core.Role.NONE:
+            return self.core.high_watermark
+        return self.log.recovered_high_watermark
+
+    @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
@@ -181,8 +197,6 @@ class Partition:
                 if self.trace.enabled:
                     self.trace.emit(effect.event)
             elif isinstance(effect, core.HighWatermarkAdvanced):
-                # The Log bounds retention by it and checkpoints it.
-                self.log.update_high_watermark(effect.high_watermark)
                 # Bytes count as arrived for parked fetches once the core says
                 # their last offset is visible.
                 while self._above_hw and self.core.is_visible(self._above_hw[0][0]):
@@ -232,7 +246,7 @@ class Partition:
     ) -> None:
         """BecomeLeader with the metadata image's epochs (the replica manager calls this).
 
-        `high_watermark` defaults to the Log's checkpointed one. Without an
+        `high_watermark` defaults to `high_watermark_to_restore`. Without an
         epoch (a Partition used on its own, in tests) the partition leads
         alone in the epoch after the latest of its log's epoch cache.
         """
@@ -241,7 +255,7 @@ class Partition:
             leader_epoch = (latest if latest is not None and latest >= 0 else -1) + 1
         me = self.core.replica_id
         if high_watermark is None:
-            high_watermark = self.log.high_watermark or 0
+            high_watermark = self.high_watermark_to_restore
         self._apply(
             self.core.step(
                 core.BecomeLeader(
@@ -277,7 +291,7 @@ class Partition:
                     replicas=tuple(replicas),
                     log_start_offset=self.log.log_start_offset,
                     log_end_offset=self.log.log_end_offset,
-                    high_watermark=self.log.high_watermark or 0,
+                    high_watermark=self.high_watermark_to_restore,
                     last_fetched_epoch=self._last_log_epoch(),
                 ),
                 now_ms,
@@ -347,7 +361,6 @@ class Partition:
             self._apply(self.core.step(core.FollowerAppended(
                 first, last, after, effect.leader_high_watermark, self._last_log_epoch(),
                 effect.leader_log_start_offset), now_ms), now_ms, backoff_ms=backoff_ms)
-            self.log.update_high_watermark(self.core.high_watermark)
             if self.core.high_watermark != hw_before:
                 # Consumers reading from this follower (KIP-392) wait on its HW.
                 self.fetch_purgatory.check_and_complete(self.key)
@@ -355,13 +368,11 @@ class Partition:
             self.log.truncate_to(effect.offset)
             self._apply(self.core.step(core.FollowerTruncated(
                 self.log.log_end_offset, self._last_log_epoch()), now_ms), now_ms, backoff_ms=backoff_ms)
-            self.log.update_high_watermark(self.core.high_watermark)
         elif isinstance(effect, fcore.TruncateFullyAndStartAt):
             self.log.truncate_fully_and_start_at(effect.offset)
             self._apply(self.core.step(core.FollowerTruncated(
                 self.log.log_end_offset, core.NO_EPOCH, log_start_offset=effect.offset), now_ms), now_ms,
                 backoff_ms=backoff_ms)
-            self.log.update_high_watermark(self.core.high_watermark)
         elif isinstance(effect, fcore.IncrementLogStartOffset):
             try:
                 self.log.maybe_increment_log_start_offset(effect.offset)

@@ -160,17 +160,12 @@ class MetadataLog:
         """The largest timestamp of the oldest segment (retention by time looks at it)."""
         return self.log.segments[0].largest_timestamp
 
-    def update_high_watermark(self, high_watermark: int) -> None:
-        self.log.update_high_watermark(high_watermark)
-
     def advance_log_start(self, offset: int, now_ms: int) -> None:
         """Start the log at `offset` (a snapshot's end) and delete whole segments below it.
-        The quorum core only asks for a committed offset: the log's high watermark
-        (which bounds its start) may lag the core's right after a restart."""
-        if (self.log.high_watermark or 0) < offset:
-            self.log.update_high_watermark(offset)
+        The quorum core (which owns the high watermark) only asks for a committed
+        offset, so the new start itself bounds what retention may delete here."""
         if self.log.maybe_increment_log_start_offset(offset):
-            self.log.delete_old_segments(now_ms)
+            self.log.delete_old_segments(now_ms, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log: it continues at `offset` (after a snapshot from the leader)."""

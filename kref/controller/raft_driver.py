@@ -182,7 +182,6 @@ class RaftNode:
             log_start_offset=self.metadata_log.log_start_offset,
             snapshots=[snap_ref(loaded)] if loaded is not None else [],
         )
-        self.metadata_log.update_high_watermark(self.core.high_watermark)
         # What is committed and applied: the image (snapshot + records) and its offset.
         self.image = MetadataImage()
         self.applied_offset = 0
@@ -434,7 +433,6 @@ class RaftNode:
         return reply
 
     def _deliver_committed(self, high_watermark: int) -> None:
-        self.metadata_log.update_high_watermark(high_watermark)
         if high_watermark <= self.applied_offset:
             return
         records = self.metadata_log.committed_records(self.applied_offset, high_watermark)

@@ -12,9 +12,12 @@ FollowerFetch's append is `append_as_follower` (offsets and epochs kept),
 TruncateToEpochEndOffset is `truncate_to` fed by `leader_epoch_cache.
 end_offset_for` (KIP-101/279), and DeleteRecords/retention move
 log_start_offset. It does no replication itself: log_end_offset is simply
-where the next batch goes; the high watermark belongs to the partition
-layer, which may tell the log about it (`update_high_watermark`) so that
-retention never deletes what consumers cannot yet read.
+where the next batch goes. The high watermark is not the log's: the
+replica core owns it (kref/replication/replica.py), retention is bounded
+by the core's value, and replication-offset-checkpoint is written from the
+cores (LogManager.checkpoint). The log keeps only the value recovered from
+that checkpoint at load (`recovered_high_watermark`), which the partition
+driver hands to its core once, at its first BecomeLeader/BecomeFollower.
 
 Durability follows Kafka: nothing is fsynced per append unless
 flush.messages / flush.ms ask for it; `recovery_point` is the offset below
@@ -177,8 +180,9 @@ def _disk_errors_as_storage_errors(method: Callable[..., Any]) -> Callable[..., 
     return guarded
 
 
-# delete_old_segments' default: the Log's own (checkpointed) high watermark
-OWN_COPY = object()
+# delete_old_segments' default: the high watermark recovered from the checkpoint
+# (a Log with no core: tools, storage tests)
+RECOVERED = object()
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
@@ -208,7 +212,9 @@ class Log:
         self._base_offsets: list[int] = []
         self.log_start_offset = 0
         self.recovery_point = 0
-        self.high_watermark: int | None = None
+        # replication-offset-checkpoint's value for this partition as recovered
+        # at load (None: none); never updated after: the core owns the live one.
+        self.recovered_high_watermark: int | None = None
         self.last_flush_ms = now_ms
         self._now_ms = now_ms
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -306,10 +312,6 @@ class Log:
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
-
-    def update_high_watermark(self, high_watermark: int) -> int:
-        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
-        return self.high_watermark
 
     def _append_segment(self, seg: LogSegment) -> None:
         self.segments.append(seg)
@@ -733,8 +735,6 @@ class Log:
         active.resize_indexes_to_max()
         leo = self.log_end_offset
         self.recovery_point = min(self.recovery_point, leo)
-        if self.high_watermark is not None:
-            self.high_watermark = min(self.high_watermark, leo)
         if self.log_start_offset > leo:
             self.log_start_offset = leo
         self.leader_epoch_cache.truncate_from_end(leo)
@@ -771,8 +771,6 @@ class Log:
         self._append_segment(self._create_segment(offset, now_ms))
         self.log_start_offset = offset
         self.recovery_point = offset
-        if self.high_watermark is not None:
-            self.high_watermark = offset
         self.leader_epoch_cache.clear()
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
@@ -797,16 +795,16 @@ class Log:
         return True
 
     @_disk_errors_as_storage_errors
-    def delete_old_segments(self, now_ms: int, high_watermark: int | None | object = OWN_COPY) -> int:
+    def delete_old_segments(self, now_ms: int, high_watermark: int | None | object = RECOVERED) -> int:
         """Retention: delete the segments the retention planner picks (past
         retention.ms, beyond retention.bytes, or wholly below log_start_offset);
         returns how many were deleted. `high_watermark` (nothing at or above it
-        is deleted) is the owning core's; a Log with no core (tests, tools, the
-        metadata log) passes nothing and its checkpointed copy is used. A
+        is deleted) is the owning core's; a Log with no core (tests, tools)
+        passes nothing and the value recovered from the checkpoint is used. A
         partition with a replica core goes through `plan_retention`, the
         core's admission, then `apply_retention` instead."""
-        if high_watermark is OWN_COPY:
-            high_watermark = self.high_watermark
+        if high_watermark is RECOVERED:
+            high_watermark = self.recovered_high_watermark
         proposed = self.plan_retention(now_ms, high_watermark)
         count = self.apply_retention(now_ms, proposed) if proposed is not None else 0
         self.delete_pending_segments(now_ms)

@@ -76,7 +76,7 @@ def load(
     _check_topic_id(log)
     _load_segments(log, now_ms, recovery_point, log_start_offset, had_clean_shutdown)
     if high_watermark is not None:
-        log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        log.recovered_high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
 
 
 def _check_topic_id(log: Log) -> None:

@@ -41,7 +41,7 @@ from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomi
 from kref.storage.config import LogConfig
 from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.log import (
-    OWN_COPY,
+    RECOVERED,
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
@@ -82,8 +82,13 @@ class LogManager:
         *,
         producer_state_factory: Callable[[str, int, str], Any] | None = None,
         fs: FileSystem | None = None,
+        high_watermark_of: Callable[[tuple[str, int]], int | None] | None = None,
     ) -> None:
         self.fs: FileSystem = fs if fs is not None else REAL_FILE_SYSTEM
+        # The owning replica core's high watermark of a partition (None: no core
+        # here): replication-offset-checkpoint is written from the cores, the
+        # one live copy; a log with no core keeps the value it was loaded with.
+        self.high_watermark_of = high_watermark_of
         self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
         if not self.log_dirs:
             raise ValueError("at least one log dir is required")
@@ -243,7 +248,12 @@ class LogManager:
             write_offset_checkpoint(
                 os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE), {k: log.log_start_offset for k, log in logs}, fs=self.fs
             )
-            hws = {k: log.high_watermark for k, log in logs if log.high_watermark is not None}
+            hws = {}
+            for k, log in logs:
+                owned = self.high_watermark_of(k) if self.high_watermark_of is not None else None
+                hw = owned if owned is not None else log.recovered_high_watermark
+                if hw is not None:
+                    hws[k] = hw
             if hws or self.fs.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
                 write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws, fs=self.fs)
 
@@ -260,7 +270,7 @@ class LogManager:
         offset, kref/broker/partition.py `apply_retention`) and returns the
         segments deleted, or None when the partition has no core here; then
         `high_watermark_of(key)` (the owning core's high watermark, None: the
-        Log's checkpointed copy) bounds the Log's own retention pass."""
+        value recovered from the checkpoint) bounds the Log's own retention pass."""
         self._now_ms = now_ms
         deleted = 0
         for key, log in list(self._logs.items()):
@@ -269,7 +279,7 @@ class LogManager:
             done = owned_retention(key, now_ms) if owned_retention is not None else None
             if done is None:
                 owned = high_watermark_of(key) if high_watermark_of is not None else None
-                done = log.delete_old_segments(now_ms, OWN_COPY if owned is None else owned)
+                done = log.delete_old_segments(now_ms, RECOVERED if owned is None else owned)
             deleted += done
             if now_ms - log.last_flush_ms >= log.config.flush_ms:
                 log.flush(now_ms)

@@ -34,7 +34,7 @@ def open_partition(tmp_path, trace=None, **config) -> Partition:
     log = Log.open(os.path.join(tmp_path, "orders-0"), LogConfig(**config), NOW)
     part = Partition(log, replica_id=1, produce_purgatory=Purgatory("p"), fetch_purgatory=Purgatory("f"),
                      trace=trace)
-    part.become_leader(NOW, high_watermark=log.high_watermark or 0)
+    part.become_leader(NOW, high_watermark=log.recovered_high_watermark or 0)
     return part
 
 

@@ -85,7 +85,7 @@ def test_followers_copy_batches_and_learn_the_high_watermark(tmp_path):
     assert parts[1].high_watermark == 5
     assert parts[2].high_watermark == 0  # learnt on 2's second fetch, before 3 reached 5
     _fetch(parts, 2)
-    assert parts[2].high_watermark == 5 and parts[2].log.high_watermark == 5
+    assert parts[2].high_watermark == 5 and parts[2].high_watermark_to_checkpoint == 5
     assert _batches(parts[2]) == _batches(parts[3]) == _batches(parts[1]) == [(0, 2, 0, -1), (3, 4, 0, 7)]
     assert parts[2].log.leader_epoch_cache.entries() == [(0, 0)]
 

@@ -92,7 +92,7 @@ def test_retention_is_bounded_by_the_owning_cores_high_watermark(tmp_path):
     log = lm.get_or_create_log("h", 0)
     for i in range(10):
         log.append_as_leader(make_batch([b"z" * 40], timestamp=1000 + i), 0, 1000 + i)
-    log.update_high_watermark(10)  # the copy says everything is committed
+    log.recovered_high_watermark = 10  # the checkpoint it was loaded with says everything is committed
     core_hw = {("h", 0): 2}
     lm.cleanup(5000, core_hw.get)
     assert log.log_start_offset <= 2 < log.log_end_offset
@@ -110,9 +110,32 @@ def test_delete_records_bound_is_the_cores_the_log_refuses_only_past_its_data(tm
     log = lm.get_or_create_log("d", 0)
     for _ in range(5):
         log.append_as_leader(make_batch([b"x"]), 0, 0)
-    log.update_high_watermark(1)
+    log.recovered_high_watermark = 1
     assert log.maybe_increment_log_start_offset(3)  # the core decided 3 (its high watermark)
     assert log.log_start_offset == 3
     with pytest.raises(OffsetOutOfRangeError, match="beyond the log end 5"):
         log.maybe_increment_log_start_offset(6)
     lm.shutdown()
+
+
+def test_the_high_watermark_checkpoint_is_written_from_the_cores(tmp_path):
+    """replication-offset-checkpoint holds the owning core's high watermark (the
+    one live copy); a log with no core keeps the value it was loaded with, and a
+    reload hands that value back (Log.recovered_high_watermark) for the core."""
+    from kref.storage.checkpoint import read_offset_checkpoint_or_empty
+
+    core_hw = {("c", 0): 4}
+    lm = LogManager([str(tmp_path)], LogConfig(), 0, high_watermark_of=core_hw.get)
+    lm.load_logs(0)
+    owned, loose = lm.get_or_create_log("c", 0), lm.get_or_create_log("n", 0)
+    for _ in range(6):
+        owned.append_as_leader(make_batch([b"x"]), 0, 0)
+        loose.append_as_leader(make_batch([b"x"]), 0, 0)
+    loose.recovered_high_watermark = 2
+    lm.shutdown()
+    path = tmp_path / "replication-offset-checkpoint"
+    assert read_offset_checkpoint_or_empty(str(path)) == {("c", 0): 4, ("n", 0): 2}
+    again = LogManager([str(tmp_path)], LogConfig(), 0)
+    again.load_logs(0)
+    assert again.get_or_create_log("c", 0).recovered_high_watermark == 4
+    again.shutdown()
