@@ -212,6 +212,8 @@ class CreateTopic:
     replication_factor: int
     topic_id: uuid.UUID  # drawn by the driver: the core has no randomness
     configs: tuple[tuple[str, str], ...] = ()
+    # CreateTopics' validate_only: every check, no record (Kafka's validateOnly).
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +221,7 @@ class CreatePartitions:
     request_id: int
     name: str
     count: int
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -895,6 +898,8 @@ class ControllerCore:
                 f"replication factor {e.replication_factor} is larger than the {len(self.usable_brokers())} "
                 "unfenced brokers" if e.replication_factor >= 1 else "replication factor must be at least 1",
             )
+        if e.validate_only:
+            return fail(ErrorCode.NONE, None)
         records: list = [r.TopicRecord(name=e.name, topic_id=e.topic_id)]
         records += [
             r.ConfigRecord(resource_type=r.TOPIC_RESOURCE, resource_name=e.name, name=k, value=v) for k, v in e.configs
@@ -920,6 +925,9 @@ class ControllerCore:
         assignment = self.assign_replicas(e.name, e.count - current, rf, first_partition=current)
         if assignment is None:
             out.append(Reply(e.request_id, TopicReply(ErrorCode.INVALID_REPLICATION_FACTOR, "too few unfenced brokers")))
+            return
+        if e.validate_only:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
             return
         records = [
             r.PartitionRecord(partition_id=current + i, topic_id=topic.topic_id, replicas=replicas, isr=replicas,

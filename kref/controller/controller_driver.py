@@ -286,12 +286,10 @@ class ControllerDriver:
         for topic in request.topics:
             if topic.assignments:
                 reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
-            elif request.validate_only:
-                known = self.core.topics.get(topic.name)
-                reply = c.TopicReply(ErrorCode.NONE) if known and topic.count > len(known.partitions) else c.TopicReply(
-                    ErrorCode.INVALID_PARTITIONS, f"cannot grow {topic.name} to {topic.count} partitions")
             else:
-                reply = await self.request(lambda rid, t=topic: c.CreatePartitions(rid, t.name, t.count))
+                # validate_only: the core makes every check and writes nothing.
+                reply = await self.request(lambda rid, t=topic: c.CreatePartitions(
+                    rid, t.name, t.count, validate_only=bool(request.validate_only)))
             results.append(build(result_type, name=topic.name, error_code=reply.error_code,
                                  error_message=getattr(reply, "message", None)))
         return build(response_type, results=tuple(results))
@@ -308,14 +306,12 @@ class ControllerDriver:
                           replication_factor=rf, configs=None, error_message=None)
             if topic.assignments:
                 reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
-            elif request.validate_only:
-                usable = len(self.core.usable_brokers())
-                reply = c.TopicReply(ErrorCode.NONE) if 0 < rf <= usable else c.TopicReply(
-                    ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor {rf} with {usable} unfenced brokers")
             else:
+                # validate_only: the core makes every check and writes nothing.
                 configs = tuple((cfg.name, cfg.value) for cfg in topic.configs if cfg.value is not None)
-                topic_id = uuid.uuid4()
-                reply = await self.request(lambda rid: c.CreateTopic(rid, topic.name, num_partitions, rf, topic_id, configs))
+                topic_id = uuid.UUID(int=0) if request.validate_only else uuid.uuid4()
+                reply = await self.request(lambda rid: c.CreateTopic(
+                    rid, topic.name, num_partitions, rf, topic_id, configs, validate_only=bool(request.validate_only)))
             values.update(error_code=reply.error_code, error_message=getattr(reply, "message", None))
             if reply.error_code == ErrorCode.NONE and getattr(reply, "topic_id", None) is not None:
                 values["topic_id"] = reply.topic_id

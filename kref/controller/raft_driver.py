@@ -53,7 +53,6 @@ import dataclasses
 import logging
 import random
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -279,8 +278,8 @@ class RaftNode:
             return
         snapshot_id = snap.SnapshotId(self.applied_offset, self._snapshot_epoch(self.applied_offset))
         data = snap.encode_snapshot(
-            snapshot_id, [serde.encode(r) for r in self.image.to_records()], wall_ms(),
-            wall_ms(),
+            snapshot_id, [serde.encode(r) for r in self.image.to_records()], self.clock.now_ms(),
+            self.clock.now_ms(),
         )
         self.snapshots.write(snapshot_id, data)
         self.bytes_since_snapshot = 0
@@ -299,7 +298,7 @@ class RaftNode:
             self.snapshot_policy, log_size_bytes=self.metadata_log.size_in_bytes,
             snapshot_bytes=sum(s.size_in_bytes for s in snapshots),
             oldest_timestamp=self.metadata_log.oldest_timestamp(), latest_snapshot_end=latest.end_offset,
-            log_start_offset=self.core.log_start_offset, now_ms=wall_ms(),
+            log_start_offset=self.core.log_start_offset, now_ms=self.clock.now_ms(),
         )
         if start > self.core.log_start_offset:
             self._followups.append(q.AdvanceLogStart(start))
@@ -354,10 +353,10 @@ class RaftNode:
                     if effect.control:
                         value = leader_change_value(self.node_id, list(self.voters), sorted(self.voters))
                         self.metadata_log.append_as_leader([], effect.leader_epoch, now, control_value=value,
-                                                           timestamp_ms=wall_ms())
+                                                           timestamp_ms=self.clock.now_ms())
                     else:
                         self.metadata_log.append_as_leader(list(effect.payload), effect.leader_epoch, now,
-                                                           timestamp_ms=wall_ms())
+                                                           timestamp_ms=self.clock.now_ms())
                     if self.metadata_log.log_end_offset != effect.base_offset + effect.records_count:
                         raise q.InvariantViolation(
                             f"metadata log end {self.metadata_log.log_end_offset} after appending at {effect.base_offset}"
@@ -807,11 +806,6 @@ class _HeldFetch:
     def answer(self, response: q.FetchResponse | None) -> None:
         self.response = response
         self.event.set()
-
-
-def wall_ms() -> int:
-    """Wall-clock time for record timestamps and retention by time (Kafka's too)."""
-    return time.time_ns() // 1_000_000
 
 
 def _only_metadata_partition(topics, name: str | None) -> bool:
