@@ -17,14 +17,17 @@ phase: every request in flight while one broker of the three collects
 waits for it.
 
 Almost all of those objects are created at start-up and live as long as
-the process. `freeze_startup_heap()`, called once the node serves, runs
-one collection and then moves every surviving object to the permanent
-generation (gc.freeze(), Python 3.7+), which the collector never walks
-again. Later collections only walk what was allocated after start, and
-full collections become short. Objects allocated afterwards are collected
-as before. Bound: what the start-up heap held in reference cycles and
-drops later is never reclaimed (reference counting still frees everything
-else); that is a one-off, start-up-sized amount, not a growth.
+the process. `freeze_startup_heap()`, called once the node serves, moves
+every object the collector tracks to the permanent generation
+(gc.freeze(), Python 3.7+), which it never walks again. Later collections
+only walk what was allocated after start, and full collections become
+short. Objects allocated afterwards are collected as before. No collection
+runs first: on a loaded machine one took 0.5-1.3 s, and a node whose loop
+stops that long at start misses its quorum's fetch timeouts (the process
+tests' elections churned). Bound: start-up garbage that sat in reference
+cycles at the freeze, and start-up objects in cycles dropped later, are
+never reclaimed (reference counting still frees everything else); a
+one-off, start-up-sized amount, not a growth.
 
 This decides nothing about Kafka's semantics: it is the process's memory
 policy, applied once by the node's and the single broker's entry points.
@@ -41,11 +44,10 @@ log = logging.getLogger("kref.broker")
 
 
 def freeze_startup_heap() -> int:
-    """Collect once, then exclude every surviving object from later collections.
+    """Exclude every object alive now from later collections (no collection first).
 
     Returns how many objects the permanent generation now holds.
     """
-    gc.collect()
     gc.freeze()
     frozen = gc.get_freeze_count()
     log.info("start-up heap frozen out of the cyclic garbage collector: %d objects", frozen)

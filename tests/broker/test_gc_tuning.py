@@ -16,7 +16,7 @@ def test_frozen_heap_is_skipped_and_later_cycles_are_still_collected():
         assert frozen > 0 and frozen == gc.get_freeze_count()
         # The objects alive at the freeze are out of every generation the collector walks.
         assert all(len(generation) < frozen for generation in (gc.get_objects(0), gc.get_objects(1), gc.get_objects(2)))
-        # Garbage made after start-up is reclaimed as before (reference cycles included).
+        # Garbage made after the freeze is reclaimed as before (reference cycles included).
         collected_before = gc.get_stats()[2]["collected"]
         for _ in range(100):
             _Cycle()
