@@ -13,7 +13,8 @@ class _Cycle:
 def test_frozen_heap_is_skipped_and_later_cycles_are_still_collected():
     try:
         frozen = freeze_startup_heap()
-        assert frozen > 0 and frozen == gc.get_freeze_count()
+        # (not equal: a frozen object freed by reference counting since leaves the count)
+        assert frozen > 0 and 0 < gc.get_freeze_count() <= frozen
         # The objects alive at the freeze are out of every generation the collector walks.
         assert all(len(generation) < frozen for generation in (gc.get_objects(0), gc.get_objects(1), gc.get_objects(2)))
         # Garbage made after the freeze is reclaimed as before (reference cycles included).
