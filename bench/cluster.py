@@ -26,6 +26,17 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
 - the same with acks=1 on the RF=3 partition (followers replicate
   asynchronously; anchor: Kafka kept 0.96x), to separate the cost of
   waiting for followers from the cost of three processes;
+- per-record work in each latency phase, which load distorts much less
+  than wall-clock time: CPU ms and voluntary context switches (sleeps) per
+  1000 records of each process, and the slowest samples with their time, so
+  that a pause (a garbage collection, a blocking call) shows as a run of
+  slow records sent 10 ms apart;
+- with `--realtime`: each latency phase runs its broker processes and the
+  client at SCHED_FIFO priority (root or CAP_SYS_NICE; only during the
+  phase, whose CPU use is small), so the other work on a shared machine
+  cannot queue them; an A/B of two versions is then comparable in one
+  window. Figures from it are not quiet-machine figures: the other load
+  still shares caches and memory bandwidth;
 - follower catch-up: a follower of the RF=3 partition is killed (-9), the
   leader takes `--catchup-mb` MB with acks=1, the follower restarts; from
   the moment its log starts to grow until it holds as many bytes as the
@@ -40,7 +51,7 @@ median and min-max of the per-round ratios are printed. Every phase has a
 deadline.
 
     .venv/bin/python bench/cluster.py [--messages 20000] [--rounds 3] [--rates 100,300] [--catchup-mb 20]
-        [--cprofile DIR] [--only-throughput]
+        [--cprofile DIR] [--only-throughput | --only-latency] [--realtime]
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ from bench.broker import start_kref_process  # noqa: E402
 from kref.controller import local_cluster, meta_properties  # noqa: E402
 
 PHASE_DEADLINE_S = 120
+REALTIME_PRIORITY = 10  # SCHED_FIFO priority of --realtime (1-99; the kernel's own threads use 50 and up)
 CLUSTER_SETTINGS = {
     "controller.quorum.election.timeout.ms": "500",
     "controller.quorum.fetch.timeout.ms": "1000",
@@ -173,6 +185,36 @@ class CpuMeter:
         return out
 
 
+def voluntary_switches(pid: int) -> int:
+    """How many times the process's threads went to sleep so far (voluntary_ctxt_switches)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches"):
+                    total += int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def set_realtime(pids: list[int], on: bool) -> bool:
+    """Every thread of `pids` to SCHED_FIFO priority REALTIME_PRIORITY (on) or back to SCHED_OTHER.
+
+    False (and nothing changed) when the system refuses (no CAP_SYS_NICE).
+    """
+    policy = os.SCHED_FIFO if on else os.SCHED_OTHER
+    param = os.sched_param(REALTIME_PRIORITY if on else 0)
+    try:
+        for pid in pids:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setscheduler(int(task.name), policy, param)
+    except PermissionError:
+        return False
+    return True
+
+
 def background_cpu(pids: dict[str, int], seconds: float = 2.0) -> dict[str, float]:
     """Each process's CPU seconds per second while no record flows (KRaft, heartbeats, idle long polls)."""
     meter = CpuMeter(pids)
@@ -267,20 +309,55 @@ def summarize_profile(path: Path, top: int = 30) -> list[str]:
     return lines
 
 
-def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes) -> tuple[float, float, int]:
+def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes,
+            pids: dict[str, int] | None = None, realtime: bool = False) -> tuple[float, float, int]:
+    """(p50 ms, p99 ms, samples) of produce() -> delivery report at `rate` records/s.
+
+    With `pids`, also prints each process's CPU and sleeps per 1000 records
+    and the slowest samples (time since the phase started).
+    """
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
                          "enable.idempotence": acks == "all"})
-    samples: list[float] = []
+    samples: list[tuple[float, float]] = []
 
     def callback(sent):
         def on_delivery(err, _msg):
             if err is None:
-                samples.append((time.perf_counter() - sent) * 1000)
+                samples.append(((time.perf_counter() - sent) * 1000, sent))
         return on_delivery
 
     for _ in range(50):  # warm the connections
         producer.produce(topic, value)
     producer.flush(30)
+    pids = pids or {}
+    if realtime and not set_realtime([os.getpid(), *pids.values()], True):
+        print("    --realtime: not permitted here (needs CAP_SYS_NICE); measuring at normal priority")
+        realtime = False
+    try:
+        meter = CpuMeter(pids)
+        sleeps = {name: voluntary_switches(pid) for name, pid in pids.items()}
+        meter.start()
+        begun = time.perf_counter()
+        _send_at_rate(producer, topic, value, rate, seconds, callback)
+        cpu = meter.per_1000(len(samples))
+        sleeps = {name: voluntary_switches(pid) - sleeps[name] for name, pid in pids.items()}
+    finally:
+        if realtime:
+            set_realtime([os.getpid(), *pids.values()], False)
+    if not samples:
+        return float("nan"), float("nan"), 0
+    if pids:
+        per = 1000 / len(samples)
+        print("    per 1000 records: " + ", ".join(
+            f"{name} CPU {cpu[name][0] * 1000:.0f} ms, sleeps {sleeps[name] * per:.0f}" for name in pids)
+              + f", client CPU {cpu['client'][0] * 1000:.0f} ms")
+        slowest = sorted(samples, reverse=True)[:5]
+        print("    slowest: " + ", ".join(f"{ms:.1f} ms at +{at - begun:.2f} s" for ms, at in slowest))
+    ordered = sorted(ms for ms, _ in samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], len(ordered)
+
+
+def _send_at_rate(producer, topic: str, value: bytes, rate: float, seconds: float, callback) -> None:
     interval, next_at, end = 1.0 / rate, time.perf_counter(), time.perf_counter() + seconds
     while time.perf_counter() < end:
         producer.produce(topic, value, on_delivery=callback(time.perf_counter()))
@@ -289,10 +366,6 @@ def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, 
         while (delay := next_at - time.perf_counter()) > 0:
             producer.poll(min(delay, 0.001))
     producer.flush(30)
-    samples.sort()
-    if not samples:
-        return float("nan"), float("nan"), 0
-    return samples[len(samples) // 2], samples[min(len(samples) - 1, int(len(samples) * 0.99))], len(samples)
 
 
 def log_bytes(data_dir: Path, topic: str) -> int:
@@ -368,6 +441,32 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
 
 
+def latency_phases(args, rates: list[float], single: str, bootstrap: str, value: bytes,
+                   pids: dict[str, dict[str, int]], node_pids: dict[int, int]) -> int:
+    """acks=all RF=3 against single acks=1 at each rate, `--rounds` times, with per-record work."""
+    for rate in rates:
+        topic = f"bench-lat-{int(rate)}"
+        create_topic(single, topic, 1)
+        placement = create_topic(bootstrap, topic, 3)
+        # This topic's leader may not be the throughput topic's.
+        cluster_pids = {f"{'leader' if n == placement['leader'] else 'follower'}({n})": node_pids[n]
+                        for n in sorted(placement["replicas"], key=lambda n: n != placement["leader"])}
+        rows = []
+        for i in range(args.rounds):
+            cl = latency(bootstrap, topic, "all", rate, args.seconds, value, cluster_pids, args.realtime)
+            si = latency(single, topic, "1", rate, args.seconds, value, pids["single"], args.realtime)
+            rows.append((si, cl))
+            print(f"  {rate:g}/s round {i + 1}: single acks=1 p50 {si[0]:.2f} p99 {si[1]:.2f} ms; "
+                  f"cluster acks=all p50 {cl[0]:.2f} p99 {cl[1]:.2f} ms ({cl[2]} samples, load {os.getloadavg()[0]:.1f}"
+                  f"{', real-time priority' if args.realtime else ''})")
+        p50s = [cl[0] for _, cl in rows]
+        p99s = [cl[1] for _, cl in rows]
+        print(f"latency at {rate:g}/s, acks=all RF=3: p50 {statistics.median(p50s):.2f} ms "
+              f"({min(p50s):.2f}-{max(p50s):.2f}), p99 {statistics.median(p99s):.2f} ms "
+              f"({min(p99s):.2f}-{max(p99s):.2f}) (goal: p99 < 5 ms)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=20000)
@@ -381,6 +480,10 @@ def main() -> int:
                         help="after the rounds, one more throughput run of each setup with cProfile in every broker")
     parser.add_argument("--only-throughput", action="store_true",
                         help="the paired throughput rounds (and --cprofile) only: no latency, acks=1, catch-up")
+    parser.add_argument("--only-latency", action="store_true",
+                        help="the latency phases only: no throughput rounds, acks=1 or catch-up")
+    parser.add_argument("--realtime", action="store_true",
+                        help="latency phases at SCHED_FIFO priority (brokers and client; needs CAP_SYS_NICE)")
     parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
     args = parser.parse_args()
@@ -432,7 +535,7 @@ def main() -> int:
             cpu_ratios: dict[str, list[float]] = {"cluster": [], "plain": []}
             cpus: dict[str, list[dict]] = {name: [] for name in setups}
             faults: dict[str, list[dict]] = {name: [] for name in setups}
-            for i in range(args.rounds):
+            for i in range(0 if args.only_latency else args.rounds):
                 # Measured next to each round: on a shared machine it moves with the load.
                 background = measure_background()
                 order = list(setups) if i % 2 == 0 else list(reversed(setups))
@@ -452,6 +555,8 @@ def main() -> int:
                       f"{ratios['plain'][-1]:.2f}x (load {os.getloadavg()[0]:.1f})")
                 for name in setups:
                     print(f"    {name:7s} {cpu_line(cpu[name])}")
+            if args.only_latency:
+                return latency_phases(args, rates, single, bootstrap, value, pids, {n: p.pid for n, p in processes.items()})
             print(f"throughput acks=all RF=3 / single acks=1: {spread(ratios['cluster'])} idempotent, "
                   f"{spread(ratios['plain'])} not idempotent (anchor: Kafka 0.51x; goal >= 0.5x)")
             for name in setups:
@@ -469,22 +574,7 @@ def main() -> int:
                             lambda: throughput(bootstrap, "bench", "all", args.messages, value))
             if args.only_throughput:
                 return 0
-            for rate in rates:
-                topic = f"bench-lat-{int(rate)}"
-                create_topic(single, topic, 1)
-                create_topic(bootstrap, topic, 3)
-                rows = []
-                for i in range(args.rounds):
-                    cl = latency(bootstrap, topic, "all", rate, args.seconds, value)
-                    si = latency(single, topic, "1", rate, args.seconds, value)
-                    rows.append((si, cl))
-                    print(f"  {rate:g}/s round {i + 1}: single acks=1 p50 {si[0]:.2f} p99 {si[1]:.2f} ms; "
-                          f"cluster acks=all p50 {cl[0]:.2f} p99 {cl[1]:.2f} ms ({cl[2]} samples, load {os.getloadavg()[0]:.1f})")
-                p50s = [cl[0] for _, cl in rows]
-                p99s = [cl[1] for _, cl in rows]
-                print(f"latency at {rate:g}/s, acks=all RF=3: p50 {statistics.median(p50s):.2f} ms "
-                      f"({min(p50s):.2f}-{max(p50s):.2f}), p99 {statistics.median(p99s):.2f} ms "
-                      f"({min(p99s):.2f}-{max(p99s):.2f}) (goal: p99 < 5 ms)")
+            latency_phases(args, rates, single, bootstrap, value, pids, {n: p.pid for n, p in processes.items()})
             # The same RF=3 partition with acks=1 (replication asynchronous): what the
             # cluster costs without waiting for followers (Kreps' 0.96x row).
             create_topic(bootstrap, "bench-async", 3)

@@ -108,6 +108,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
     def started(listeners) -> None:
+        from kref.broker.gc_tuning import freeze_startup_heap
+
+        # Serving: the start-up heap is built (kref/broker/gc_tuning.py).
+        freeze_startup_heap()
         log.info("kref broker started (cluster.id %s, log.dirs %s)", broker.cluster_id, ",".join(config.log_dirs))
 
     status = 0

@@ -84,6 +84,7 @@ def run(args: Any, config: BrokerConfig) -> int:
     from kref.broker.server import ListenError, leaf_exceptions
     from kref.controller import meta_properties
     from kref.controller.raft_driver import RaftNode
+    from kref.broker.gc_tuning import freeze_startup_heap
     from kref.controller.settings import all_log_dirs, metadata_log_dir
 
     trace_sink = None
@@ -152,6 +153,8 @@ def run(args: Any, config: BrokerConfig) -> int:
                     await nursery.start(serve, broker, client_router)
                     await nursery.start(lifecycle.run)
                     await nursery.start(fetchers.run)
+                # Serving: the start-up heap is built (kref/broker/gc_tuning.py).
+                freeze_startup_heap()
                 log.info(
                     "kref node %d started (process.roles %s, cluster.id %s)",
                     config.node_id, ",".join(config.process_roles), cluster_id,

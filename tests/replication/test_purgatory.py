@@ -135,3 +135,31 @@ def test_expiry_is_decided_on_the_clock_port_without_trio():
     assert len(purgatory) == 0 and purgatory.next_deadline_ms() is None
     hw[A] = 5
     assert purgatory.check_and_complete(A) == 0  # expired means answered: never completed again
+
+
+def test_answered_operations_leave_the_deadline_heap_long_before_their_timeout():
+    """Bound: acks=all produces answered by the high watermark must not stay in
+    the deadline heap until their request timeout (at 100 produces/s and 30 s
+    that was ~3,000 dead operations per leader, walked by every full garbage
+    collection). The heap holds at most twice the watched operations plus
+    COMPACT_SLACK, and expiry still finds the live ones."""
+    from kref.ports.clock import ManualClock
+    from kref.replication.purgatory import COMPACT_SLACK
+
+    clock = ManualClock(0)
+    purgatory = Purgatory("produce", clock=clock)
+    hw = {A: 0}
+    check = lambda key, required: 0 if hw[key] >= required else None  # noqa: E731
+    stuck = DelayedProduce({A: ProducePartitionStatus(1_000_000)}, check)
+    assert purgatory.watch(stuck, 30_000)
+    for offset in range(1, 5_001):
+        op = DelayedProduce({A: ProducePartitionStatus(offset)}, check)
+        assert purgatory.watch(op, 30_000)
+        hw[A] = offset
+        assert purgatory.check_and_complete(A) == 1
+        clock.advance(1)
+        assert len(purgatory._deadlines) <= 2 * len(purgatory) + COMPACT_SLACK
+    assert len(purgatory) == 1 and purgatory.next_deadline_ms() == 30_000
+    clock.advance(30_000)
+    assert purgatory.expire(clock.monotonic_ms()) == 1 and stuck.expired
+    assert len(purgatory) == 0 and purgatory.next_deadline_ms() is None
