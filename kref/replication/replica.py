@@ -35,7 +35,11 @@ named after the action, carrying the post-state):
   diverging log (KIP-320: the follower's last fetched epoch ends earlier on
   the leader), record the follower's log_end_offset and caught-up time,
   ExpandIsr once it reached the high watermark (and the start of the current
-  epoch), AdvanceHighWatermark.
+  epoch), AdvanceHighWatermark. KIP-903: the fetch carries the follower's
+  broker epoch, recorded with its offset; a fetch of an older incarnation than
+  the leader's metadata knows is refused, ExpandIsr needs an eligible broker
+  (KIP-841) of the recorded incarnation, and AlterPartition names each
+  member's epoch for the controller to check.
 - Tick                -> ShrinkIsr for followers not caught up for more than
   replica_lag_time_max_ms, then AdvanceHighWatermark (a smaller isr may let
   it move).
