@@ -306,11 +306,14 @@ class Partition:
 
     # ------------------------------------------------------------ follower (the replica fetcher's driver)
 
-    def follower_fetch_due(self, now_ms: int) -> fcore.SendFetch | fcore.SendOffsetsForLeaderEpoch | None:
-        """FollowerFetch: what to ask the leader for this partition (None: nothing now)."""
+    def follower_fetch_due(
+        self, now_ms: int, broker_epoch: int = core.NO_BROKER_EPOCH
+    ) -> fcore.SendFetch | fcore.SendOffsetsForLeaderEpoch | None:
+        """FollowerFetch: what to ask the leader for this partition (None: nothing now);
+        `broker_epoch` is this broker's (KIP-903: the Fetch carries it)."""
         if now_ms < self.fetch_backoff_until_ms:
             return None
-        for effect in self._apply(self.core.step(fcore.FollowerFetchDue(), now_ms), now_ms):
+        for effect in self._apply(self.core.step(fcore.FollowerFetchDue(broker_epoch), now_ms), now_ms):
             if isinstance(effect, (fcore.SendFetch, fcore.SendOffsetsForLeaderEpoch)):
                 return effect
         return None
@@ -472,18 +475,24 @@ class Partition:
         return ReadResult(ErrorCode.NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
 
     def read_as_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
-                         current_leader_epoch: int, max_bytes: int, now_ms: int) -> ReadResult:
+                         current_leader_epoch: int, max_bytes: int, now_ms: int, *,
+                         broker_epoch: int = core.NO_BROKER_EPOCH,
+                         registered_broker_epoch: int = core.NO_BROKER_EPOCH,
+                         isr_eligible: bool = True) -> ReadResult:
         """A follower's fetch (Fetch with replica_id >= 0) goes to the core (FetchFromFollower).
 
         The driver only looks up the epoch end offset the core asks about and
         reads the bytes; the core decides (not leader, fenced, unknown
-        follower, diverging epoch, or read up to the log end offset).
+        follower, diverging epoch, or read up to the log end offset). KIP-903:
+        `broker_epoch` is what the fetch carried; the follower's registration
+        as the metadata has it comes from the caller (the fetch handler).
         """
         end = None
         if last_fetched_epoch >= 0:
             end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch, self.log.log_end_offset)
         answers = self._apply(self.core.step(core.FetchFromFollower(
-            replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end), now_ms), now_ms)
+            replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, end,
+            broker_epoch, registered_broker_epoch, isr_eligible), now_ms), now_ms)
         for answer in answers:
             if isinstance(answer, core.RespondFollowerFetch):
                 if answer.diverging_epoch != core.NO_EPOCH:

@@ -13,8 +13,9 @@ to the partition, repeat. kref does the same with trio tasks:
   task yet; a loop ends by itself once it has none.
 - A loop asks each of its partitions what to fetch (Partition.follower_fetch_due,
   which steps the replica core: the spec's FollowerFetch; fetch offset = log
-  end offset, last fetched epoch, current leader epoch), sends one Fetch v12
-  (replica_id = this broker, max_wait = replica.fetch.wait.max.ms, min_bytes
+  end offset, last fetched epoch, current leader epoch), sends one Fetch v15
+  (topic ids; ReplicaState = this broker's id and broker epoch, KIP-903: the
+  leader records which incarnation fetched; max_wait = replica.fetch.wait.max.ms, min_bytes
   = replica.fetch.min.bytes, per-partition replica.fetch.max.bytes, response
   bounded by replica.fetch.response.max.bytes) over one connection to the
   leader's inter-broker listener, and hands every partition's answer to
@@ -47,7 +48,7 @@ from kref.replication.replica import Role
 log = logging.getLogger("kref.replica_fetcher")
 
 FETCH = 1
-FETCH_VERSION = 12  # topic names, diverging epochs (KIP-320), flexible
+FETCH_VERSION = 15  # topic ids (v13), diverging epochs (KIP-320), ReplicaState with the broker epoch (KIP-903)
 SCAN_INTERVAL_S = 0.05
 # Frame headroom over replica.fetch.response.max.bytes (KIP-74 lets the first
 # batch exceed it: one replica.fetch.max.bytes more, plus headers).
@@ -69,11 +70,13 @@ def _fetch_data(due: SendFetch, config: Any) -> tuple:
             config.replica_fetch_max_bytes)
 
 
-def _forgotten(m: Any, keys: tuple) -> tuple:
-    by_topic: dict[str, list[int]] = {}
+def _forgotten(m: Any, keys: tuple, topic_ids: dict[str, Any]) -> tuple:
+    by_topic: dict[Any, list[int]] = {}
     for topic, partition in keys:
-        by_topic.setdefault(topic, []).append(partition)
-    return tuple(m.ForgottenTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+        topic_id = topic_ids.get(topic)
+        if topic_id is not None:  # never sent by id: the leader's session does not hold it
+            by_topic.setdefault(topic_id, []).append(partition)
+    return tuple(m.ForgottenTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
 
 
 class _Unchanged:
@@ -91,6 +94,14 @@ class ReplicaFetcherManager:
         self.broker = broker
         self.view = view
         self.running: set[tuple[int, int]] = set()
+        # The topic id each topic name was last fetched by: a deleted topic's id is
+        # still needed to forget it in the session, after the image dropped it.
+        self.topic_ids: dict[str, Any] = {}
+
+    def _broker_epoch(self) -> int:
+        """This incarnation's broker epoch (KIP-903; -1 while not registered)."""
+        lifecycle = getattr(self.view, "lifecycle", None)
+        return int(lifecycle.broker_epoch) if lifecycle is not None else -1
 
     def _followed(self) -> set[tuple[int, int]]:
         fetchers = self.broker.config.num_replica_fetchers
@@ -136,9 +147,10 @@ class ReplicaFetcherManager:
                 if not parts:
                     return
                 now = self.broker.now_ms()
+                broker_epoch = self._broker_epoch()
                 wanted: list[tuple[Any, SendFetch]] = []
                 for part in parts:
-                    due = part.follower_fetch_due(now)
+                    due = part.follower_fetch_due(now, broker_epoch)
                     if isinstance(due, SendFetch):
                         wanted.append((part, due))
                 if not wanted:
@@ -203,12 +215,15 @@ class ReplicaFetcherManager:
         config = self.broker.config
         cls = request_class(FETCH, FETCH_VERSION)
         m = sys.modules[cls.__module__]
-        by_topic: dict[str, list] = {}
+        by_topic: dict[Any, list] = {}
         named = set(plan.send)
         for part, due in wanted:
-            if (part.topic, part.partition) not in named:
+            topic = self.view.image.topic(part.topic)
+            if topic is not None:
+                self.topic_ids[part.topic] = topic.topic_id
+            if (part.topic, part.partition) not in named or part.topic not in self.topic_ids:
                 continue  # unchanged since the session last heard of it
-            by_topic.setdefault(part.topic, []).append(
+            by_topic.setdefault(self.topic_ids[part.topic], []).append(
                 m.FetchPartition(
                     partition=part.partition,
                     current_leader_epoch=due.current_leader_epoch,
@@ -218,17 +233,18 @@ class ReplicaFetcherManager:
                     partition_max_bytes=config.replica_fetch_max_bytes,
                 )
             )
+        broker_epoch = wanted[0][1].broker_epoch if wanted else -1
         return cls(
             cluster_id=None,
-            replica_id=self.broker.node_id,
+            replica_state=m.ReplicaState(replica_id=self.broker.node_id, replica_epoch=broker_epoch),
             max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms),
             min_bytes=config.replica_fetch_min_bytes,
             max_bytes=config.replica_fetch_response_max_bytes,
             isolation_level=0,
             session_id=plan.session_id,
             session_epoch=plan.session_epoch,
-            topics=tuple(m.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=_forgotten(m, plan.forgotten),
+            topics=tuple(m.FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            forgotten_topics_data=_forgotten(m, plan.forgotten, self.topic_ids),
             rack_id="",
         )
 
@@ -236,11 +252,12 @@ class ReplicaFetcherManager:
                plan: FetchPlan) -> None:
         config = self.broker.config
         sent = {(part.topic, part.partition): (part, due) for part, due in wanted}
+        names = {self.topic_ids.get(part.topic): part.topic for part, _ in wanted}
         now = self.broker.now_ms()
         answered = set()
         for topic in response.responses:
             for p in topic.partitions:
-                key = (topic.topic, int(p.partition_index))
+                key = (names.get(topic.topic_id), int(p.partition_index))
                 entry = sent.get(key)
                 if entry is None:
                     continue

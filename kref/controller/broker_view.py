@@ -64,6 +64,7 @@ FORWARD_TIMEOUT_S = 15.0
 CREATE_TOPICS = 19
 ALTER_CONFIGS = 33
 ALTER_PARTITION = 56
+ALTER_PARTITION_VERSION = 3  # NewIsrWithEpochs (KIP-903)
 
 
 class ClusterView:
@@ -181,15 +182,20 @@ class ClusterView:
         topic = self.image.topic(part.topic)
         code, leader_epoch, isr, partition_epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, request.leader_epoch, (), -1
         if topic is not None:
-            cls = request_class(ALTER_PARTITION, 2)
+            # v3 (KIP-903): each isr member with the broker epoch the core counted for
+            # it; this leader's own entry is its own epoch.
+            cls = request_class(ALTER_PARTITION, ALTER_PARTITION_VERSION)
             m = sys.modules[cls.__module__]
+            own_epoch = self.lifecycle.broker_epoch if self.lifecycle is not None else -1
             body = cls(
                 broker_id=self.broker.node_id,
-                broker_epoch=self.lifecycle.broker_epoch if self.lifecycle is not None else -1,
+                broker_epoch=own_epoch,
                 topics=(m.TopicData(topic_id=topic.topic_id, partitions=(m.PartitionData(
                     partition_index=part.partition, leader_epoch=request.leader_epoch,
-                    new_isr=tuple(sorted(request.new_isr)), leader_recovery_state=0,
-                    partition_epoch=request.partition_epoch),)),),
+                    new_isr_with_epochs=tuple(
+                        m.BrokerState(broker_id=b, broker_epoch=epoch)
+                        for b, epoch in request.isr_with_broker_epochs(self.broker.node_id, own_epoch)),
+                    leader_recovery_state=0, partition_epoch=request.partition_epoch),)),),
             )
             try:
                 response = await self.forward(body)

@@ -92,7 +92,9 @@ Decisions, with the spec/KRaft.tla actions they implement:
   the checks Kafka makes: broker epoch (STALE_BROKER_EPOCH), leader
   (NOT_LEADER_OR_FOLLOWER), leader epoch (FENCED_LEADER_EPOCH), partition
   epoch (INVALID_UPDATE_VERSION: a stale isr view is refused), isr members
-  registered and unfenced (INELIGIBLE_REPLICA).
+  registered and unfenced, and (KIP-903, AlterPartition v3) of the broker
+  epoch the leader names for them, the incarnation whose fetch it counted
+  (INELIGIBLE_REPLICA).
 
 The core is deterministic: topic ids and the assignment start come from
 the driver (`topic_id` on the request) and from a hash of the topic name.
@@ -240,6 +242,10 @@ class AlterPartition:
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    # KIP-903 (AlterPartition v3 NewIsrWithEpochs): the broker epoch the leader
+    # sends for each member of new_isr, in the same order; -1 (or none at all:
+    # v2) is not checked, as in Kafka.
+    new_isr_broker_epochs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1006,11 +1012,15 @@ class ControllerCore:
         isr = tuple(e.new_isr)
         if e.broker_id not in isr or any(b not in p.replicas for b in isr):
             return fail(ErrorCode.INVALID_REQUEST)
-        for b in isr:
+        for b, broker_epoch in zip(isr, e.new_isr_broker_epochs or (-1,) * len(isr)):
             # KIP-841: a fenced broker, or one in controlled shutdown, cannot join
             if not self._eligible(b) and b not in p.isr:
                 return fail(ErrorCode.INELIGIBLE_REPLICA)
             if b in p.isr and not (b in self.brokers and not self.brokers[b].fenced):
+                return fail(ErrorCode.INELIGIBLE_REPLICA)
+            # KIP-903: the leader counts a fetch of the incarnation it names; another
+            # incarnation's (delayed across a restart) says nothing of this one's log.
+            if broker_epoch != -1 and self.brokers[b].broker_epoch != broker_epoch:
                 return fail(ErrorCode.INELIGIBLE_REPLICA)
         if isr == p.isr:
             out.append(Reply(e.request_id, AlterPartitionReply(ErrorCode.NONE, p.leader, p.leader_epoch, p.isr, p.partition_epoch)))

@@ -217,7 +217,7 @@ class ControllerDriver:
         router.register(DELETE_TOPICS, 1, 6, self._handle_delete_topics)
         router.register(CREATE_PARTITIONS, 0, 3, self._handle_create_partitions)
         router.register(ALLOCATE_PRODUCER_IDS, 0, 0, self._handle_allocate_producer_ids)
-        router.register(ALTER_PARTITION, 2, 2, self._handle_alter_partition)
+        router.register(ALTER_PARTITION, 2, 3, self._handle_alter_partition)
         router.register(ELECT_LEADERS, 0, 2, self._handle_elect_leaders)
         router.register(ALTER_CONFIGS, 0, 2, self._handle_alter_configs)
         from kref.broker.handlers import reassignments  # noqa: PLC0415 (the handlers import this module)
@@ -352,15 +352,21 @@ class ControllerDriver:
                    producer_id_len=getattr(reply, "producer_id_len", 0))
 
     async def _handle_alter_partition(self, ctx: RequestContext, request: Any) -> Any:
-        """KIP-497 from a partition leader (v2: topic ids, plain isr); the core decides."""
-        cls, m = _kio(ALTER_PARTITION, 2, "response")
+        """KIP-497 from a partition leader (v2: topic ids, plain isr; v3: the isr with each
+        member's broker epoch, KIP-903); the core decides."""
+        cls, m = _kio(ALTER_PARTITION, ctx.api_version, "response")
         topics = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
-                reply = await self.request(lambda rid, t=topic, p=p: c.AlterPartition(
+                if ctx.api_version >= 3:
+                    isr = tuple(int(s.broker_id) for s in p.new_isr_with_epochs)
+                    epochs = tuple(int(s.broker_epoch) for s in p.new_isr_with_epochs)
+                else:
+                    isr, epochs = tuple(p.new_isr), ()
+                reply = await self.request(lambda rid, t=topic, p=p, isr=isr, epochs=epochs: c.AlterPartition(
                     rid, request.broker_id, request.broker_epoch, t.topic_id, p.partition_index,
-                    p.leader_epoch, p.partition_epoch, tuple(p.new_isr)))
+                    p.leader_epoch, p.partition_epoch, isr, epochs))
                 partitions.append(m.PartitionData(
                     partition_index=p.partition_index, error_code=reply.error_code,
                     leader_id=getattr(reply, "leader", -1), leader_epoch=getattr(reply, "leader_epoch", -1),

@@ -126,6 +126,19 @@ class MetadataImage:
         name = self.topics_by_id.get(topic_id)
         return self.topics.get(name) if name is not None else None
 
+    def isr_registration(self, broker_id: int) -> tuple[int, bool]:
+        """A follower's broker as a leader checks it before taking it into an isr
+        (Kafka's isReplicaIsrEligible, KIP-841/903): (its broker epoch when
+        registered and unfenced, else -1; whether it may join: registered,
+        unfenced, not in controlled shutdown). An image with no registrations at
+        all (a single broker's local metadata) has nothing to check: (-1, True)."""
+        if not self.brokers:
+            return -1, True
+        b = self.brokers.get(broker_id)
+        if b is None or b.fenced:
+            return -1, False
+        return b.broker_epoch, not b.in_controlled_shutdown
+
     def partition(self, name: str, partition: int) -> PartitionImage | None:
         topic = self.topics.get(name)
         return topic.partitions.get(partition) if topic is not None else None

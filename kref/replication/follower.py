@@ -57,7 +57,10 @@ class FetchState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class FollowerFetchDue:
-    """The fetcher is about to build a request to this partition's leader."""
+    """The fetcher is about to build a request to this partition's leader.
+    `broker_epoch` is this broker's current one (KIP-903: the Fetch carries it)."""
+
+    broker_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,8 @@ class SendFetch:
     last_fetched_epoch: int
     current_leader_epoch: int
     log_start_offset: int
+    # KIP-903: Fetch v15+ ReplicaState.ReplicaEpoch.
+    broker_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,13 +220,14 @@ class FollowerSide:
         else:
             self.fetch_state = FetchState.TRUNCATING
 
-    def _on_follower_fetch_due(self, now_ms: int, out: list) -> None:
+    def _on_follower_fetch_due(self, e: FollowerFetchDue, now_ms: int, out: list) -> None:
         if self.role.value != "follower" or self.leader < 0:
             return
         if self.fetch_state is FetchState.FETCHING:
             out.append(
                 SendFetch(
-                    self.leader, self.log_end_offset, self.last_fetched_epoch, self.leader_epoch, self.log_start_offset
+                    self.leader, self.log_end_offset, self.last_fetched_epoch, self.leader_epoch, self.log_start_offset,
+                    e.broker_epoch,
                 )
             )
             self._emit(
@@ -232,6 +238,7 @@ class FollowerSide:
                 leader_epoch=self.leader_epoch,
                 fetch_offset=self.log_end_offset,
                 last_fetched_epoch=self.last_fetched_epoch,
+                broker_epoch=e.broker_epoch,
             )
         elif self.fetch_state is FetchState.TRUNCATING:
             out.append(SendOffsetsForLeaderEpoch(self.leader, self.last_fetched_epoch, self.leader_epoch))

@@ -23,6 +23,9 @@ named after the action, carrying the post-state):
 - BecomeLeader        -> BecomeLeader: start `leader_epoch` at the current
   log_end_offset (effect AssignLeaderEpoch for the epoch cache), reset the
   followers' fetch state, give ISR members a full replica_lag_time_max_ms.
+  Of the leader's own epoch with a newer partition_epoch (an isr or
+  replicas change the controller committed): BecomeLeader too, keeping the
+  followers' state and dropping the AlterPartition in flight.
 - ClientProduce       -> reject (not leader; acks=all with fewer than
   min_insync_replicas in the isr: ErrorCode.NOT_ENOUGH_REPLICAS) or AppendToLog.
 - LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
@@ -32,7 +35,11 @@ named after the action, carrying the post-state):
   diverging log (KIP-320: the follower's last fetched epoch ends earlier on
   the leader), record the follower's log_end_offset and caught-up time,
   ExpandIsr once it reached the high watermark (and the start of the current
-  epoch), AdvanceHighWatermark.
+  epoch), AdvanceHighWatermark. KIP-903: the fetch carries the follower's
+  broker epoch, recorded with its offset; a fetch of an older incarnation than
+  the leader's metadata knows is refused, ExpandIsr needs an eligible broker
+  (KIP-841) of the recorded incarnation, and AlterPartition names each
+  member's epoch for the controller to check.
 - Tick                -> ShrinkIsr for followers not caught up for more than
   replica_lag_time_max_ms, then AdvanceHighWatermark (a smaller isr may let
   it move).
@@ -73,6 +80,9 @@ from kref.trace import events as trace
 
 NO_EPOCH = -1
 UNKNOWN_OFFSET = -1
+# A broker epoch nobody sent or knows (Fetch before v15, AlterPartition before
+# v3): KIP-903's checks skip it, as Kafka's do.
+NO_BROKER_EPOCH = -1
 
 # ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
 LATEST_TIMESTAMP = -1
@@ -156,6 +166,16 @@ class FetchFromFollower:
     last_fetched_epoch: int
     current_leader_epoch: int = NO_EPOCH
     epoch_end_offset: tuple[int, int] | None = None
+    # KIP-903: the broker epoch of the incarnation that sent the fetch (Fetch
+    # v15+ ReplicaState.ReplicaEpoch; NO_BROKER_EPOCH before v15).
+    broker_epoch: int = NO_BROKER_EPOCH
+    # The follower's broker as this leader's metadata has it, looked up by the
+    # driver: the epoch of its registration when registered and unfenced
+    # (Kafka's alive broker epoch; NO_BROKER_EPOCH when not, or unknown), and
+    # whether it may join the isr at all (registered, unfenced, not in
+    # controlled shutdown: KIP-841).
+    registered_broker_epoch: int = NO_BROKER_EPOCH
+    isr_eligible: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +311,17 @@ class AlterPartition:
     leader_epoch: int
     partition_epoch: int
     new_isr: frozenset[int]
+    # KIP-903 (AlterPartition v3 NewIsrWithEpochs): per member of new_isr, the
+    # broker epoch its last fetch carried (NO_BROKER_EPOCH: not known; the
+    # leader's own entry is its driver's to fill, it knows its own epoch).
+    broker_epochs: tuple[tuple[int, int], ...] = ()
+
+    def isr_with_broker_epochs(self, own_id: int, own_broker_epoch: int) -> tuple[tuple[int, int], ...]:
+        """(member, broker epoch) for every member of new_isr, in id order, the
+        sending leader's own entry filled with its own epoch (the driver's)."""
+        epochs = dict(self.broker_epochs)
+        return tuple((b, own_broker_epoch if b == own_id else epochs.get(b, NO_BROKER_EPOCH))
+                     for b in sorted(self.new_isr))
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +358,9 @@ class ReplicaState:
     # The leader's log_end_offset when that last fetch arrived: a follower
     # that reached it by its next fetch was caught up at the earlier time.
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
+    # KIP-903: the broker epoch that last fetch carried (the spec's
+    # remote_broker_epoch): the incarnation the log_end_offset above is of.
+    broker_epoch: int = NO_BROKER_EPOCH
 
 
 class InvariantViolation(AssertionError):
@@ -509,7 +543,7 @@ class PartitionReplica(FollowerSide):
             case AlterPartitionResponse():
                 self._on_alter_partition_response(event, now_ms, out)
             case FollowerFetchDue():
-                self._on_follower_fetch_due(now_ms, out)
+                self._on_follower_fetch_due(event, now_ms, out)
             case FetchResponseReceived():
                 self._on_fetch_response(event, now_ms, out)
             case EpochEndOffsetReceived():
@@ -538,23 +572,7 @@ class PartitionReplica(FollowerSide):
         if self.replica_id not in e.isr:
             raise InvariantViolation(f"replica {self.replica_id} asked to lead but not in isr {sorted(e.isr)}")
         if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
-            # The same term (a change of isr or replicas committed by the
-            # controller): Kafka keeps the term's state and takes the new
-            # assignment; only a new leader_epoch starts a new term. An older
-            # partition_epoch is metadata that lags our own AlterPartition
-            # response: taking its isr would shrink the isr behind the
-            # controller's back (Kafka's makeLeader skips it the same way).
-            if e.partition_epoch < self.partition_epoch:
-                return
-            self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
-            self.replicas = tuple(e.replicas)
-            self.isr = frozenset(e.isr)
-            self.followers = {
-                r: self.followers.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0)
-                for r in self.replicas
-                if r != self.replica_id
-            }
-            return
+            return self._on_same_term_registration(e, now_ms, out)
         self.role = Role.LEADER
         self.pending_isr = None
         self.leader = self.replica_id
@@ -574,6 +592,10 @@ class PartitionReplica(FollowerSide):
             if r != self.replica_id
         }
         out.append(AssignLeaderEpoch(self.leader_epoch, self.log_end_offset))
+        self._emit_become_leader(now_ms, out)
+        self._maybe_advance_high_watermark(now_ms, out)
+
+    def _emit_become_leader(self, now_ms: int, out: list[Effect]) -> None:
         self._emit(
             out,
             trace.BecomeLeader,
@@ -585,6 +607,37 @@ class PartitionReplica(FollowerSide):
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
+
+    def _on_same_term_registration(self, e: BecomeLeader, now_ms: int, out: list[Effect]) -> None:
+        """A registration of our own leader epoch: a change of isr or replicas the
+        controller committed (it fenced a follower, a reassignment moved on).
+
+        Kafka keeps the term's state (followers' offsets, the epoch start) and
+        takes the new assignment and committed isr, which replaces any isr
+        change of ours still in flight (makeLeader -> updateAssignmentAndIsr);
+        its late answer is then stale. That is the spec's BecomeLeader of the
+        same leader epoch (remote offsets kept, alter_partition' = None), so it
+        is traced as one. An older partition_epoch is metadata that lags our own
+        AlterPartition response: taking its isr would shrink the isr behind the
+        controller's back (Kafka's makeLeader skips it the same way). The same
+        partition_epoch changes nothing: no step.
+        """
+        if e.partition_epoch < self.partition_epoch:
+            return
+        self.replicas = tuple(e.replicas)
+        self.followers = {
+            r: self.followers.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in e.isr else 0)
+            for r in self.replicas
+            if r != self.replica_id
+        }
+        if e.partition_epoch == self.partition_epoch:
+            return
+        self.partition_epoch = e.partition_epoch
+        self.isr = frozenset(e.isr)
+        self.pending_isr = None
+        self._emit_become_leader(now_ms, out)
+        # A smaller isr may let the high watermark move (Kafka's makeLeader
+        # tries to increment it too); the spec takes that as its own step.
         self._maybe_advance_high_watermark(now_ms, out)
 
     def _on_become_follower(self, e: BecomeFollower, now_ms: int, out: list[Effect]) -> None:
@@ -674,6 +727,11 @@ class PartitionReplica(FollowerSide):
                 # No epoch this old here: a "diverging epoch" of NO_EPOCH would read as
                 # no divergence and the follower would append over its own older log.
                 # Kafka answers OFFSET_OUT_OF_RANGE; the follower keeps its HW and refetches.
+                # The spec's leader answers the same fetch with what its epoch lookup
+                # finds for an epoch older than all it knows (EndOffsetForEpoch: epoch
+                # -1, end offset 0), a diverging answer the follower truncates on: the
+                # step is traced as that LeaderHandleFetch.
+                self._emit_handle_fetch(e, now_ms, out, UNKNOWN_OFFSET, NO_EPOCH, 0)
                 return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
             if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
                 # KIP-320: the follower's log diverges; it truncates to the
@@ -687,6 +745,14 @@ class PartitionReplica(FollowerSide):
                 return None
         if e.fetch_offset > self.log_end_offset or e.fetch_offset < self.log_start_offset:
             return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
+        if e.broker_epoch != NO_BROKER_EPOCH and e.registered_broker_epoch > e.broker_epoch:
+            # KIP-903: a fetch of an earlier incarnation of the follower (it was
+            # delayed, the broker restarted and registered again since): its
+            # offset says nothing of the log the new incarnation holds. Kafka
+            # refuses the fetch-state update (NOT_LEADER_OR_FOLLOWER). A leader
+            # that has not applied the new registration yet takes it; the
+            # controller's check of the epoch (ExpandIsr sends it) is the net.
+            return reject(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
         state = self.followers[e.replica_id]
         if e.fetch_offset >= self.log_end_offset:
@@ -696,6 +762,7 @@ class PartitionReplica(FollowerSide):
         state.last_fetch_leader_log_end_offset = self.log_end_offset
         state.last_fetch_time_ms = now_ms
         state.log_end_offset = e.fetch_offset
+        state.broker_epoch = e.broker_epoch
         self._emit_handle_fetch(e, now_ms, out, state.log_end_offset, NO_EPOCH, UNKNOWN_OFFSET)
 
         if (
@@ -703,11 +770,24 @@ class PartitionReplica(FollowerSide):
             and e.replica_id not in self.isr
             and (state.log_end_offset >= self.high_watermark or (_m.ACTIVE and _m.on("expand_isr_early")))
             and state.log_end_offset >= self.leader_epoch_start_offset
+            and self._isr_eligible(state, e)
         ):
             self._change_isr(self.isr | {e.replica_id}, now_ms, out, added=e.replica_id)
         self._maybe_advance_high_watermark(now_ms, out)
         out.append(RespondFollowerFetch(e.replica_id, ErrorCode.NONE, self.high_watermark, self.log_start_offset))
         return None
+
+    @staticmethod
+    def _isr_eligible(state: ReplicaState, e: FetchFromFollower) -> bool:
+        """Kafka's isReplicaIsrEligible: the follower's broker may join (KIP-841)
+        and the fetch that brought it here is of its registered incarnation
+        (KIP-903); an epoch not sent (old Fetch versions) or not known is not
+        compared. The controller checks the same again when it commits."""
+        if not e.isr_eligible:
+            return False
+        return NO_BROKER_EPOCH in (state.broker_epoch, e.registered_broker_epoch) or (
+            state.broker_epoch == e.registered_broker_epoch
+        )
 
     def _emit_handle_fetch(
         self, e: FetchFromFollower, now_ms: int, out: list[Effect], follower_leo: int, d_epoch: int, d_offset: int
@@ -723,6 +803,7 @@ class PartitionReplica(FollowerSide):
             remote_log_end_offset=follower_leo,
             diverging_epoch=d_epoch,
             diverging_end_offset=d_offset,
+            broker_epoch=e.broker_epoch,
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
@@ -760,10 +841,16 @@ class PartitionReplica(FollowerSide):
             "high_watermark": self.high_watermark,
         }
         if added is not None:
-            self._emit(out, trace.ExpandIsr, now_ms, **common, added=added)
+            self._emit(out, trace.ExpandIsr, now_ms, **common, added=added,
+                       broker_epoch=self.followers[added].broker_epoch)
         else:
             self._emit(out, trace.ShrinkIsr, now_ms, **common, removed=removed)
-        out.append(AlterPartition(self.leader_epoch, self.partition_epoch, new_isr))
+        # KIP-903: each member with the epoch of the incarnation whose fetch the
+        # leader counts (the spec's remote_broker_epoch; SendAlterPartition).
+        broker_epochs = tuple(
+            (r, self.followers[r].broker_epoch if r in self.followers else NO_BROKER_EPOCH) for r in sorted(new_isr)
+        )
+        out.append(AlterPartition(self.leader_epoch, self.partition_epoch, new_isr, broker_epochs))
 
     def _maximal_isr(self) -> frozenset[int]:
         if _m.ACTIVE and _m.on("hw_committed_isr_only"):

@@ -459,9 +459,11 @@ class ClusterSim:
                     b.alter_partition_request = self.request_ids
                     self.world.after(self.s.alter_partition_timeout_ms, self._alter_partition_timed_out,
                                      b.node_id, b.generation, self.request_ids, e.leader_epoch)
+                    with_epochs = e.isr_with_broker_epochs(b.node_id, b.broker_epoch)  # AlterPartition v3 (KIP-903)
                     self._to_controller(b, cc.AlterPartition(self.request_ids, b.node_id, b.broker_epoch, self.topic_id,
                                                              PARTITION, e.leader_epoch, e.partition_epoch,
-                                                             tuple(sorted(e.new_isr))))
+                                                             tuple(m for m, _ in with_epochs),
+                                                             tuple(epoch for _, epoch in with_epochs)))
                 case rc.HighWatermarkAdvanced():
                     b.purgatory.check_and_complete(KEY)
                 case fc.TruncateLog():
@@ -511,7 +513,7 @@ class ClusterSim:
             req, b.fetch_request = b.fetch_request, None
             self._step(b, fc.FetchResponseReceived(req.current_leader_epoch, req.fetch_offset,
                                                    ErrorCode.REQUEST_TIMED_OUT, -1, -1))
-        for e in self._step(b, fc.FollowerFetchDue()):
+        for e in self._step(b, fc.FollowerFetchDue(b.broker_epoch)):
             if isinstance(e, fc.SendFetch):
                 b.fetch_sent_ms = self.world.now_ms
                 b.fetch_request = e
@@ -525,15 +527,20 @@ class ClusterSim:
         b = self.brokers[node]
         return b if b.alive and not b.paused else None
 
-    def _on_fetch(self, leader: int, follower: int, req: fc.SendFetch, follower_generation: int) -> None:
+    def _on_fetch(self, leader: int, follower: int, req: fc.SendFetch, follower_generation: int,
+                  image: MetadataImage | None = None) -> None:
+        """A follower's Fetch at its leader; `image` is the metadata the leader checks the
+        follower against (its own; a test may give an older one: a leader that lags)."""
         b = self._usable(leader)
         if b is None:
             return
         end = None
         if req.last_fetched_epoch != rc.NO_EPOCH:
             end = self._end_offset_for(b, req.last_fetched_epoch)
+        registered_epoch, eligible = (image or b.image).isr_registration(follower)  # KIP-841/903
         effects = self._step(b, rc.FetchFromFollower(follower, req.fetch_offset, req.last_fetched_epoch,
-                                                     req.current_leader_epoch, end))
+                                                     req.current_leader_epoch, end, req.broker_epoch,
+                                                     registered_epoch, eligible))
         for e in effects:
             if isinstance(e, rc.RespondFollowerFetch):
                 records = ()

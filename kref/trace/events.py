@@ -108,6 +108,9 @@ class LeaderHandleFetch(TraceEvent):
     diverging_end_offset: int
     log_end_offset: int
     high_watermark: int
+    # KIP-903: the broker epoch the fetch carried (-1: none sent); when the
+    # fetch was recorded, the spec's remote_broker_epoch[leader][follower].
+    broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +122,9 @@ class FollowerFetch(TraceEvent):
     leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
+    # KIP-903: the sender's broker epoch (the spec's request field broker_epoch;
+    # -1: the driver did not say).
+    broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +180,9 @@ class ExpandIsr(TraceEvent):
     isr: frozenset[int]
     added: int
     high_watermark: int
+    # KIP-903: the broker epoch sent for `added` (the one its fetch carried;
+    # the spec's broker_epochs[added] in SendAlterPartition).
+    broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -121,6 +121,7 @@ class Harness:
             return self._run(c.AlterPartition(
                 rid, int(a["broker"]), int(a["epoch"]), _uuid(int(a["topic"])), int(a["partition"]),
                 int(a["leader_epoch"]), int(a["partition_epoch"]), _ints(a["isr"]),
+                _ints(a["isr_epochs"]) if "isr_epochs" in a else (),  # KIP-903 (v3); none: v2
             ))
         if b.command == "reassign":
             # reassign partitions=t:0=4,5;t:1=cancel

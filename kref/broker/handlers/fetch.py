@@ -95,6 +95,12 @@ def _replica_id(request) -> int:
     return int(getattr(request, "replica_id", -1))
 
 
+def _replica_epoch(request) -> int:
+    """KIP-903: the follower's broker epoch (Fetch v15+ ReplicaState; -1 before)."""
+    state = getattr(request, "replica_state", None)
+    return int(state.replica_epoch) if state is not None else -1
+
+
 def _wanted(broker, request, api_version: int) -> list[_Wanted]:
     out = []
     for topic in request.topics:
@@ -148,6 +154,9 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request, api_versio
     remaining = max_bytes
     total = 0
     replica_id = _replica_id(request)
+    if replica_id >= 0:
+        replica_epoch = _replica_epoch(request)
+        registered_epoch, isr_eligible = broker.image.isr_registration(replica_id)
     # Fetch v11+ consumers may read from a follower (KIP-392), up to its high watermark.
     allow_follower = replica_id < 0 and api_version >= 11
     rack, racks = _client_rack(broker, api_version, request) if replica_id < 0 else ("", {})
@@ -160,7 +169,9 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request, api_versio
         if replica_id >= 0:
             # A follower's fetch: the replica core decides (FetchFromFollower).
             result = part.read_as_follower(replica_id, w.fetch_offset, w.last_fetched_epoch,
-                                           w.current_leader_epoch, limit, broker.now_ms())
+                                           w.current_leader_epoch, limit, broker.now_ms(),
+                                           broker_epoch=replica_epoch, registered_broker_epoch=registered_epoch,
+                                           isr_eligible=isr_eligible)
         else:
             preferred = part.core.preferred_read_replica(w.fetch_offset, rack, racks, broker.now_ms()) if rack else -1
             if preferred >= 0:
