@@ -169,9 +169,11 @@ def topic_id_from_string(text: str) -> uuid.UUID:
 PARTITION_METADATA_FILE = "partition.metadata"
 
 
-def write_partition_metadata(partition_dir: str, topic_id: uuid.UUID, fs: FileSystem | None = None) -> None:
+def write_partition_metadata(
+    partition_dir: str, topic_id: uuid.UUID, fs: FileSystem | None = None, *, sync: bool = True
+) -> None:
     text = f"version: {VERSION}\ntopic_id: {topic_id_to_string(topic_id)}"
-    write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE), text, fs=fs)
+    write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE), text, sync=sync, fs=fs)
 
 
 def read_partition_metadata(partition_dir: str, fs: FileSystem | None = None) -> uuid.UUID | None:

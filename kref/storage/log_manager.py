@@ -37,7 +37,14 @@ import uuid
 from typing import Any, Callable, Mapping
 
 from kref.ports.fs import FileHandle, FileSystem
-from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomically, write_offset_checkpoint
+from kref.storage.checkpoint import (
+    PARTITION_METADATA_FILE,
+    fsync_dir,
+    read_offset_checkpoint_or_empty,
+    write_atomically,
+    write_offset_checkpoint,
+    write_partition_metadata,
+)
 from kref.storage.config import LogConfig
 from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
 from kref.storage.log import (
@@ -98,6 +105,10 @@ class LogManager:
         self.truncation_listeners: list[Callable[[str, int, int], None]] = []
         self._now_ms = now_ms
         self.had_clean_shutdown: dict[str, bool] = {}
+        # Partition dirs whose partition.metadata was written but not yet fsynced
+        # (Kafka flushes it on its scheduler after creating the log, not inline):
+        # flushed in batches by `flush_partition_metadata`, and at shutdown.
+        self.unflushed_partition_metadata: list[str] = []
         for d in self.log_dirs:
             self.fs.makedirs(d)
 
@@ -178,6 +189,11 @@ class LogManager:
         if log is not None:
             if config is not None:
                 log.config = config
+            if log.topic_id is None and topic_id is not None:
+                # Loaded without its partition.metadata (lost in a crash before
+                # its deferred flush): the image knows the id; record it again.
+                write_partition_metadata(log.dir, topic_id, self.fs)
+                log.topic_id = topic_id
             return log
         if not topic or "/" in topic or topic in (".", "..") or partition < 0:
             raise ValueError(f"invalid partition {topic!r}-{partition}")
@@ -185,6 +201,14 @@ class LogManager:
         path = os.path.join(log_dir, f"{topic}-{partition}")
         existed = self.fs.exists(path)
         try:
+            if not existed and topic_id is not None:
+                # A new log costs what Kafka's does: the directory, an empty
+                # segment (sparse indexes) and partition.metadata, whose fsync is
+                # deferred (a crash before it leaves a log with no topic id, and the
+                # image rewrites it, above). No fsync per log here.
+                self.fs.makedirs(path)
+                write_partition_metadata(path, topic_id, self.fs, sync=False)
+                self.unflushed_partition_metadata.append(path)
             log = Log.open(
                 path,
                 config or self.default_config,
@@ -207,7 +231,31 @@ class LogManager:
         self._logs[(topic, partition)] = log
         return log
 
+    def take_unflushed_partition_metadata(self, limit: int | None = None) -> list[str]:
+        """Up to `limit` partition dirs whose partition.metadata awaits its fsync (removed from the list)."""
+        n = len(self.unflushed_partition_metadata) if limit is None else limit
+        batch, self.unflushed_partition_metadata[:n] = self.unflushed_partition_metadata[:n], []
+        return batch
+
+    def fsync_partition_metadata(self, dirs: list[str]) -> None:
+        """fsync each dir's partition.metadata and the dir (its rename); safe in a worker
+        thread. A dir deleted meanwhile is skipped."""
+        for d in dirs:
+            try:
+                self.fs.fsync(os.path.join(d, PARTITION_METADATA_FILE))
+            except FileNotFoundError:
+                continue
+            fsync_dir(d, self.fs)
+
+    def flush_partition_metadata(self) -> None:
+        """Every deferred partition.metadata fsync, now (small deltas, shutdown)."""
+        self.fsync_partition_metadata(self.take_unflushed_partition_metadata())
+
     def _next_log_dir(self) -> str:
+        if len(self.log_dirs) == 1:
+            # The common case, and the counting below walks every log: creating
+            # 10,000 partitions one by one was quadratic (minutes of CPU).
+            return self.log_dirs[0]
         counts = {d: 0 for d in self.log_dirs}
         for log in self._logs.values():
             parent = os.path.dirname(os.path.normpath(log.dir))
@@ -270,6 +318,7 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Orderly stop: close (flush) every log, checkpoint, then mark each dir clean."""
+        self.flush_partition_metadata()
         for log in self._logs.values():
             log.close()
         self.checkpoint()
