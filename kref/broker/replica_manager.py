@@ -38,6 +38,7 @@ does before it has applied the delta.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -57,8 +58,10 @@ log = logging.getLogger("kref.replica_manager")
 
 # One slice of a delta: at most this many partitions, or this much wall time
 # (a driver's budget, not a decision), before the loop gets a turn.
-APPLY_SLICE_PARTITIONS = 100
+APPLY_SLICE_PARTITIONS = 50
 APPLY_SLICE_MS = 20
+# Deferred partition.metadata fsyncs handed to a worker thread at a time.
+FLUSH_BATCH = 200
 
 
 class ReplicaManager:
@@ -86,6 +89,7 @@ class ReplicaManager:
         self.start_soon: Callable[..., None] | None = None
         self.now_ms: Callable[[], int] | None = None
         self._draining = False
+        self._flushing = False
         # Set whenever `pending` becomes empty (benches and tests wait on it).
         self.drained = trio.Event()
         self.drained.set()
@@ -99,6 +103,7 @@ class ReplicaManager:
             for p in partitions:
                 self.log_manager.get_or_create_log(name, p, config=config, topic_id=topic_id)
                 created.append(p)
+            self.log_manager.flush_partition_metadata()  # durable before the records name them
         except BaseException:
             self.drop_logs(name, created)
             raise
@@ -157,13 +162,54 @@ class ReplicaManager:
         try:
             while self.pending:
                 await trio.sleep(0)  # a checkpoint: signals, heartbeats and requests run between slices
+                await self._lay_out_next_slice()
                 self._apply_pending(self.now_ms(), limit=APPLY_SLICE_PARTITIONS, budget_ms=APPLY_SLICE_MS)
+                self._start_flusher()
         finally:
             self._draining = False
             if not self.pending:
                 self.drained.set()
         log.info("node %d: metadata delta applied (%d partition(s) in %.1f s)",
                  self.node_id, total, time.monotonic() - started)
+
+    async def _lay_out_next_slice(self) -> None:
+        """The disk work of the next slice's new logs (creating their files) in a
+        worker thread, so that the loop only opens them: on a busy disk a file
+        creation costs milliseconds, and a loop that waits for it serves nothing."""
+        image, manager, new_logs = self._image, self.log_manager, []
+        for name, p in list(itertools.islice(self.pending, APPLY_SLICE_PARTITIONS)):
+            topic = image.topic(name)
+            after = topic.partitions.get(p) if topic is not None else None
+            if after is None or self.node_id not in after.replicas or (name, p) in self.partitions:
+                continue
+            path = manager.plan_new_log(name, p)
+            if path is not None:
+                new_logs.append((path, topic.topic_id))
+        if new_logs:
+            # Abandoned on cancel (SIGTERM): what it lays out is an empty log's files,
+            # which the next start loads (or deletes as stray) like any other.
+            await trio.to_thread.run_sync(manager.lay_out_new_logs, new_logs, abandon_on_cancel=True)
+
+    def _start_flusher(self) -> None:
+        if self._flushing or not self.log_manager.unflushed_partition_metadata:
+            return
+        try:
+            self.start_soon(self._flush_partition_metadata)
+        except RuntimeError:
+            return
+        self._flushing = True
+
+    async def _flush_partition_metadata(self) -> None:
+        """The deferred partition.metadata fsyncs (Kafka's flush-metadata-file task):
+        its own task, in a worker thread, so creation never waits for the disk's
+        fsyncs; batches of FLUSH_BATCH until none is left."""
+        manager = self.log_manager
+        try:
+            while manager.unflushed_partition_metadata:
+                batch = manager.take_unflushed_partition_metadata(FLUSH_BATCH)
+                await trio.to_thread.run_sync(manager.fsync_partition_metadata, batch, abandon_on_cancel=True)
+        finally:
+            self._flushing = False
 
     def _apply_pending(self, now_ms: int, limit: int | None, budget_ms: float | None = None) -> None:
         image = self._image
@@ -176,6 +222,8 @@ class ReplicaManager:
             done += 1
             if deadline is not None and time.monotonic() >= deadline:
                 break
+        if limit is None:
+            self.log_manager.flush_partition_metadata()
         if not self.pending:
             self.drained.set()
 
@@ -183,11 +231,11 @@ class ReplicaManager:
         name, p = key
         topic = image.topic(name)
         after = topic.partitions.get(p) if topic is not None else None
-        if after is None:
-            return  # deleted with its topic (drop_logs ran then)
-        if self.node_id not in after.replicas:
-            self.drop_logs(name, [p])
-            return
+        if after is None or self.node_id not in after.replicas:
+            self.log_manager.forget_planned(name, p)
+            if after is not None:
+                self.drop_logs(name, [p])
+            return  # (a deleted topic's logs were dropped with it)
         self._apply_partition(name, p, topic.topic_id, after, now_ms)
 
     def _apply_partition(self, name: str, p: int, topic_id: uuid.UUID, after: PartitionImage, now_ms: int) -> None:

@@ -148,7 +148,13 @@ def read_leader_epoch_checkpoint(path: str, fs: FileSystem | None = None) -> lis
 
 
 def write_leader_epoch_checkpoint(path: str, entries: Iterable[tuple[int, int]], *, sync: bool = True, fs: FileSystem | None = None) -> None:
-    write_atomically(path, _format_versioned([f"{e} {o}" for e, o in entries]), sync=sync, fs=fs)
+    rows = [f"{e} {o}" for e, o in entries]
+    if not rows and not sync:
+        # An empty cache with no durability asked (a new log): one plain write, as
+        # Kafka creates the file; torn, it reads as unreadable and is rebuilt empty.
+        (fs or _REAL).write_bytes(path, _format_versioned(rows).encode("utf-8"))
+        return
+    write_atomically(path, _format_versioned(rows), sync=sync, fs=fs)
 
 
 def topic_id_to_string(topic_id: uuid.UUID) -> str:
