@@ -74,7 +74,8 @@ def wait_until(predicate, what: str, timeout_s: float, poll_s: float = 0.2):
     raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5) -> bool:
+def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5,
+                 why: list | None = None) -> bool:
     cls = request_class(19, 7)
     m = sys.modules[cls.__module__]
     request = cls(
@@ -86,8 +87,12 @@ def create_topic(port: int, name: str, partitions: int = 1, replication_factor: 
     try:
         with WireClient("127.0.0.1", port, timeout=timeout_s + 5) as client:
             response = client.request(request)
-    except OSError:
+    except OSError as exc:
+        if why is not None:
+            why.append(repr(exc))
         return False
+    if why is not None:
+        why.append((response.topics[0].error_code, response.topics[0].error_message))
     return response.topics[0].error_code == 0
 
 
@@ -135,8 +140,14 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float) -> None:
     cpu0 = {s.node_id: cpu_s(processes[s.node_id].pid) for s in specs}
     print(f"creating {partitions} partitions (RF 3); {load()}", flush=True)
     start = time.monotonic()
-    if not create_topic(specs[0].client_port, TOPIC, partitions, 3, timeout_s=min(timeout_s, 300)):
-        raise SystemExit(f"CreateTopics of {partitions} partitions failed")
+    why: list = []
+    if not create_topic(specs[0].client_port, TOPIC, partitions, 3, timeout_s=min(timeout_s, 300), why=why):
+        # The broker forwards with a bounded wait (15 s): a big topic may be
+        # committed after the answer gave up. TOPIC_ALREADY_EXISTS (36) says it was.
+        print(f"  CreateTopics answered {why[-1]} after {time.monotonic() - start:.1f} s; asking again", flush=True)
+        if not wait_until(lambda: create_topic(specs[0].client_port, TOPIC, partitions, 3, 60, why) or why[-1][0] == 36,
+                          "the topic", timeout_s, poll_s=2):
+            raise SystemExit(f"CreateTopics of {partitions} partitions failed: {why}")
     answered = time.monotonic() - start
     print(f"  CreateTopics answered after {answered:.1f} s", flush=True)
     last = [-1.0]

@@ -94,12 +94,14 @@ def _partition(port: int, topic: str, index: int):
     return parts.get(index)
 
 
-def test_enabling_unclean_election_elects_an_offline_partition(tmp_path):
+@pytest.mark.parametrize("level", ["topic", "cluster"])
+def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
     """Partition 0 of an RF=2 topic, replicas [L, F]. F stops under control (it leaves
     the isr: [L]), L is killed -9 while F is down, F returns: L is fenced with the
     partition offline (leader -1, isr [L]; unclean election off), and F, a live
     replica outside the isr, does not lead. Turning unclean.leader.election.enable on
-    for the topic elects F at once (isr [F])."""
+    for the topic, or cluster-wide (the BROKER resource "": the dynamic cluster
+    default, KIP-226), elects F at once (isr [F])."""
     import signal
 
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
@@ -134,7 +136,8 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path):
         assert _partition(port, topic, 0).leader_id == -1  # unclean election is off: it stays offline
 
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        kind, name = (ConfigResource.Type.TOPIC, topic) if level == "topic" else (ConfigResource.Type.BROKER, "")
+        resource = ConfigResource(kind, name, incremental_configs=[
             ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
         admin.incremental_alter_configs([resource])[resource].result(timeout=30)
         elected = wait_until(lambda: (x := _partition(port, topic, 0)) is not None and x.leader_id == follower and x,
