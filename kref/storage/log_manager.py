@@ -249,8 +249,12 @@ class LogManager:
             raise
         if not existed:
             # No checkpointed high watermark, as for a log with no checkpoint entry
-            # (0 above only kept the loader from parsing the whole checkpoint).
-            log.high_watermark = None
+            # (0 above only kept the loader from parsing the whole checkpoint). The
+            # loader records it as the Log's copy, or (issue 8, branch cores) as
+            # recovered_high_watermark: clear whichever it set.
+            for attribute in ("high_watermark", "recovered_high_watermark"):
+                if getattr(log, attribute, None) is not None:
+                    setattr(log, attribute, None)
         log.truncation_listeners = self.truncation_listeners
         self._logs[(topic, partition)] = log
         return log
