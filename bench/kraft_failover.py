@@ -201,7 +201,10 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
     )
     survivor = next(s for s in specs if s.node_id != leader)
     bootstrap = ",".join(f"127.0.0.1:{s.client_port}" for s in specs if s.node_id != leader)
-    assert create_topic(survivor.client_port, f"warm-{round_}")
+    # A node just restarted may still be catching up: the warm-up may need a retry.
+    warm: list = []
+    wait_until(lambda: create_topic(survivor.client_port, f"warm-{round_}", why=warm) or warm[-1][0] == 36,
+               "a warm-up CreateTopics", timeout_s, 1)
     victim_partition = None
     if partitions:
         led = leaders(survivor.client_port, TOPIC) or {}

@@ -22,7 +22,7 @@ import signal
 import time
 
 from kref.controller.local_cluster import bootstrap_servers, brokers_listed
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.controller.test_quorum_processes import running_cluster
 
 SETTINGS = {
     "controller.quorum.election.timeout.ms": "300",
@@ -59,7 +59,8 @@ def test_sigterm_during_log_creation_then_every_log(tmp_path):
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        # Bounded, and generous: three processes start slowly on a loaded 2-core box.
+        _wait(lambda: brokers_listed(specs), "every broker listing all three brokers", 120)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         futures = admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)],
                                       operation_timeout=60)
