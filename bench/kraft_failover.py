@@ -1,29 +1,42 @@
-"""Controller failover: from kill -9 of the active controller to the next successful CreateTopics.
+"""Controller failover, and a 3-node cluster at scale (issue 9's measured items).
 
-Runs `kref cluster`'s layout (3 combined nodes) as real processes, waits
-until the three brokers are unfenced, then, per round: kill -9 the active
-controller (found with DescribeQuorum), and time how long until a
-CreateTopics (replication factor 1, sent to a surviving broker, which
-forwards it to the controller) succeeds; restart the killed node and wait
-until it is back before the next round. Prints each round and the median,
-with the timeouts used. Not a test: figures for the report.
+Runs `kref cluster`'s layout (3 combined nodes) as real processes and waits
+until the three brokers are unfenced. Then:
 
-With --partitions N, a topic of N partitions (replication factor 3) is
-created first, so every controller replays and holds N partitions, and each
-kill also moves the leadership of about a third of them: issue 9's
-"controller failover time with 10,000 partitions". The creation time is
-printed too.
+1. With --partitions N: CreateTopics of one topic of N partitions,
+   replication factor 3, sent to a broker (forwarded to the controller).
+   Prints the time until the CreateTopics answer, and until every broker has
+   created its N logs (partition directories on disk; each broker applies the
+   delta in bounded slices, kref/broker/replica_manager.py) and every
+   partition has a leader in a Metadata answer.
+2. Metadata for every topic (all N partitions), --metadata-requests times
+   against one broker: wall time per request, the answering process's CPU per
+   request, and the response size.
+3. Per round: kill -9 the active controller (found with DescribeQuorum) and
+   time, from the kill, (a) the next successful CreateTopics (replication
+   factor 1, sent to a surviving broker) and (b) the next acknowledged
+   acks=all produce (confluent-kafka) to a partition the killed node led,
+   both measured at once from two threads; restart the killed node and wait
+   until it is back before the next round.
 
-    .venv/bin/python bench/kraft_failover.py [--rounds 5] [--election-ms 1000] [--fetch-ms 2000] [--partitions 10000]
+Every wait is bounded; Ctrl-C (SIGINT) stops the run and every node cleanly.
+CPU seconds (from /proc/PID/stat) and the load average are printed with each
+phase: wall-clock figures on a shared 2-core box are noise otherwise.
+
+    .venv/bin/python bench/kraft_failover.py [--rounds 5] [--election-ms 1000] [--fetch-ms 2000]
+        [--partitions 10000] [--metadata-requests 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,14 +45,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kref.controller import local_cluster, meta_properties  # noqa: E402
 from kref.protocol.client import WireClient  # noqa: E402
 from kref.protocol.codec import request_class  # noqa: E402
-from tests.controller.test_quorum_processes import describe_quorum, wait_until  # noqa: E402
+from tests.controller.test_quorum_processes import describe_quorum  # noqa: E402
+
+TOPIC = "scale"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5) -> bool:
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def load() -> str:
+    return "load %.1f/%.1f/%.1f" % os.getloadavg()
+
+
+def wait_until(predicate, what: str, timeout_s: float, poll_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5,
+                 why: list | None = None) -> bool:
     cls = request_class(19, 7)
     m = sys.modules[cls.__module__]
-    import datetime
-
     request = cls(
         topics=(m.CreatableTopic(name=name, num_partitions=partitions, replication_factor=replication_factor,
                                    assignments=(), configs=()),),
@@ -49,9 +87,186 @@ def create_topic(port: int, name: str, partitions: int = 1, replication_factor: 
     try:
         with WireClient("127.0.0.1", port, timeout=timeout_s + 5) as client:
             response = client.request(request)
-    except OSError:
+    except OSError as exc:
+        if why is not None:
+            why.append(repr(exc))
         return False
+    if why is not None:
+        why.append((response.topics[0].error_code, response.topics[0].error_message))
     return response.topics[0].error_code == 0
+
+
+def metadata(port: int, topics: list[str] | None, timeout_s: float = 30):
+    """A Metadata v12 answer (topics None = every topic), or None."""
+    cls = request_class(3, 12)
+    m = sys.modules[cls.__module__]
+    wanted = None if topics is None else tuple(m.MetadataRequestTopic(name=t, topic_id=None) for t in topics)
+    request = cls(topics=wanted, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    try:
+        with WireClient("127.0.0.1", port, timeout=timeout_s) as client:
+            return client.request(request)
+    except OSError:
+        return None
+
+
+def leaders(port: int, topic: str) -> dict[int, int] | None:
+    """partition -> leader of `topic` as `port`'s broker answers (None: not all led or unknown)."""
+    response = metadata(port, [topic])
+    if response is None or not response.topics or response.topics[0].error_code != 0:
+        return None
+    out = {p.partition_index: p.leader_id for p in response.topics[0].partitions if p.error_code == 0}
+    return out if out and all(leader >= 0 for leader in out.values()) else None
+
+
+def logs_created(spec, topic: str) -> int:
+    try:
+        return sum(1 for e in os.scandir(spec.data_dir) if e.name.startswith(topic + "-") and e.is_dir())
+    except OSError:
+        return 0
+
+
+def produce_acks_all(bootstrap: str, topic: str, partition: int, timeout_s: float) -> bool:
+    from confluent_kafka import Producer
+
+    delivered: list[object] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": int(timeout_s * 1000),
+                         "enable.idempotence": False, "linger.ms": 0})
+    producer.produce(topic, b"after-failover", partition=partition, on_delivery=lambda err, msg: delivered.append(err))
+    producer.flush(timeout_s + 5)
+    return bool(delivered) and delivered[0] is None
+
+
+def scale_phase(specs, processes, partitions: int, timeout_s: float) -> None:
+    cpu0 = {s.node_id: cpu_s(processes[s.node_id].pid) for s in specs}
+    print(f"creating {partitions} partitions (RF 3); {load()}", flush=True)
+    start = time.monotonic()
+    why: list = []
+    if not create_topic(specs[0].client_port, TOPIC, partitions, 3, timeout_s=min(timeout_s, 300), why=why):
+        # The broker forwards with a bounded wait (15 s): a big topic may be
+        # committed after the answer gave up. TOPIC_ALREADY_EXISTS (36) says it was.
+        print(f"  CreateTopics answered {why[-1]} after {time.monotonic() - start:.1f} s; asking again", flush=True)
+        if not wait_until(lambda: create_topic(specs[0].client_port, TOPIC, partitions, 3, 60, why) or why[-1][0] == 36,
+                          "the topic", timeout_s, poll_s=2):
+            raise SystemExit(f"CreateTopics of {partitions} partitions failed: {why}")
+    answered = time.monotonic() - start
+    print(f"  CreateTopics answered after {answered:.1f} s", flush=True)
+    last = [-1.0]
+
+    def progress() -> bool:
+        counts = [logs_created(s, TOPIC) for s in specs]
+        if time.monotonic() - last[0] > 10:
+            last[0] = time.monotonic()
+            print(f"  logs created per node: {counts} ({time.monotonic() - start:.0f} s; {load()})", flush=True)
+        return all(c >= partitions for c in counts)
+
+    wait_until(progress, f"every broker creating its {partitions} logs", timeout_s, poll_s=0.5)
+    created = time.monotonic() - start
+    led = wait_until(lambda: leaders(specs[0].client_port, TOPIC), "every partition led", timeout_s)
+    done = time.monotonic() - start
+    cpu = {s.node_id: cpu_s(processes[s.node_id].pid) - cpu0[s.node_id] for s in specs}
+    per_node = {n: sum(1 for leader in led.values() if leader == n) for n in sorted(cpu)}
+    print(
+        f"created {partitions} partitions (RF 3): answered {answered:.1f} s, every broker's logs {created:.1f} s, "
+        f"every partition led {done:.1f} s; leaders per node {per_node}; CPU s per node "
+        f"{ {n: round(c, 1) for n, c in cpu.items()} } ({sum(cpu.values()) / (3 * partitions) * 1000:.2f} ms CPU "
+        f"per partition replica); {load()}",
+        flush=True,
+    )
+
+
+def metadata_phase(specs, processes, requests: int) -> None:
+    spec = specs[1]
+    pid = processes[spec.node_id].pid
+    times, cpus, sizes = [], [], []
+    for _ in range(requests):
+        c0, t0 = cpu_s(pid), time.monotonic()
+        response = metadata(spec.client_port, None, timeout_s=60)
+        times.append(time.monotonic() - t0)
+        cpus.append(cpu_s(pid) - c0)
+        if response is None:
+            raise SystemExit("Metadata for every topic failed")
+        sizes.append(sum(len(t.partitions) for t in response.topics))
+    print(
+        f"Metadata (v12, every topic: {max(sizes)} partitions) from node {spec.node_id}: wall median "
+        f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, first {times[0] * 1000:.0f}); "
+        f"broker CPU per request median {statistics.median(cpus) * 1000:.0f} ms (clock tick "
+        f"{1000 // CLOCK_TICKS} ms) over {requests} requests; {load()}",
+        flush=True,
+    )
+
+
+def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: float) -> tuple[float, float | None]:
+    leader = wait_until(
+        lambda: next((s.node_id for s in specs if describe_quorum(s.controller_port)), None), "a leader", timeout_s
+    )
+    survivor = next(s for s in specs if s.node_id != leader)
+    bootstrap = ",".join(f"127.0.0.1:{s.client_port}" for s in specs if s.node_id != leader)
+    # A node just restarted may still be catching up: the warm-up may need a retry.
+    warm: list = []
+    wait_until(lambda: create_topic(survivor.client_port, f"warm-{round_}", why=warm) or warm[-1][0] == 36,
+               "a warm-up CreateTopics", timeout_s, 1)
+    victim_partition = None
+    if partitions:
+        led = leaders(survivor.client_port, TOPIC) or {}
+        victim_partition = next((p for p, n in sorted(led.items()) if n == leader), None)
+        if victim_partition is not None and not produce_acks_all(bootstrap, TOPIC, victim_partition, 30):
+            raise SystemExit(f"produce before the kill failed (partition {victim_partition})")
+    results: dict[str, float] = {}
+
+    def timed_create() -> None:
+        deadline = start + timeout_s
+        while not create_topic(survivor.client_port, f"after-{round_}"):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        results["create"] = time.monotonic() - start
+
+    def timed_produce() -> None:
+        deadline = start + timeout_s
+        while time.monotonic() < deadline:
+            if produce_acks_all(bootstrap, TOPIC, victim_partition, max(1.0, deadline - time.monotonic())):
+                results["produce"] = time.monotonic() - start
+                return
+
+    processes[leader].send_signal(signal.SIGKILL)
+    processes[leader].wait()
+    start = time.monotonic()
+    threads = [threading.Thread(target=timed_create, daemon=True)]
+    if victim_partition is not None:
+        threads.append(threading.Thread(target=timed_produce, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s + 10)
+    if "create" not in results:
+        for s in specs:
+            print(f"== node {s.node_id}", "\n".join(s.log_file.read_text().splitlines()[-25:]))
+        raise SystemExit(f"no CreateTopics success within {timeout_s:.0f} s")
+    produce = results.get("produce")
+    produced = (f", acks=all produce to partition {victim_partition} (led by it) ok after {produce * 1000:.0f} ms"
+                if produce is not None else (", no acks=all produce within the bound" if victim_partition is not None else ""))
+    print(f"round {round_ + 1}: killed node {leader}, CreateTopics ok after {results['create'] * 1000:.0f} ms{produced}; "
+          f"{load()}", flush=True)
+    before = by_id[leader].log_file.read_text().count("unfenced")
+    restarted = time.monotonic()
+    processes[leader] = local_cluster.start_node(by_id[leader])
+    wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, poll_s=0.5)
+    print(f"  node {leader} restarted and unfenced after {time.monotonic() - restarted:.1f} s", flush=True)
+    return results["create"], produce
+
+
+def stop_all(processes) -> None:
+    for p in processes.values():
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    for node_id, p in processes.items():
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - a node that ignores SIGTERM is reported and killed
+            print(f"node {node_id} did not stop within 60 s of SIGTERM: killed", flush=True)
+            p.kill()
+            p.wait()
 
 
 def main() -> int:
@@ -60,6 +275,8 @@ def main() -> int:
     parser.add_argument("--election-ms", type=int, default=1000)
     parser.add_argument("--fetch-ms", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=0, help="first create a topic of this many partitions (RF 3)")
+    parser.add_argument("--metadata-requests", type=int, default=5)
+    parser.add_argument("--timeout-s", type=float, default=600, help="bound on each wait")
     args = parser.parse_args()
     settings = {
         "controller.quorum.election.timeout.ms": str(args.election_ms),
@@ -67,53 +284,36 @@ def main() -> int:
         "broker.heartbeat.interval.ms": "500",
         "broker.session.timeout.ms": "9000",
     }
+    creates, produces = [], []
     with tempfile.TemporaryDirectory() as tmp:
         specs = local_cluster.plan(tmp, 3, 3, overrides=settings)
         local_cluster.format_nodes(specs, meta_properties.random_uuid())
         processes = {s.node_id: local_cluster.start_node(s) for s in specs}
         by_id = {s.node_id: s for s in specs}
-        times = []
         try:
-            wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers")
-            wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers")
+            wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers", 120)
+            wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers", 120)
             if args.partitions:
-                start = time.monotonic()
-                if not create_topic(specs[0].client_port, "scale", args.partitions, 3, timeout_s=300):
-                    raise SystemExit(f"CreateTopics of {args.partitions} partitions failed")
-                print(f"created {args.partitions} partitions (RF 3) in {time.monotonic() - start:.1f} s", flush=True)
+                scale_phase(specs, processes, args.partitions, args.timeout_s)
+                metadata_phase(specs, processes, args.metadata_requests)
             for round_ in range(args.rounds):
-                leader = wait_until(
-                    lambda: next((s.node_id for s in specs if describe_quorum(s.controller_port)), None), "a leader"
-                )
-                survivor = next(s for s in specs if s.node_id != leader)
-                assert create_topic(survivor.client_port, f"warm-{round_}")
-                processes[leader].send_signal(signal.SIGKILL)
-                processes[leader].wait()
-                start = time.monotonic()
-                deadline = start + 60
-                while not create_topic(survivor.client_port, f"after-{round_}"):
-                    if time.monotonic() > deadline:
-                        for s in specs:
-                            print(f"== node {s.node_id}", "\n".join(s.log_file.read_text().splitlines()[-25:]))
-                        raise SystemExit("no CreateTopics success within 60 s")
-                    time.sleep(0.02)
-                elapsed = time.monotonic() - start
-                times.append(elapsed)
-                print(f"round {round_ + 1}: killed node {leader}, CreateTopics ok after {elapsed * 1000:.0f} ms", flush=True)
-                before = by_id[leader].log_file.read_text().count("unfenced")
-                processes[leader] = local_cluster.start_node(by_id[leader])
-                wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin")
+                create_s, produce_s = failover_round(round_, specs, processes, by_id, args.partitions, args.timeout_s)
+                creates.append(create_s)
+                if produce_s is not None:
+                    produces.append(produce_s)
+        except KeyboardInterrupt:
+            print("interrupted: stopping the nodes", flush=True)
         finally:
-            for p in processes.values():
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in processes.values():
-                p.wait()
-    print(
-        f"controller failover (kill -9 -> next CreateTopics), election timeout {args.election_ms} ms, "
-        f"fetch timeout {args.fetch_ms} ms, {args.partitions} extra partitions: median {statistics.median(times) * 1000:.0f} ms, "
-        f"min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f} over {len(times)} rounds"
-    )
+            stop_all(processes)
+    if creates:
+        line = (f"controller failover (kill -9 -> next CreateTopics), election timeout {args.election_ms} ms, "
+                f"fetch timeout {args.fetch_ms} ms, session timeout 9000 ms, {args.partitions} extra partitions: "
+                f"median {statistics.median(creates) * 1000:.0f} ms, min {min(creates) * 1000:.0f}, "
+                f"max {max(creates) * 1000:.0f} over {len(creates)} rounds")
+        if produces:
+            line += (f"; next acks=all produce to a partition the killed node led: median "
+                     f"{statistics.median(produces) * 1000:.0f} ms, max {max(produces) * 1000:.0f}")
+        print(line)
     return 0
 
 

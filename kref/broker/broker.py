@@ -233,6 +233,9 @@ class Broker:
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
         self.replica_manager.on_partition_role = self.on_partition_role
+        # Big deltas are applied in bounded slices by a task in the broker's nursery.
+        self.replica_manager.start_soon = self.start_soon
+        self.replica_manager.now_ms = self.now_ms
         if self.config.process_roles is None:
             # A KRaft node learns its topics from __cluster_metadata after the
             # start (ClusterView): its logs are not stray before that replay.

@@ -74,7 +74,16 @@ Decisions, with the spec/KRaft.tla actions they implement:
   changed; turning unclean.leader.election.enable on elects the topic's
   offline partitions in the same batch (UncleanElectLeader). A BROKER
   resource (one broker id, or "" for the cluster-wide default) becomes
-  ConfigRecords of resource type BROKER the same way (KIP-226).
+  ConfigRecords of resource type BROKER the same way (KIP-226); when such
+  a change turns unclean election on for a topic (the cluster-wide default,
+  or the active controller's own broker-level config, which is where Kafka's
+  controller reads it: topic > controller node > cluster default > static),
+  that topic's offline partitions are elected in the same batch too.
+- Unclean election check (Kafka's periodic electUnclean task, every
+  unclean.leader.election.interval.ms, 5 min): on the first Tick after
+  BecomeActive and then on that interval, every offline partition whose
+  topic allows unclean election gets a live replica as leader. So a static
+  unclean.leader.election.enable=true takes effect at a restart at once.
 - AlterPartitionReassignments (KIP-455, API 45): per partition one
   PartitionChangeRecord growing the replicas to target + the leaving ones
   (adding_replicas / removing_replicas), completed by the AlterPartition
@@ -464,6 +473,8 @@ class ControllerCore:
     auto_leader_rebalance_enable: bool = False
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
+    # Kafka's unclean.leader.election.interval.ms (an internal config, 5 min).
+    unclean_leader_election_interval_ms: int = 300_000
     tracing: bool = True
     active: bool = False
     leader_epoch: int = -1
@@ -476,6 +487,7 @@ class ControllerCore:
     # (BrokerImage.in_controlled_shutdown), so a new controller knows it too.
     shutting_down: dict[int, int] = field(default_factory=dict)
     next_imbalance_check_ms: int | None = None
+    next_unclean_check_ms: int | None = None
 
     @property
     def brokers(self) -> dict[int, BrokerImage]:
@@ -505,6 +517,7 @@ class ControllerCore:
                 # A fresh session for everyone: this controller never heard them.
                 self.last_heartbeat_ms = {b: now_ms for b in self.brokers}
                 self.next_imbalance_check_ms = now_ms + self.leader_imbalance_check_interval_ms
+                self.next_unclean_check_ms = now_ms  # the first Tick checks
             case Resign():
                 self.active = False
                 self.last_heartbeat_ms.clear()
@@ -534,7 +547,7 @@ class ControllerCore:
             case AlterTopicConfigs():
                 self._on_alter_topic_configs(event, now_ms, out)
             case AlterBrokerConfigs():
-                self._on_alter_broker_configs(event, out)
+                self._on_alter_broker_configs(event, now_ms, out)
             case AlterPartitionReassignments():
                 self._on_alter_reassignments(event, now_ms, out)
             case ListPartitionReassignments():
@@ -697,6 +710,30 @@ class ControllerCore:
             records = self._rebalance_records()
             if records:
                 self._write(records, None, None, out, now_ms)
+        if self.next_unclean_check_ms is not None and now_ms >= self.next_unclean_check_ms:
+            self.next_unclean_check_ms = now_ms + self.unclean_leader_election_interval_ms
+            records = self._unclean_election_records()
+            if records:
+                self._write(records, None, None, out, now_ms)
+
+    def _unclean_election_records(self, broker_configs: dict | None = None,
+                                  only_newly_allowed: bool = False) -> list:
+        """spec UncleanElectLeader for every offline partition whose topic allows it
+        (with `broker_configs`, BROKER config sets about to be written, in place of
+        the image's); `only_newly_allowed`: only topics that did not allow it before."""
+        records = []
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            offline = [pid for pid in sorted(topic.partitions) if topic.partitions[pid].leader == NO_LEADER]
+            if not offline or not self._unclean_allowed(name, broker_configs=broker_configs):
+                continue
+            if only_newly_allowed and self._unclean_allowed(name):
+                continue
+            for pid in offline:
+                _, _, record = self._elect(UNCLEAN_ELECTION, topic, pid, topic.partitions[pid])
+                if record is not None:
+                    records.append(record)
+        return records
 
     def _rebalance_records(self) -> list:
         """auto.leader.rebalance.enable: preferred elections for every broker whose
@@ -823,13 +860,20 @@ class ControllerCore:
                                                            isr=(broker_id,), leader=broker_id))
         return records
 
-    def _unclean_allowed(self, topic: str, topic_configs: dict[str, str] | None = None) -> bool:
-        """unclean.leader.election.enable: the topic's config (`topic_configs` in
-        place of the image's, for a change not written yet), else the cluster-wide
-        dynamic default, else the broker configuration."""
-        for resource in ((r.TOPIC_RESOURCE, topic), (r.BROKER_RESOURCE, "")):
-            configs = topic_configs if topic_configs is not None and resource[0] == r.TOPIC_RESOURCE else \
-                self.image.configs.get(resource, {})
+    def _unclean_allowed(self, topic: str, topic_configs: dict[str, str] | None = None,
+                         broker_configs: dict | None = None) -> bool:
+        """unclean.leader.election.enable as Kafka's controller resolves it: the
+        topic's config, else this controller's own broker-level dynamic config, else
+        the cluster-wide dynamic default, else the broker configuration.
+        `topic_configs` / `broker_configs` ({(BROKER, name): configs}) stand in for
+        the image's, for a change not written yet."""
+        for resource in ((r.TOPIC_RESOURCE, topic), (r.BROKER_RESOURCE, str(self.node_id)), (r.BROKER_RESOURCE, "")):
+            if topic_configs is not None and resource[0] == r.TOPIC_RESOURCE:
+                configs = topic_configs
+            elif broker_configs is not None and resource in broker_configs:
+                configs = broker_configs[resource]
+            else:
+                configs = self.image.configs.get(resource, {})
             value = configs.get("unclean.leader.election.enable")
             if value is not None:
                 return value.strip().lower() == "true"
@@ -975,9 +1019,11 @@ class ControllerCore:
                         records.append(record)
         self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out, now_ms)
 
-    def _on_alter_broker_configs(self, e: AlterBrokerConfigs, out: list[Effect]) -> None:
+    def _on_alter_broker_configs(self, e: AlterBrokerConfigs, now_ms: int, out: list[Effect]) -> None:
         """ConfigRecords (resource type BROKER) for what changes; every broker applies
-        them from its image, so DescribeConfigs answers the same on every node."""
+        them from its image, so DescribeConfigs answers the same on every node. A
+        change that turns unclean election on for a topic elects its offline
+        partitions in the same batch (UncleanElectLeader), as a topic-level one does."""
         if e.resource_name != "" and not (e.resource_name.isdigit() and int(e.resource_name) >= 0):
             out.append(Reply(e.request_id, TopicReply(
                 ErrorCode.INVALID_REQUEST, f"broker resource name {e.resource_name!r} is not a broker id or empty")))
@@ -987,8 +1033,10 @@ class ControllerCore:
         new = dict(e.configs)
         records = [r.ConfigRecord(*key, k, None) for k in sorted(set(current) - set(new))]
         records += [r.ConfigRecord(*key, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
+        if records and current.get("unclean.leader.election.enable") != new.get("unclean.leader.election.enable"):
+            records += self._unclean_election_records({key: new}, only_newly_allowed=True)
         if records:
-            self._write(records, e.request_id, TopicReply(ErrorCode.NONE), out)
+            self._write(records, e.request_id, TopicReply(ErrorCode.NONE), out, now_ms)
         else:
             out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
 

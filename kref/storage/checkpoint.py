@@ -148,7 +148,13 @@ def read_leader_epoch_checkpoint(path: str, fs: FileSystem | None = None) -> lis
 
 
 def write_leader_epoch_checkpoint(path: str, entries: Iterable[tuple[int, int]], *, sync: bool = True, fs: FileSystem | None = None) -> None:
-    write_atomically(path, _format_versioned([f"{e} {o}" for e, o in entries]), sync=sync, fs=fs)
+    rows = [f"{e} {o}" for e, o in entries]
+    if not rows and not sync:
+        # An empty cache with no durability asked (a new log): one plain write, as
+        # Kafka creates the file; torn, it reads as unreadable and is rebuilt empty.
+        (fs or _REAL).write_bytes(path, _format_versioned(rows).encode("utf-8"))
+        return
+    write_atomically(path, _format_versioned(rows), sync=sync, fs=fs)
 
 
 def topic_id_to_string(topic_id: uuid.UUID) -> str:
@@ -169,9 +175,11 @@ def topic_id_from_string(text: str) -> uuid.UUID:
 PARTITION_METADATA_FILE = "partition.metadata"
 
 
-def write_partition_metadata(partition_dir: str, topic_id: uuid.UUID, fs: FileSystem | None = None) -> None:
+def write_partition_metadata(
+    partition_dir: str, topic_id: uuid.UUID, fs: FileSystem | None = None, *, sync: bool = True
+) -> None:
     text = f"version: {VERSION}\ntopic_id: {topic_id_to_string(topic_id)}"
-    write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE), text, fs=fs)
+    write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE), text, sync=sync, fs=fs)
 
 
 def read_partition_metadata(partition_dir: str, fs: FileSystem | None = None) -> uuid.UUID | None:

@@ -153,9 +153,9 @@ class LeaderEpochFileCache:
         if flush:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, *, sync: bool = True) -> None:
         if self.path is not None:
-            write_leader_epoch_checkpoint(self.path, self.entries(), fs=self.fs)
+            write_leader_epoch_checkpoint(self.path, self.entries(), sync=sync, fs=self.fs)
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self.entries()})"

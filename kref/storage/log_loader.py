@@ -187,7 +187,10 @@ def _load_segments(log: Log, now_ms: int, recovery_point: int, log_start_offset:
     log.leader_epoch_cache.path = cache_path
     log.leader_epoch_cache.fs = fs
     if not cache_was_readable or log.leader_epoch_cache.entries() != entries:
-        log.leader_epoch_cache.flush()
+        # An empty cache needs no fsync (Kafka creates the empty file without
+        # one): losing it in a crash leaves an unreadable or missing file, which
+        # the next load rebuilds from the batches, and there are none to forget.
+        log.leader_epoch_cache.flush(sync=bool(log.leader_epoch_cache.entries()))
 
     if recovered:
         log._flush_segments([s for s in log.segments if s in recovered])

@@ -32,14 +32,31 @@ RealFileSystem, crash tests pass MemoryFileSystem.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from typing import Any, Callable, Mapping
 
 from kref.ports.fs import FileHandle, FileSystem
-from kref.storage.checkpoint import read_offset_checkpoint_or_empty, write_atomically, write_offset_checkpoint
+from kref.storage.checkpoint import (
+    PARTITION_METADATA_FILE,
+    fsync_dir,
+    write_leader_epoch_checkpoint,
+    read_offset_checkpoint_or_empty,
+    write_atomically,
+    write_offset_checkpoint,
+    write_partition_metadata,
+)
 from kref.storage.config import LogConfig
-from kref.storage.segment import REAL_FILE_SYSTEM, open_segment_files
+from kref.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE
+from kref.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    REAL_FILE_SYSTEM,
+    TIME_INDEX_SUFFIX,
+    open_segment_files,
+    segment_file_name,
+)
 from kref.storage.log import (
     RECOVERED,
     CLEAN_SHUTDOWN_FILE,
@@ -49,6 +66,8 @@ from kref.storage.log import (
     Log,
     parse_partition_dir_name,
 )
+
+logger = logging.getLogger("kref.storage.log_manager")
 
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
@@ -103,6 +122,13 @@ class LogManager:
         self.truncation_listeners: list[Callable[[str, int, int], None]] = []
         self._now_ms = now_ms
         self.had_clean_shutdown: dict[str, bool] = {}
+        # Partition dirs whose partition.metadata was written but not yet fsynced
+        # (Kafka flushes it on its scheduler after creating the log, not inline):
+        # flushed in batches by `flush_partition_metadata`, and at shutdown.
+        self.unflushed_partition_metadata: list[str] = []
+        # (topic, partition) -> the directory plan_new_log chose, laid out (or being
+        # laid out) by a worker thread and not opened yet.
+        self._planned: dict[tuple[str, int], str] = {}
         for d in self.log_dirs:
             self.fs.makedirs(d)
 
@@ -183,13 +209,28 @@ class LogManager:
         if log is not None:
             if config is not None:
                 log.config = config
+            if log.topic_id is None and topic_id is not None:
+                # Loaded without its partition.metadata (lost in a crash before
+                # its deferred flush): the image knows the id; record it again.
+                write_partition_metadata(log.dir, topic_id, self.fs)
+                log.topic_id = topic_id
             return log
-        if not topic or "/" in topic or topic in (".", "..") or partition < 0:
-            raise ValueError(f"invalid partition {topic!r}-{partition}")
-        log_dir = self.preferred_log_dirs.pop((topic, partition), None) or self._next_log_dir()
-        path = os.path.join(log_dir, f"{topic}-{partition}")
-        existed = self.fs.exists(path)
+        planned = self._planned.pop((topic, partition), None)
+        if planned is None:
+            path = self._new_log_path(topic, partition)
+            existed = self.fs.exists(path)
+        else:
+            path, existed = planned, False  # laid out by lay_out_new_logs: still new
         try:
+            if not existed and topic_id is not None:
+                # A new log costs what Kafka's does: the directory, an empty
+                # segment (sparse indexes) and partition.metadata, whose fsync is
+                # deferred (a crash before it leaves a log with no topic id, and the
+                # image rewrites it, above). No fsync per log here.
+                if planned is None or not self.fs.exists(os.path.join(path, PARTITION_METADATA_FILE)):
+                    self.fs.makedirs(path)
+                    write_partition_metadata(path, topic_id, self.fs, sync=False)
+                self.unflushed_partition_metadata.append(path)
             log = Log.open(
                 path,
                 config or self.default_config,
@@ -198,6 +239,9 @@ class LogManager:
                 producer_state=self._producer_state_for(path, (topic, partition)),
                 recovery_point=0,
                 log_start_offset=0,
+                # A new log has no checkpointed high watermark; reading the log
+                # dir's checkpoint for one made creating N logs cost O(N^2).
+                high_watermark=None if existed else 0,
                 had_clean_shutdown=True,
                 fs=self.fs,
             )
@@ -208,11 +252,95 @@ class LogManager:
                 with open_segment_files.spares():  # listing a directory takes descriptors
                     self.fs.rmtree(path)
             raise
+        if not existed:
+            # No checkpointed high watermark, as for a log with no checkpoint entry
+            # (0 above only kept the loader from parsing the whole checkpoint). The
+            # loader records it as the Log's copy, or (issue 8, branch cores) as
+            # recovered_high_watermark: clear whichever it set.
+            for attribute in ("high_watermark", "recovered_high_watermark"):
+                if getattr(log, attribute, None) is not None:
+                    setattr(log, attribute, None)
         log.truncation_listeners = self.truncation_listeners
         self._logs[(topic, partition)] = log
         return log
 
+    def _new_log_path(self, topic: str, partition: int) -> str:
+        if not topic or "/" in topic or topic in (".", "..") or partition < 0:
+            raise ValueError(f"invalid partition {topic!r}-{partition}")
+        log_dir = self.preferred_log_dirs.pop((topic, partition), None) or self._next_log_dir()
+        return os.path.join(log_dir, f"{topic}-{partition}")
+
+    # -- creating many logs: the disk work in a worker thread ---------------
+
+    def plan_new_log(self, topic: str, partition: int) -> str | None:
+        """Choose the directory of a partition not hosted yet (None: hosted, or its
+        directory exists already and is opened the usual way). The next
+        get_or_create_log of it uses this directory."""
+        key = (topic, partition)
+        if key in self._logs or key in self._planned:
+            return None
+        path = self._new_log_path(topic, partition)
+        if self.fs.exists(path):
+            return None
+        self._planned[key] = path
+        return path
+
+    def lay_out_new_logs(self, new_logs: list[tuple[str, uuid.UUID]]) -> None:
+        """Safe in a worker thread (file calls only, no shared state): for each
+        planned (path, topic_id), the files an empty log leaves after a clean stop:
+        the directory, partition.metadata (not fsynced: see get_or_create_log), an
+        empty first segment with empty indexes and an empty leader-epoch-checkpoint.
+        Creating files is what costs on a busy disk (milliseconds each); opening
+        them afterwards on the event loop does not. A failure leaves the rest to
+        get_or_create_log, which creates what is missing or raises."""
+        fs = self.fs
+        for path, topic_id in new_logs:
+            try:
+                fs.makedirs(path)
+                write_partition_metadata(path, topic_id, fs, sync=False)
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    fs.write_bytes(os.path.join(path, segment_file_name(0, suffix)), b"")
+                write_leader_epoch_checkpoint(os.path.join(path, LEADER_EPOCH_CHECKPOINT_FILE), [], sync=False, fs=fs)
+            except OSError as exc:
+                logger.warning("cannot lay out new log %s: %s", path, exc)
+
+    def forget_planned(self, topic: str, partition: int) -> None:
+        """A planned partition that will not be created after all: remove what was laid out."""
+        path = self._planned.pop((topic, partition), None)
+        if path is not None:
+            with open_segment_files.spares():
+                self.fs.rmtree(path)
+
+    def take_unflushed_partition_metadata(self, limit: int | None = None) -> list[str]:
+        """Up to `limit` partition dirs whose partition.metadata awaits its fsync (removed from the list)."""
+        n = len(self.unflushed_partition_metadata) if limit is None else limit
+        batch, self.unflushed_partition_metadata[:n] = self.unflushed_partition_metadata[:n], []
+        return batch
+
+    def fsync_partition_metadata(self, dirs: list[str]) -> None:
+        """fsync each dir's partition.metadata and the dir (its rename); safe in a worker
+        thread. A dir deleted meanwhile is skipped."""
+        for d in dirs:
+            try:
+                self.fs.fsync(os.path.join(d, PARTITION_METADATA_FILE))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                # Only durability is lost: a log found without it after a crash
+                # gets its topic id back from the image (get_or_create_log).
+                logger.warning("cannot fsync %s/%s: %s", d, PARTITION_METADATA_FILE, exc)
+                continue
+            fsync_dir(d, self.fs)
+
+    def flush_partition_metadata(self) -> None:
+        """Every deferred partition.metadata fsync, now (small deltas, shutdown)."""
+        self.fsync_partition_metadata(self.take_unflushed_partition_metadata())
+
     def _next_log_dir(self) -> str:
+        if len(self.log_dirs) == 1:
+            # The common case, and the counting below walks every log: creating
+            # 10,000 partitions one by one was quadratic (minutes of CPU).
+            return self.log_dirs[0]
         counts = {d: 0 for d in self.log_dirs}
         for log in self._logs.values():
             parent = os.path.dirname(os.path.normpath(log.dir))
@@ -292,6 +420,7 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Orderly stop: close (flush) every log, checkpoint, then mark each dir clean."""
+        self.flush_partition_metadata()
         for log in self._logs.values():
             log.close()
         self.checkpoint()

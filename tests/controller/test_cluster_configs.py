@@ -94,12 +94,17 @@ def _partition(port: int, topic: str, index: int):
     return parts.get(index)
 
 
-def test_enabling_unclean_election_elects_an_offline_partition(tmp_path):
+@pytest.mark.parametrize("level", ["topic", "cluster", "controller"])
+def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
     """Partition 0 of an RF=2 topic, replicas [L, F]. F stops under control (it leaves
     the isr: [L]), L is killed -9 while F is down, F returns: L is fenced with the
     partition offline (leader -1, isr [L]; unclean election off), and F, a live
     replica outside the isr, does not lead. Turning unclean.leader.election.enable on
-    for the topic elects F at once (isr [F])."""
+    for the topic (confluent-kafka), cluster-wide (the BROKER resource "", the
+    dynamic cluster default, KIP-226; raw IncrementalAlterConfigs, since both
+    Python clients refuse an empty broker name) or at the active controller's node
+    level (confluent-kafka, BROKER resource = its node id: where Kafka's controller
+    reads it) elects F at once (isr [F])."""
     import signal
 
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
@@ -134,9 +139,23 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path):
         assert _partition(port, topic, 0).leader_id == -1  # unclean election is off: it stays offline
 
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-            ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
-        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        if level == "cluster":
+            from tests.controller.test_reassignment_broker_configs import alter_default
+
+            assert alter_default(port, "unclean.leader.election.enable", "true") == (0, None)
+        else:
+            if level == "topic":
+                kind, name = ConfigResource.Type.TOPIC, topic
+            else:
+                from tests.controller.test_quorum_processes import describe_quorum
+
+                active = wait_until(lambda: next((q.leader_id for s in specs if s.node_id != leader
+                                                  and (q := describe_quorum(s.controller_port)) is not None
+                                                  and q.leader_id >= 0), None), "the active controller")
+                kind, name = ConfigResource.Type.BROKER, str(active)
+            resource = ConfigResource(kind, name, incremental_configs=[
+                ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+            admin.incremental_alter_configs([resource])[resource].result(timeout=30)
         elected = wait_until(lambda: (x := _partition(port, topic, 0)) is not None and x.leader_id == follower and x,
                              "the follower elected uncleanly")
         assert list(elected.isr_nodes) == [follower]

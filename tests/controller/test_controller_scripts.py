@@ -85,7 +85,14 @@ class Harness:
                 auto_leader_rebalance_enable=a.get("rebalance") == "true",
                 leader_imbalance_check_interval_ms=int(a.get("imbalance_check_ms", 300_000)),
                 leader_imbalance_per_broker_percentage=int(a.get("imbalance_pct", 10)),
+                unclean_leader_election_enable=a.get("unclean") == "true",
+                unclean_leader_election_interval_ms=int(a.get("unclean_interval_ms", 300_000)),
             )
+            return "ok"
+        if b.command == "static":
+            # A restart of this controller with another static broker config (the
+            # log it replays is the same: the core's image is kept).
+            self.core.unclean_leader_election_enable = a.get("unclean") == "true"
             return "ok"
         if b.command == "active":
             return self._run(c.BecomeActive(int(a["epoch"]), int(a["offset"])))
