@@ -58,6 +58,7 @@ from kref.storage.future_log import (
     swap_future_log,
     truncate_future_log,
 )
+from kref.storage.errors import StorageError
 from kref.storage.log import Log
 
 log = logging.getLogger("kref.alter_log_dirs")
@@ -205,7 +206,7 @@ class LogDirMover:
                 self._swap(key)
             else:
                 raise TypeError(f"unknown effect {effect!r}")
-        except OSError as exc:  # KafkaStorageError is one too: the destination failed
+        except (OSError, StorageError) as exc:  # a disk error (KafkaStorageError), or a log refusing the step
             log.error("node %d: move of %s-%d failed: %s", self.node_id, key[0], key[1], exc)
             if isinstance(effect, c.StartFuture):
                 self.core.moves.pop(key, None)
@@ -246,7 +247,7 @@ class LogDirMover:
                     manager.fs.rmtree(path)
                     continue
                 self.futures[key] = open_future_log(manager, path, current, now_ms)
-            except OSError as exc:
+            except (OSError, StorageError) as exc:
                 log.error("node %d: cannot resume the move in %s: %s", self.node_id, path, exc)
                 continue
             self.core.step(c.FutureFound(key, _parent(path)), now_ms)

@@ -188,3 +188,39 @@ def test_crash_at_every_step_of_a_move(seed, kind):
         else:
             fs.cut_power_after(None)  # a SIGKILL: every byte written so far stays (the page cache)
         check(fs, model, killed=kind == "sigkill", where=f"seed {seed} {kind} at mutation {point}/{total}")
+
+
+def test_move_follows_truncation_and_a_new_log_start():
+    """The current log is truncated (a follower's TruncateToEpochEndOffset) and loses a
+    prefix (DeleteRecords) while it is copied: the moved log is exactly the current one."""
+    fs = MemoryFileSystem()
+    model = Model()
+    rng = random.Random(5)
+    manager = open_manager(fs)
+    log = manager.get_or_create_log(*KEY, CONFIG)
+    for step in range(20):
+        append(log, model, rng, step, epoch=0 if step < 10 else 1)
+    mover = new_mover(manager)
+    assert mover.alter(KEY, "/b") == ErrorCode.NONE
+    while mover.futures[KEY].log_end_offset < log.log_end_offset - 5:
+        mover.tick(KEY)
+    # The current log drops its tail from the middle of epoch 1 and goes on in epoch 2.
+    cut = log.leader_epoch_cache.end_offset_for(0, log.log_end_offset)[1] + 3
+    assert mover.futures[KEY].log_end_offset > cut  # the future holds records the current log is about to lose
+    log.truncate_to(cut)
+    model.values = {o: v for o, v in model.values.items() if o < log.log_end_offset}
+    model.sequence = len(model.values)
+    for step in range(20, 24):
+        append(log, model, rng, step, epoch=2)
+    log.maybe_increment_log_start_offset(4)
+    for _ in range(100):
+        if not mover.moving:
+            break
+        mover.tick(KEY)
+    assert mover.swaps == 1
+    moved = manager.get_log(*KEY)
+    assert moved.dir == "/b/t-0" and moved.log_start_offset == 4
+    assert moved.leader_epoch_cache.entries() == log.leader_epoch_cache.entries()
+    got = decode_values(moved.read(4, 1 << 30).records)
+    assert {o: v for o, v in got if o >= 4} == {o: v for o, v in model.values.items() if o >= 4}
+    assert moved.log_end_offset == max(model.values) + 1
