@@ -31,6 +31,10 @@ from kafka.admin import NewTopic
 from kafka.errors import NoError
 from kafka.structs import TopicPartitionReplica
 
+from kref.storage.config import LogConfig
+from kref.storage.log_manager import LogManager
+from tests.storage.batches import decode_values
+
 TOPIC = "moving"
 VALUE_PADDING = b"x" * 200
 MAX_RECORDS = 300_000  # about 120 s at the pace below: a bound, not a target
@@ -168,6 +172,20 @@ def test_move_while_an_acks_all_producer_writes(kref_broker_factory, tmp_path):
     broker.restart(clean=False)  # SIGKILL, then a start that recovers
     assert _moved(broker, destination)
     _check_readable(broker.bootstrap, producer.acked, "after SIGKILL and restart")
+    broker.stop()
+    # The records are in the destination dir's segments: read them there, without the broker.
+    manager = LogManager([destination], LogConfig(), 0)
+    manager.load_logs(0)
+    log = manager.get_log(TOPIC, 0)
+    on_disk: dict[int, bytes] = {}
+    offset = 0
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20)
+        for batch_offset, value in decode_values(data.records):
+            on_disk[batch_offset] = value
+        offset = data.next_offset
+    assert all(on_disk.get(o) == v for o, v in producer.acked.items()), "acknowledged records missing in the new dir"
+    manager.shutdown()
 
 
 def test_retarget_then_kill_mid_copy_resumes_at_restart(kref_broker_factory, tmp_path):
