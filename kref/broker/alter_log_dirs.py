@@ -219,8 +219,8 @@ class LogDirMover:
     def _swap(self, key: c.Key) -> None:
         current, future = self.manager.get_log(*key), self.futures.pop(key)
         high_watermark = self.high_watermark_of(key)
-        if high_watermark is None:
-            high_watermark = current.high_watermark
+        if high_watermark is None:  # no replica core here (tests, tools): the Log's checkpointed copy
+            high_watermark = getattr(current, "high_watermark", None)
         source = _parent(current.dir)
         moved, doomed = swap_future_log(self.manager, current, future, self.now_ms(), high_watermark)
         self.swaps += 1

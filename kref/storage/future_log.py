@@ -220,7 +220,9 @@ def swap_future_log(manager, current: Log, future: Log, now_ms: int, high_waterm
         target, current.config, now_ms, topic_id=current.topic_id,
         producer_state=_producer_state(manager, target, *key),
         recovery_point=future.log_end_offset, log_start_offset=future.log_start_offset,
-        high_watermark=high_watermark, had_clean_shutdown=True, fs=fs,
+        had_clean_shutdown=True, fs=fs,
     )
+    if high_watermark is not None and hasattr(moved, "update_high_watermark"):
+        moved.update_high_watermark(high_watermark)  # the Log's checkpointed copy, where it keeps one
     manager.replace_log(moved)
     return moved, doomed

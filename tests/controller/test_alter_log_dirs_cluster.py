@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -31,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 from kref.controller import local_cluster, meta_properties
 from kref.storage.config import LogConfig
 from kref.storage.log_manager import LogManager
-from tests.clients.test_alter_replica_log_dirs_live import AckedProducer, _dirs_of, _read_all
+from tests.clients.test_alter_replica_log_dirs_live import AckedProducer, _dirs_of, _read_all, _wait
 from tests.controller.test_reassignment_processes import _partition
 from tests.storage.batches import decode_values
 
@@ -43,18 +42,8 @@ SETTINGS = {
     "replica.lag.time.max.ms": "10000",
     "replica.alter.log.dirs.io.max.bytes.per.second": "2000000",
 }
-TOPIC = "moving"
+TOPIC = "moving"  # the name AckedProducer writes to
 WAIT_S = 120
-
-
-def _wait(predicate, what: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class _Node:

@@ -175,7 +175,6 @@ def test_crash_at_every_step_of_a_move(seed, kind):
     """Every mutating operation of the workload is a cut point (about 130)."""
     print(f"seed={seed} kind={kind}")
     total = count_mutations(seed)
-    rng = random.Random(seed)
     points = range(1, total + 1)
     for point in points:
         fs = MemoryFileSystem()
