@@ -240,6 +240,8 @@ class LogDirMover:
         for topic, partition, path in future_dirs(manager.fs, manager.log_dirs):
             key = (topic, partition)
             current = manager.get_log(*key)
+            if key in self.futures and self.futures[key].dir == path:
+                continue  # started by a request before this resume ran
             try:
                 if current is None or key in self.futures:
                     reason = "its partition has no current log" if current is None else "a second future dir"

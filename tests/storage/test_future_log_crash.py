@@ -223,3 +223,22 @@ def test_move_follows_truncation_and_a_new_log_start():
     got = decode_values(moved.read(4, 1 << 30).records)
     assert {o: v for o, v in got if o >= 4} == {o: v for o, v in model.values.items() if o >= 4}
     assert moved.log_end_offset == max(model.values) + 1
+
+
+def test_a_start_keeps_one_future_dir_and_finishes_its_move():
+    """Two future dirs of one partition (a retarget whose removal never happened) and a
+    `-delete` leftover: the start keeps one future, removes the rest, and the move completes."""
+    from kref.storage.future_log import create_future_log, delete_dir_name
+
+    fs = MemoryFileSystem()
+    model = Model()
+    rng = random.Random(9)
+    manager = open_manager(fs)
+    log = manager.get_or_create_log(*KEY, CONFIG)
+    for step in range(8):
+        append(log, model, rng, step, epoch=0)
+    for unique_id in ("1" * 32, "2" * 32):
+        create_future_log(manager, log, "/b", unique_id, 0).close()
+    fs.makedirs(os.path.join("/a", delete_dir_name(*KEY)))
+    manager.shutdown()
+    check(fs, model, killed=True, where="two future dirs")
