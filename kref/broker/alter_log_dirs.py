@@ -157,6 +157,7 @@ class LogDirMover:
                 current.leader_epoch_cache.end_offset_for(future_epoch, current.log_end_offset)
                 if current is not None else (c.UNDEFINED_EPOCH, -1)),
             cleaning=self.cleaning(key),
+            max_append_bytes=future.config.segment_bytes,
         )
         progressed = True
         for effect in self.core.step(event, self.now_ms()):

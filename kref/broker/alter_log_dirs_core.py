@@ -31,7 +31,8 @@ Events and what they decide:
   `TruncateFuture` there, or `RestartFutureAt` the current log start when
   the current log does not know the epoch at all; the future ends below the
   current log start (retention, DeleteRecords): `RestartFutureAt`; then
-  `CopyRecords` from the future's end, bounded by `copy_max_bytes`; the
+  `CopyRecords` from the future's end, bounded by `copy_max_bytes` and by
+  what the future log takes in one append (its segment.bytes); the
   future starting below the current log start: `IncrementFutureLogStart`;
   equal ends where the current log has a later epoch (one begun at the
   log end with no record yet): `AssignFutureEpoch`; and when the two agree
@@ -90,6 +91,9 @@ class CopyTick:
     # (LeaderEpochFileCache.end_offset_for); (-1, -1) when it does not know it.
     current_end_for_future_epoch: tuple[int, int]
     cleaning: bool  # the log cleaner is cleaning the current log
+    # The most the future log takes in one append (its segment.bytes): a copy
+    # step of several batches must not exceed it.
+    max_append_bytes: int = 1 << 31
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +246,7 @@ class AlterLogDirsCore:
         if future.log_end_offset > current.log_end_offset:
             return [TruncateFuture(key, current.log_end_offset)]
         if future.log_end_offset < current.log_end_offset:
-            return [CopyRecords(key, future.log_end_offset, self.copy_max_bytes)]
+            return [CopyRecords(key, future.log_end_offset, max(1, min(self.copy_max_bytes, e.max_append_bytes)))]
         if future.log_start_offset < current.log_start_offset:
             return [IncrementFutureLogStart(key, current.log_start_offset)]
         future_epoch = future.latest_epoch_entry[0] if future.latest_epoch_entry is not None else UNDEFINED_EPOCH

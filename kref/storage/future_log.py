@@ -47,7 +47,7 @@ import logging
 import os
 import re
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from kref.storage.checkpoint import fsync_dir
 from kref.storage.config import LogConfig
@@ -199,23 +199,31 @@ def remove_future_log(fs, future: Log) -> None:
     fs.rmtree(doomed)
 
 
-def swap_future_log(manager, current: Log, future: Log, now_ms: int, high_watermark: int | None) -> tuple[Log, str]:
+def swap_future_log(
+    manager, current: Log, future: Log, now_ms: int, high_watermark: int | None,
+    *, step: Callable[[str], None] | None = None,
+) -> tuple[Log, str]:
     """Steps 1-4 of the swap (module docstring); returns (the new current log,
     the `-delete` path the caller removes in the background). The caller has
     checked that `future` holds exactly what `current` holds and runs this
-    with nothing else touching either log."""
+    with nothing else touching either log. `step(name)` is called after each
+    step (the SIGKILL tests stop the process there)."""
+    step = step or (lambda name: None)
     fs = manager.fs
     key = (current.topic, current.partition)
     future.close()  # step 1: flush, producer-state snapshot, release the files
     current.close_uncleanly()  # a -delete dir needs no flush; readers got copies
+    step("future-closed")
     source_dir = os.path.dirname(os.path.normpath(current.dir))
     doomed = os.path.join(source_dir, delete_dir_name(*key))
     fs.replace(current.dir, doomed)  # step 2
     fsync_dir(source_dir, fs)
+    step("current-renamed")
     destination_dir = os.path.dirname(os.path.normpath(future.dir))
     target = os.path.join(destination_dir, f"{key[0]}-{key[1]}")
     fs.replace(future.dir, target)  # step 3
     fsync_dir(destination_dir, fs)
+    step("future-renamed")
     moved = Log.open(  # step 4: closed cleanly in step 1, so its indexes are trusted
         target, current.config, now_ms, topic_id=current.topic_id,
         producer_state=_producer_state(manager, target, *key),
@@ -225,4 +233,5 @@ def swap_future_log(manager, current: Log, future: Log, now_ms: int, high_waterm
     if high_watermark is not None and hasattr(moved, "update_high_watermark"):
         moved.update_high_watermark(high_watermark)  # the Log's checkpointed copy, where it keeps one
     manager.replace_log(moved)
+    step("reopened")
     return moved, doomed

@@ -22,8 +22,8 @@ def facts(start, end, entry):
     return c.LogFacts(start, end, entry)
 
 
-def tick(core, current, future, end_for_epoch=(-1, -1), cleaning=False):
-    return core.step(c.CopyTick(KEY, current, future, end_for_epoch, cleaning), 0)
+def tick(core, current, future, end_for_epoch=(-1, -1), cleaning=False, max_append_bytes=1 << 31):
+    return core.step(c.CopyTick(KEY, current, future, end_for_epoch, cleaning, max_append_bytes), 0)
 
 
 def test_answers_without_a_move():
@@ -61,6 +61,8 @@ def test_copy_until_caught_up_then_swap():
     current = facts(0, 50, (3, 40))
     assert tick(core, current, facts(0, 0, None)) == [c.CopyRecords(KEY, 0, 1000)]
     assert tick(core, current, facts(0, 30, (3, 20)), (3, 50)) == [c.CopyRecords(KEY, 30, 1000)]
+    # A copy step is one append to the future log: never more than its segment.bytes.
+    assert tick(core, current, facts(0, 30, (3, 20)), (3, 50), max_append_bytes=600) == [c.CopyRecords(KEY, 30, 600)]
     assert tick(core, current, facts(0, 50, (3, 40)), (3, 50)) == [c.SwapFutureLog(KEY, "/b")]
     assert core.moves == {}
 
