@@ -189,7 +189,7 @@ def test_move_while_an_acks_all_producer_writes(kref_broker_factory, tmp_path):
 
 
 def test_retarget_then_kill_mid_copy_resumes_at_restart(kref_broker_factory, tmp_path):
-    broker, admin, node_id, source, destination = _start(kref_broker_factory, tmp_path, rate=150_000)
+    broker, admin, node_id, source, destination = _start(kref_broker_factory, tmp_path, rate=300_000)
     producer = AckedProducer(broker.bootstrap).start()
     try:
         _wait(lambda: len(producer.acked) >= 12000, "12000 acknowledged records")
@@ -202,7 +202,7 @@ def test_retarget_then_kill_mid_copy_resumes_at_restart(kref_broker_factory, tmp
     # Back to where it is: the copy is abandoned, the replica stays.
     assert admin.alter_replica_log_dirs({replica: source}) == {replica: NoError}
     _wait(lambda: _dirs_of(broker, TOPIC) == {source: [f"{TOPIC}-0"]}, "the future dir removed")
-    # Again, and a SIGKILL while it copies (about 3 MB at 150 kB/s: some 20 s).
+    # Again, and a SIGKILL while it copies (about 3 MB at 300 kB/s: some 10 s).
     assert admin.alter_replica_log_dirs({replica: destination}) == {replica: NoError}
     _wait(lambda: [e for e in _future_entries(admin, node_id) if e[1] and e[2] > 0], "a partly filled future log")
     admin.close()
