@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kref.broker.config import BrokerConfig, ConfigError, Listener, StartupError, advertisable
+from kref.broker.alter_log_dirs import mover_of
 from kref.broker.partition import MAX_DELAYED_FETCHES, MAX_DELAYED_PRODUCES, Partition, flush_trace_periodically
 from kref.broker.replica_manager import ReplicaManager
 from kref.metadata import records as mr
@@ -139,6 +140,7 @@ class Broker:
         # InitProducerId's blocks: made by the groups area, or by the KRaft node.
         self.producer_id_manager: ProducerIdManager | None = None
         self.log_manager: Any = None
+        self.log_dir_mover = None  # AlterReplicaLogDirs (kref/broker/alter_log_dirs.py), made on first use
         self.log_cleaner: LogCleaner | None = None  # compaction (docs/compaction.md), started with the background tasks
         self.cluster_id: str = ""
         self.nursery: trio.Nursery | None = None
@@ -291,6 +293,7 @@ class Broker:
         self.log_cleaner = LogCleaner(self.log_manager, lambda: cleaner_config_of(self.config), self.now_ms)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.log_cleaner.run)
+            await nursery.start(mover_of(self).run)  # AlterReplicaLogDirs' copies; resumes moves first
             if self.trace_sink.enabled:
                 nursery.start_soon(flush_trace_periodically, self.trace_sink)
             await self._run_periodic()

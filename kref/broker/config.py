@@ -149,6 +149,10 @@ class BrokerConfig:
         "log.cleaner.io.max.bytes.per.second", _double(0.0, None), "1.7976931348623157E308", dynamic=True
     )
     log_cleaner_backoff_ms: int = _prop("log.cleaner.backoff.ms", _int(0, _I64), "15000", dynamic=True)
+    # AlterReplicaLogDirs' copy between log dirs (kref/broker/alter_log_dirs.py); Kafka's dynamic broker quota
+    replica_alter_log_dirs_io_max_bytes_per_second: int = _prop(
+        "replica.alter.log.dirs.io.max.bytes.per.second", _int(1, _I64), str(_I64), dynamic=True
+    )
     log_cleaner_min_cleanable_ratio: float = _prop("log.cleaner.min.cleanable.ratio", _double(0.0, 1.0), "0.5", dynamic=True)
     log_cleaner_min_compaction_lag_ms: int = _prop("log.cleaner.min.compaction.lag.ms", _int(0, _I64), "0", dynamic=True)
     log_cleaner_max_compaction_lag_ms: int = _prop("log.cleaner.max.compaction.lag.ms", _int(1, _I64), str(_I64), dynamic=True)

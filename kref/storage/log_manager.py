@@ -66,12 +66,11 @@ from kref.storage.log import (
     Log,
     parse_partition_dir_name,
 )
+from kref.storage.future_log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, promote_orphan_future_dirs
 
 logger = logging.getLogger("kref.storage.log_manager")
 
 LOCK_FILE = ".lock"
-DELETE_DIR_SUFFIX = "-delete"
-FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 
 class LogDirInUseError(OSError):
@@ -138,6 +137,8 @@ class LogManager:
         """Open every partition directory found in the log dirs (recovering if unclean)."""
         self._now_ms = now_ms
         loaded = []
+        # A move between log dirs cut short inside its swap (future_log.py).
+        promote_orphan_future_dirs(self.fs, self.log_dirs)
         for log_dir in self.log_dirs:
             fs = self.fs
             clean = fs.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
@@ -201,6 +202,12 @@ class LogManager:
 
     def all_logs(self) -> list[Log]:
         return list(self._logs.values())
+
+    def replace_log(self, log: Log) -> None:
+        """A moved replica's log takes its partition's place (future_log.swap_future_log)."""
+        log.truncation_listeners = self.truncation_listeners
+        self._logs[(log.topic, log.partition)] = log
+        self.checkpoint()
 
     def get_or_create_log(
         self, topic: str, partition: int, config: LogConfig | None = None, topic_id: uuid.UUID | None = None

@@ -6,8 +6,8 @@ is NONE; a destination that is not one of the broker's log.dirs is
 LOG_DIR_NOT_FOUND; a replica the broker does not host yet is
 REPLICA_NOT_AVAILABLE and is then created in the requested dir (Kafka's
 preferred log dir), even where the spread would have put it elsewhere.
-Moving a hosted replica to the other dir is not implemented (Kafka's
-future-log copy): it is refused with INVALID_REQUEST and the replica stays.
+Moving a hosted replica to the other dir is NONE and moves it (the live
+move with records and a producer writing: test_alter_replica_log_dirs_live.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import InvalidRequestError, LogDirNotFoundError, NoError, ReplicaNotAvailableError
+from kafka.errors import LogDirNotFoundError, NoError, ReplicaNotAvailableError
 from kafka.structs import TopicPartitionReplica
 
 
@@ -48,13 +48,18 @@ def test_alter_replica_log_dirs_answers_and_places_new_replicas(kref_broker_fact
         })
         assert result == {TopicPartitionReplica("placed", 0, node_id): NoError,
                           TopicPartitionReplica("placed", 1, node_id): LogDirNotFoundError}
-        result = admin.alter_replica_log_dirs({TopicPartitionReplica("placed", 0, node_id): other.pop()})
-        assert result == {TopicPartitionReplica("placed", 0, node_id): InvalidRequestError}
-        assert _dirs_of(broker, "placed") == placed  # nothing moved
+        destination = other.pop()
+        result = admin.alter_replica_log_dirs({TopicPartitionReplica("placed", 0, node_id): destination})
+        assert result == {TopicPartitionReplica("placed", 0, node_id): NoError}
+        deadline = time.monotonic() + 30
+        while _dirs_of(broker, "placed").get(0) != destination and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _dirs_of(broker, "placed") == {0: destination, 1: placed[1]}
+        placed = _dirs_of(broker, "placed")
 
-        # Both dirs hold one partition, so the spread would put a new one in the
-        # first dir: ask for the second before the replica exists.
-        wanted = str(broker.log_dirs[1])
+        # One dir now holds both partitions, so the spread would put a new one
+        # in the other: ask for the full one before the replica exists.
+        wanted = destination
         result = admin.alter_replica_log_dirs({TopicPartitionReplica("later", 0, node_id): wanted})
         assert result == {TopicPartitionReplica("later", 0, node_id): ReplicaNotAvailableError}
         admin.create_topics([NewTopic("later", num_partitions=1, replication_factor=1)])

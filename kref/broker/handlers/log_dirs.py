@@ -16,8 +16,12 @@ reports:
   are reported (unknown ones are left out, as Kafka does);
 - offset_lag is Kafka's: max(0, high_watermark - log_end_offset) for the
   current log (a replica behind its own high watermark, which is 0 on a
-  leader); kref has no future logs (AlterReplicaLogDirs), so is_future_key is
-  always false.
+  leader);
+- a replica being moved to another dir (AlterReplicaLogDirs,
+  kref/broker/alter_log_dirs.py) is listed twice: its current log, and its
+  future log in the destination dir with is_future_key = true, its size so
+  far, and as offset_lag how far the copy is behind the current log's end
+  (Kafka's future-replica lag).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ async def handle_describe_log_dirs(ctx, request):
     wanted = _wanted(request)
     manager = broker.log_manager
     by_dir: dict[str, dict[str, list]] = {d: defaultdict(list) for d in (manager.log_dirs if manager else [])}
+    mover = getattr(broker, "log_dir_mover", None)
     for log in (manager.all_logs() if manager else []):
         if log.closed or (wanted is not None and log.partition not in wanted.get(log.topic, ())):
             continue
@@ -63,6 +68,12 @@ async def handle_describe_log_dirs(ctx, request):
         entry = build(types.DescribeLogDirsPartition, partition_index=log.partition, partition_size=log.size_in_bytes,
                       offset_lag=max(0, high_watermark - log.log_end_offset), is_future_key=False)
         by_dir.setdefault(os.path.dirname(os.path.normpath(log.dir)), defaultdict(list))[log.topic].append(entry)
+        future = mover.future_of((log.topic, log.partition)) if mover is not None else None
+        if future is not None and not future.closed:
+            entry = build(types.DescribeLogDirsPartition, partition_index=log.partition,
+                          partition_size=future.size_in_bytes,
+                          offset_lag=max(0, log.log_end_offset - future.log_end_offset), is_future_key=True)
+            by_dir.setdefault(os.path.dirname(os.path.normpath(future.dir)), defaultdict(list))[log.topic].append(entry)
     results = []
     for log_dir, topics in by_dir.items():
         try:
@@ -73,7 +84,7 @@ async def handle_describe_log_dirs(ctx, request):
             code = ErrorCode.KAFKA_STORAGE_ERROR
         described = tuple(
             build(types.DescribeLogDirsTopic, name=name,
-                  partitions=tuple(sorted(parts, key=lambda p: p.partition_index)))
+                  partitions=tuple(sorted(parts, key=lambda p: (p.partition_index, p.is_future_key))))
             for name, parts in sorted(topics.items())
         ) if code == ErrorCode.NONE else ()
         results.append(build(types.DescribeLogDirsResult, error_code=code, log_dir=log_dir, topics=described,

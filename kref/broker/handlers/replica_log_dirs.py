@@ -12,24 +12,22 @@ partitions whose replica should live there. The answer is per partition:
   directory is remembered so that the replica is created there when it comes
   (Kafka's preferred log dir, kept in memory as Kafka does; the usual order is
   AlterReplicaLogDirs, then the reassignment that adds the replica);
-- a replica already in the destination: NONE, nothing to do.
+- a replica already in the destination: NONE, nothing to do (a move of it
+  to another dir under way is abandoned);
+- a replica hosted in another dir: NONE, and a live move starts (KIP-113):
+  a `-future` log in the destination, filled by a local fetcher while the
+  partition keeps serving, swapped in once caught up
+  (kref/broker/alter_log_dirs.py); a replica already moving elsewhere is
+  retargeted (the first copy abandoned, a new one started), as Kafka does.
 
-Left out: moving a replica that is hosted in another directory. Kafka copies
-it into a `-future` log with a ReplicaAlterLogDirsThread while it keeps
-serving, then swaps the two; kref has no future logs (DescribeLogDirs never
-reports is_future_key), so such a request is refused with INVALID_REQUEST
-and one log line, and nothing moves.
+The decisions are alter_log_dirs_core.py's; this handler only walks the
+request and builds the response.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-
+from kref.broker.alter_log_dirs import mover_of
 from kref.broker.handlers._responses import build, response_types
-from kref.protocol.errors import ErrorCode
-
-log = logging.getLogger("kref.handlers.replica_log_dirs")
 
 ALTER_REPLICA_LOG_DIRS = 34
 
@@ -38,42 +36,17 @@ def register(router, broker) -> None:
     router.register(ALTER_REPLICA_LOG_DIRS, 1, 2, handle_alter_replica_log_dirs)
 
 
-def decide(log_dirs: list[str], current_dir: str | None, destination: str) -> int:
-    """One replica's answer; `current_dir` is the directory holding it here, or None."""
-    destination = os.path.abspath(destination)
-    if destination not in log_dirs:
-        return ErrorCode.LOG_DIR_NOT_FOUND
-    if not os.access(destination, os.R_OK | os.W_OK | os.X_OK):
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    if current_dir is None:
-        return ErrorCode.REPLICA_NOT_AVAILABLE
-    if current_dir == destination:
-        return ErrorCode.NONE
-    return ErrorCode.INVALID_REQUEST  # a live move needs a future log (not implemented)
-
-
 async def handle_alter_replica_log_dirs(ctx, request):
     broker = ctx.broker
     types = response_types(ALTER_REPLICA_LOG_DIRS, ctx.api_version)
-    manager = broker.log_manager
-    log_dirs = list(manager.log_dirs) if manager is not None else []
+    mover = mover_of(broker)
     by_topic: dict[str, list] = {}
     for wanted in request.dirs:
-        destination = os.path.abspath(wanted.path)
         for topic in wanted.topics:
             for p in topic.partitions:
-                key = (topic.name, int(p))
-                current = manager.get_log(*key) if manager is not None else None
-                current_dir = os.path.dirname(os.path.normpath(current.dir)) if current is not None else None
-                code = decide(log_dirs, current_dir, destination)
-                if code == ErrorCode.REPLICA_NOT_AVAILABLE:
-                    manager.preferred_log_dirs[key] = destination
-                elif code == ErrorCode.INVALID_REQUEST:
-                    log.info("node %d: AlterReplicaLogDirs %s-%d from %s to %s refused: moving a hosted replica "
-                             "between log dirs is not supported", broker.node_id, key[0], key[1], current_dir,
-                             destination)
+                code = mover.alter((topic.name, int(p)), wanted.path)
                 by_topic.setdefault(topic.name, []).append(
-                    build(types.AlterReplicaLogDirPartitionResult, partition_index=key[1], error_code=code))
+                    build(types.AlterReplicaLogDirPartitionResult, partition_index=int(p), error_code=code))
     return build(types.AlterReplicaLogDirsResponse, results=tuple(
         build(types.AlterReplicaLogDirTopicResult, topic_name=name, partitions=tuple(parts))
         for name, parts in by_topic.items()))
