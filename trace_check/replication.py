@@ -305,6 +305,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
     mine = _leader_isr_updates(mine, skipped)
+    mine = _alter_partition_answers(mine, skipped)
     mine = _unlogged_out_of_range(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
@@ -457,6 +458,57 @@ def _leader_isr_updates(mine, skipped):
         out.append((e, origin))
     if added:
         skipped["BecomeLeader of an isr-only change, inferred (not logged)"] = added
+    return out
+
+
+# AlterPartition answers the controller itself gives (spec/Replication.tla's AlterPartitionError, and NONE);
+# any other error code means the request never got a decision (NOT_CONTROLLER, REQUEST_TIMED_OUT, a
+# broken connection): the spec's AlterPartitionLost.
+CONTROLLER_ANSWERS = frozenset({0, 74, 95, 107})  # NONE, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA
+
+
+def _alter_partition_answers(mine, skipped):
+    """Match each leader's logged AlterPartition answer to the spec's step for it.
+
+    - An answer with an error the controller does not give (NOT_CONTROLLER
+      while the quorum moves, REQUEST_TIMED_OUT behind a cut link) is a
+      request that got no decision: marked `lost`, the spec's
+      AlterPartitionLost (the leader keeps the isr it applied).
+    - An answer to a request that a BecomeLeader of the same leader (logged,
+      or inferred by _leader_isr_updates) superseded, and that changed
+      nothing (an error, or the isr the leader had already applied): left
+      out. The spec's BecomeLeader drops a pending AlterPartition (the
+      committed state is known, a late answer is stale); kref's leader
+      keeps waiting for it and then ignores it. An answer that did change
+      the leader's isr is kept, and rejected where it is.
+    """
+    out = []
+    pending: dict[int, bool] = {}  # leader -> a request of it is in flight (as the spec sees it)
+    applied: dict[int, frozenset] = {}  # leader -> the isr its last BecomeLeader applied
+    superseded: dict[int, bool] = {}  # leader -> its request in flight was dropped by a BecomeLeader
+    stale = 0
+    for e, origin in mine:
+        kind, r = e["type"], e.get("replica")
+        if kind in ("ShrinkIsr", "ExpandIsr"):
+            pending[r], superseded[r] = True, False
+        elif kind == "BecomeLeader":
+            if pending.pop(r, False):
+                superseded[r] = True
+            applied[r] = frozenset(e["isr"])
+        elif kind in ("BecomeFollower", "Crash", "Restart"):
+            pending.pop(r, None)
+            superseded.pop(r, None)
+        elif kind == "HandleAlterPartitionResponse":
+            if superseded.pop(r, False) and not pending.get(r) and (
+                    e.get("error_code", 0) != 0 or frozenset(e["isr"]) == applied.get(r)):
+                stale += 1
+                continue
+            pending.pop(r, None)
+            if e.get("error_code", 0) not in CONTROLLER_ANSWERS:
+                e = {**e, "lost": True}
+        out.append((e, origin))
+    if stale:
+        skipped["HandleAlterPartitionResponse of a request a BecomeLeader superseded (changed nothing)"] = stale
     return out
 
 
