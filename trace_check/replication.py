@@ -304,9 +304,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _restart_when_it_counts(mine)
     mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
-    mine = _leader_isr_updates(mine, skipped)
     mine = _alter_partition_answers(mine, skipped)
-    mine = _unlogged_out_of_range(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
@@ -411,56 +409,6 @@ def _same_leader_updates(mine):
     return out
 
 
-def _leader_isr_updates(mine, skipped):
-    """Put a BecomeLeader (`same_term`) where a leader shows an isr it applied from metadata silently.
-
-    kref's leader applies a registration of its own leader epoch with a newer
-    partition epoch (the controller fenced a follower and took it out of the
-    isr) without logging it. The spec's BecomeLeader is that step (same leader
-    epoch: it keeps the followers' offsets and takes the committed isr). The
-    first evidence is a later event of that leader showing another applied
-    isr or partition epoch: AdvanceHighWatermark (its isr), ExpandIsr and
-    ShrinkIsr (the isr they change, and the partition epoch they are based
-    on). The step is put right before it, with what that event shows (an
-    AdvanceHighWatermark also shows the log end offset).
-    """
-    out = []
-    applied: dict[int, tuple[int, int | None, frozenset]] = {}  # leader -> (leader epoch, partition epoch, isr)
-    added = 0
-    for e, origin in mine:
-        kind, r = e["type"], e.get("replica")
-        seen = None  # (partition epoch or None, applied isr) this event shows
-        if kind == "AdvanceHighWatermark":
-            seen = (None, frozenset(e["isr"]))
-        elif kind == "ExpandIsr":
-            seen = (e["partition_epoch"], frozenset(e["isr"]) - {e["added"]})
-        elif kind == "ShrinkIsr":
-            seen = (e["partition_epoch"], frozenset(e["isr"]) | frozenset(e["removed"]))
-        if seen is not None and r in applied and applied[r][0] == e["leader_epoch"]:
-            epoch, pe, isr = applied[r]
-            new_pe, new_isr = seen
-            if new_isr != isr or (new_pe is not None and pe is not None and new_pe > pe):
-                step = {"type": "BecomeLeader", "replica": r, "leader_epoch": epoch, "isr": sorted(new_isr),
-                        "same_term": True}
-                if new_pe is not None:
-                    step["partition_epoch"] = new_pe
-                if kind == "AdvanceHighWatermark":
-                    step["log_end_offset"] = e["log_end_offset"]
-                out.append((step, origin))
-                added += 1
-                applied[r] = (epoch, new_pe, new_isr)
-        if kind in ("BecomeLeader", "HandleAlterPartitionResponse"):
-            applied[r] = (e["leader_epoch"], e.get("partition_epoch"), frozenset(e["isr"]))
-        elif kind == "AdvanceHighWatermark" and r in applied:
-            applied[r] = (applied[r][0], applied[r][1], frozenset(e["isr"]))
-        elif kind in ("BecomeFollower", "Crash", "Restart"):
-            applied.pop(r, None)
-        out.append((e, origin))
-    if added:
-        skipped["BecomeLeader of an isr-only change, inferred (not logged)"] = added
-    return out
-
-
 # AlterPartition answers the controller itself gives (spec/Replication.tla's AlterPartitionError, and NONE);
 # any other error code means the request never got a decision (NOT_CONTROLLER, REQUEST_TIMED_OUT, a
 # broken connection): the spec's AlterPartitionLost.
@@ -474,13 +422,14 @@ def _alter_partition_answers(mine, skipped):
       while the quorum moves, REQUEST_TIMED_OUT behind a cut link) is a
       request that got no decision: marked `lost`, the spec's
       AlterPartitionLost (the leader keeps the isr it applied).
-    - An answer to a request that a BecomeLeader of the same leader (logged,
-      or inferred by _leader_isr_updates) superseded, and that changed
-      nothing (an error, or the isr the leader had already applied): left
-      out. The spec's BecomeLeader drops a pending AlterPartition (the
-      committed state is known, a late answer is stale); kref's leader
-      keeps waiting for it and then ignores it. An answer that did change
-      the leader's isr is kept, and rejected where it is.
+    - An answer to a request that a BecomeLeader of the same leader
+      superseded, and that changed nothing (an error, or the isr the leader
+      had already applied): left out. The spec's BecomeLeader drops a
+      pending AlterPartition (the committed state is known, a late answer
+      is stale); kref's leader before session 8 applied such a registration
+      silently, kept waiting for the answer and then ignored it (traces
+      recorded then). An answer that did change the leader's isr is kept,
+      and rejected where it is.
     """
     out = []
     pending: dict[int, bool] = {}  # leader -> a request of it is in flight (as the spec sees it)
@@ -509,41 +458,6 @@ def _alter_partition_answers(mine, skipped):
         out.append((e, origin))
     if stale:
         skipped["HandleAlterPartitionResponse of a request a BecomeLeader superseded (changed nothing)"] = stale
-    return out
-
-
-def _unlogged_out_of_range(mine, skipped):
-    """Put a LeaderHandleFetch before a truncation that answers a fetch the leader refused silently.
-
-    A follower whose last fetched epoch is older than every epoch the leader
-    knows gets OFFSET_OUT_OF_RANGE from kref's leader, which logs nothing, and
-    truncates. The spec's leader answers that fetch with the diverging epoch
-    -1 and end offset 0 (EndOffsetForEpoch finds no epoch), and the
-    follower's TruncateToEpochEndOffset then cuts to the end of its own
-    epochs below it: the step is put right before the truncation, for the
-    leader the FollowerFetch named.
-    """
-    out = []
-    pending: dict[int, dict[str, Any]] = {}  # follower -> its FollowerFetch not answered yet
-    added = 0
-    for e, origin in mine:
-        kind = e["type"]
-        if kind == "FollowerFetch":
-            pending[e["replica"]] = e
-        elif kind in ("LeaderHandleFetch", "FetchError"):
-            pending.pop(e.get("follower", e.get("replica")), None)
-        elif kind == "TruncateToEpochEndOffset" and "leader" in pending.get(e["replica"], {}):
-            req = pending.pop(e["replica"])
-            out.append(({"type": "LeaderHandleFetch", "replica": req["leader"], "follower": e["replica"],
-                         "leader_epoch": req["leader_epoch"], "fetch_offset": req["fetch_offset"],
-                         "last_fetched_epoch": req["last_fetched_epoch"], "diverging_epoch": -1,
-                         "diverging_end_offset": 0}, origin))
-            added += 1
-        elif _resets_fetch(e) or kind == "Crash":
-            pending.pop(e.get("replica"), None)
-        out.append((e, origin))
-    if added:
-        skipped["LeaderHandleFetch answering OFFSET_OUT_OF_RANGE, inferred (not logged)"] = added
     return out
 
 

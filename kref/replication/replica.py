@@ -23,6 +23,9 @@ named after the action, carrying the post-state):
 - BecomeLeader        -> BecomeLeader: start `leader_epoch` at the current
   log_end_offset (effect AssignLeaderEpoch for the epoch cache), reset the
   followers' fetch state, give ISR members a full replica_lag_time_max_ms.
+  Of the leader's own epoch with a newer partition_epoch (an isr or
+  replicas change the controller committed): BecomeLeader too, keeping the
+  followers' state and dropping the AlterPartition in flight.
 - ClientProduce       -> reject (not leader; acks=all with fewer than
   min_insync_replicas in the isr: ErrorCode.NOT_ENOUGH_REPLICAS) or AppendToLog.
 - LogAppended         -> LeaderAppend, then AdvanceHighWatermark if
@@ -538,23 +541,7 @@ class PartitionReplica(FollowerSide):
         if self.replica_id not in e.isr:
             raise InvariantViolation(f"replica {self.replica_id} asked to lead but not in isr {sorted(e.isr)}")
         if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
-            # The same term (a change of isr or replicas committed by the
-            # controller): Kafka keeps the term's state and takes the new
-            # assignment; only a new leader_epoch starts a new term. An older
-            # partition_epoch is metadata that lags our own AlterPartition
-            # response: taking its isr would shrink the isr behind the
-            # controller's back (Kafka's makeLeader skips it the same way).
-            if e.partition_epoch < self.partition_epoch:
-                return
-            self.partition_epoch = max(self.partition_epoch, e.partition_epoch)
-            self.replicas = tuple(e.replicas)
-            self.isr = frozenset(e.isr)
-            self.followers = {
-                r: self.followers.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0)
-                for r in self.replicas
-                if r != self.replica_id
-            }
-            return
+            return self._on_same_term_registration(e, now_ms, out)
         self.role = Role.LEADER
         self.pending_isr = None
         self.leader = self.replica_id
@@ -574,6 +561,10 @@ class PartitionReplica(FollowerSide):
             if r != self.replica_id
         }
         out.append(AssignLeaderEpoch(self.leader_epoch, self.log_end_offset))
+        self._emit_become_leader(now_ms, out)
+        self._maybe_advance_high_watermark(now_ms, out)
+
+    def _emit_become_leader(self, now_ms: int, out: list[Effect]) -> None:
         self._emit(
             out,
             trace.BecomeLeader,
@@ -585,6 +576,37 @@ class PartitionReplica(FollowerSide):
             log_end_offset=self.log_end_offset,
             high_watermark=self.high_watermark,
         )
+
+    def _on_same_term_registration(self, e: BecomeLeader, now_ms: int, out: list[Effect]) -> None:
+        """A registration of our own leader epoch: a change of isr or replicas the
+        controller committed (it fenced a follower, a reassignment moved on).
+
+        Kafka keeps the term's state (followers' offsets, the epoch start) and
+        takes the new assignment and committed isr, which replaces any isr
+        change of ours still in flight (makeLeader -> updateAssignmentAndIsr);
+        its late answer is then stale. That is the spec's BecomeLeader of the
+        same leader epoch (remote offsets kept, alter_partition' = None), so it
+        is traced as one. An older partition_epoch is metadata that lags our own
+        AlterPartition response: taking its isr would shrink the isr behind the
+        controller's back (Kafka's makeLeader skips it the same way). The same
+        partition_epoch changes nothing: no step.
+        """
+        if e.partition_epoch < self.partition_epoch:
+            return
+        self.replicas = tuple(e.replicas)
+        self.followers = {
+            r: self.followers.get(r) or ReplicaState(r, last_caught_up_time_ms=now_ms if r in e.isr else 0)
+            for r in self.replicas
+            if r != self.replica_id
+        }
+        if e.partition_epoch == self.partition_epoch:
+            return
+        self.partition_epoch = e.partition_epoch
+        self.isr = frozenset(e.isr)
+        self.pending_isr = None
+        self._emit_become_leader(now_ms, out)
+        # A smaller isr may let the high watermark move (Kafka's makeLeader
+        # tries to increment it too); the spec takes that as its own step.
         self._maybe_advance_high_watermark(now_ms, out)
 
     def _on_become_follower(self, e: BecomeFollower, now_ms: int, out: list[Effect]) -> None:
@@ -674,6 +696,11 @@ class PartitionReplica(FollowerSide):
                 # No epoch this old here: a "diverging epoch" of NO_EPOCH would read as
                 # no divergence and the follower would append over its own older log.
                 # Kafka answers OFFSET_OUT_OF_RANGE; the follower keeps its HW and refetches.
+                # The spec's leader answers the same fetch with what its epoch lookup
+                # finds for an epoch older than all it knows (EndOffsetForEpoch: epoch
+                # -1, end offset 0), a diverging answer the follower truncates on: the
+                # step is traced as that LeaderHandleFetch.
+                self._emit_handle_fetch(e, now_ms, out, UNKNOWN_OFFSET, NO_EPOCH, 0)
                 return reject(ErrorCode.OFFSET_OUT_OF_RANGE)
             if end_epoch != e.last_fetched_epoch or end_offset < e.fetch_offset:
                 # KIP-320: the follower's log diverges; it truncates to the
