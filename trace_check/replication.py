@@ -303,6 +303,8 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             break
     mine = _restart_when_it_counts(mine)
     mine = _lives_never_registered(mine, skipped)
+    mine, live = _until_a_live_broker_is_fenced(mine, skipped)
+    stopped = live or stopped  # the live fencing, if any, is the earlier: the steps were cut there
     mine = _same_leader_updates(mine)
     mine = _alter_partition_answers(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
@@ -388,6 +390,32 @@ def _lives_never_registered(mine, skipped):
     if drop:
         skipped["Restart+Crash of a life that never registered"] = len(drop) // 2
     return [x for i, x in enumerate(mine) if i not in drop]
+
+
+def _until_a_live_broker_is_fenced(mine, skipped):
+    """Cut the steps at the first FenceBroker of a replica that is not down: (steps, why or "").
+
+    A broker whose session runs out while its process lives (SIGSTOPped, cut
+    from the controller, or its heartbeats starved on a loaded machine,
+    longer than broker.session.timeout.ms) is fenced and loses its
+    partitions alive, as in Kafka. spec/Replication.tla's FenceBroker needs
+    the broker Offline (docs/spec.md, "What the model does not cover"), so,
+    as for a controlled shutdown, the check covers the trace up to it and
+    says so. Runs after _restart_when_it_counts: a restarted process's
+    Restart is by then where its new life begins, after the fencing of the
+    old one.
+    """
+    down: set[int] = set()
+    for i, (e, origin) in enumerate(mine):
+        kind = e["type"]
+        if kind == "Crash":
+            down.add(e["replica"])
+        elif kind == "Restart":
+            down.discard(e["replica"])
+        elif kind == "FenceBroker" and e["broker"] not in down:
+            skipped["everything from the FenceBroker of a live broker on"] = len(mine) - i
+            return mine[:i], f"FenceBroker of live broker {e['broker']} at {origin} (its session ran out)"
+    return mine, ""
 
 
 def _same_leader_updates(mine):
