@@ -51,3 +51,14 @@ def test_spark_campaign_validates_each_seeds_trace(tmp_path):
     assert summary["runs"] == 2 and summary["traces"] == {"accepted": 2}, summary["rows"]
     table = pq.read_table(str(out))
     assert sorted(table.column("trace_verdict").to_pylist()) == ["accepted", "accepted"]
+
+
+def test_make_mutation_catches_hw_max_by_trace_validation():
+    """`make mutation`'s second detector (kref/sim/mutation.py trace_catches): with hw_max on, seed 1's
+    crashes-only trace is rejected at an AdvanceHighWatermark; without it (the baseline) accepted."""
+    from kref.sim.mutation import trace_catches
+
+    found, baseline = trace_catches(["hw_max"], seeds=1, workers=1)
+    assert baseline == {"replication": []}, baseline
+    assert found["hw_max"]["trace"].startswith("AdvanceHighWatermark"), found
+    assert found["hw_max"]["trace_seeds"] == 1
