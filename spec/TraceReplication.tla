@@ -103,8 +103,18 @@ TLeaderHandleFetch ==
             /\ "records" \in DOMAIN Ev =>
                   Len(fetch'[f].records) = Min2(Ev.records, Len(log[l]) - Ev.fetch_offset)
        ELSE /\ fetch'[f].type = "DivergingEpoch"
-            /\ fetch'[f].epoch = Ev.diverging_epoch
-            /\ fetch'[f].end_offset = Ev.diverging_end_offset
+            /\ \/ /\ fetch'[f].epoch = Ev.diverging_epoch
+                  /\ fetch'[f].end_offset = Ev.diverging_end_offset
+               \* A last fetched epoch older than every epoch the leader knows
+               \* (an unclean election's leader that never had it): Kafka's
+               \* leader answers that epoch and the start offset of its own
+               \* earliest one (0 here: the spec's logs start at 0), the spec's
+               \* -1 and 0. The follower has that epoch (its last), so it
+               \* truncates to 0 either way: the same step.
+               \/ /\ fetch'[f].epoch = -1
+                  /\ fetch'[f].end_offset = 0
+                  /\ Ev.diverging_epoch = Ev.last_fetched_epoch
+                  /\ Ev.diverging_end_offset = 0
 
 TFollowerFetch ==
     LET f == Ev.replica IN

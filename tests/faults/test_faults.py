@@ -125,7 +125,16 @@ def test_clean_election_loses_nothing(tmp_path):
 @pytest.mark.skipif(not controller_elects_unclean(),
                     reason="the controller core has no unclean leader election yet (a dead isr leaves the partition leaderless)")
 def test_unclean_election_loses_acknowledged_records(tmp_path):
-    result = fault_run(seed(), UNCLEAN_S, tmp_path, mode="unclean")
+    result = fault_run(seed(), UNCLEAN_S, tmp_path, mode="unclean", trace=True)
+    # The unclean election and the old leader's truncation are checked too (spec/Replication.tla with
+    # UncleanLeaderElectionEnable, as the trace shows an UncleanElectLeader; min.insync.replicas 1).
+    verdicts, cpu_s = validate_run(tmp_path, TOPIC, PARTITIONS, min_insync_replicas=1)
+    for v in verdicts:
+        print(v.text)
+    print(f"trace validation: {sum(v.code == 0 for v in verdicts)} of {len(verdicts)} accepted, {cpu_s:.1f} CPU s")
+    assert all(v.code in (0, 1) for v in verdicts), "\n".join(v.text for v in verdicts)
+    if os.environ.get("KREF_FAULT_TRACE_STRICT"):
+        assert all(v.code == 0 for v in verdicts), "\n".join(v.text for v in verdicts)
     assert result.report.lost, (
         "the unclean schedule should have made an out-of-sync replica the leader and lost records acknowledged "
         f"by the old leader alone; the checker saw none:\n{result.report.table()}\nevents: {result.events}")
