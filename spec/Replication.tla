@@ -389,6 +389,22 @@ HandleAlterPartitionResponse(l) ==
     /\ UNCHANGED <<role, log, high_watermark, leader_epoch, remote_log_end_offset, remote_broker_epoch,
                    fetch, controller, ghost_vars, faults>>
 
+\* Leader l's AlterPartition request is lost before the controller handled
+\* it (the controller moved: NOT_CONTROLLER; the connection broke; it timed
+\* out): l drops it, keeps the ISR it applied, and may propose again.
+\* kref's leader gives up on such an error and proposes again later;
+\* Kafka's AlterPartitionManager resends the same request.  Neither is a
+\* change the controller made.  (An answer lost *after* the controller
+\* committed is not this step: the leader must then keep acting on the
+\* maximal ISR until it applies the committed registration, which Kafka's
+\* resending does; docs/spec.md.)
+AlterPartitionLost(l) ==
+    /\ alter_partition[l].type = "AlterPartitionRequest"
+    /\ alter_partition' = [alter_partition EXCEPT ![l] = NoAlterPartition]
+    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                   remote_log_end_offset, remote_broker_epoch, fetch, controller,
+                   ghost_vars, faults>>
+
 -----------------------------------------------------------------------------
 (* Follower actions                                                        *)
 
@@ -590,22 +606,43 @@ UncleanElectLeader(r) ==
                                         !.isr = {r}]
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
+\* Whether the controller, in the registration c, has a replica to elect:
+\* an unfenced ISR member; with KIP-966 an unfenced ELR member when every
+\* ISR member is fenced; with unclean election any unfenced replica then.
+CanElect(c) ==
+    \E s \in Replicas :
+        /\ s \notin c.fenced
+        /\ \/ s \in c.isr
+           \/ EligibleLeaderReplicasEnable /\ s \in c.elr /\ c.isr \subseteq c.fenced
+           \/ UncleanLeaderElectionEnable /\ c.isr \subseteq c.fenced /\ s \notin c.isr
+
 \* The session of crashed broker r expires: the controller fences it,
 \* removes it from the ISR unless it is the last member (without KIP-966
 \* the ISR is never empty; with it, r joins the ELR instead) and clears
-\* the leader if r led, with a new partition epoch.
+\* the leader if r led, with a new partition epoch.  A leader that goes to
+\* none is a leader change: when no replica can take over, Kafka's
+\* controller writes leader -1 with a new leader epoch (every leader
+\* change bumps it), so the followers apply a leaderless registration of
+\* a new term and stop fetching from the old one.  When a replica can take
+\* over, Kafka elects it in the same record (one new leader epoch): here
+\* the ElectLeader that follows bumps it, and the leaderless state between
+\* the two steps keeps the old epoch (trace_check marks the pair
+\* "after_fence").
 FenceBroker(r) ==
     /\ role[r] = "Offline"
     /\ r \notin controller.fenced
     /\ LET new_isr == IF controller.isr = {r} /\ ~EligibleLeaderReplicasEnable
                       THEN controller.isr
                       ELSE controller.isr \ {r}
+           fenced == [controller EXCEPT
+                         !.leader = IF @ = r THEN NoLeader ELSE @,
+                         !.isr = new_isr,
+                         !.elr = NewElr(new_isr),
+                         !.fenced = @ \cup {r}]
        IN  controller' =
-                [controller EXCEPT
-                    !.leader = IF @ = r THEN NoLeader ELSE @,
-                    !.isr = new_isr,
-                    !.elr = NewElr(new_isr),
-                    !.fenced = @ \cup {r},
+                [fenced EXCEPT
+                    !.leader_epoch = IF controller.leader = r /\ ~CanElect(fenced)
+                                     THEN @ + 1 ELSE @,
                     !.partition_epoch = IF new_isr = controller.isr
                                                /\ controller.leader # r
                                         THEN @ ELSE @ + 1]
@@ -714,6 +751,7 @@ Next ==
     \/ \E l, f \in Replicas : ExpandIsr(l, f)
     \/ \E l \in Replicas : CommitAlterPartition(l)
     \/ \E l \in Replicas : HandleAlterPartitionResponse(l)
+    \/ \E l \in Replicas : AlterPartitionLost(l)
     \/ \E f \in Replicas : FollowerFetch(f)
     \/ \E f \in Replicas : FetchError(f)
     \/ \E f \in Replicas : FollowerAppend(f)

@@ -103,8 +103,18 @@ TLeaderHandleFetch ==
             /\ "records" \in DOMAIN Ev =>
                   Len(fetch'[f].records) = Min2(Ev.records, Len(log[l]) - Ev.fetch_offset)
        ELSE /\ fetch'[f].type = "DivergingEpoch"
-            /\ fetch'[f].epoch = Ev.diverging_epoch
-            /\ fetch'[f].end_offset = Ev.diverging_end_offset
+            /\ \/ /\ fetch'[f].epoch = Ev.diverging_epoch
+                  /\ fetch'[f].end_offset = Ev.diverging_end_offset
+               \* A last fetched epoch older than every epoch the leader knows
+               \* (an unclean election's leader that never had it): Kafka's
+               \* leader answers that epoch and the start offset of its own
+               \* earliest one (0 here: the spec's logs start at 0), the spec's
+               \* -1 and 0. The follower has that epoch (its last), so it
+               \* truncates to 0 either way: the same step.
+               \/ /\ fetch'[f].epoch = -1
+                  /\ fetch'[f].end_offset = 0
+                  /\ Ev.diverging_epoch = Ev.last_fetched_epoch
+                  /\ Ev.diverging_end_offset = 0
 
 TFollowerFetch ==
     LET f == Ev.replica IN
@@ -135,9 +145,14 @@ TExpandIsr ==
     /\ ExpandIsr(Ev.replica, Ev.added)
     /\ alter_partition'[Ev.replica].new_isr = Ev.isr
 
+\* An answer that is no controller's decision (NOT_CONTROLLER, a timeout:
+\* trace_check marks it `lost`) is the spec's AlterPartitionLost: the
+\* request never got a decision, the leader keeps the isr it applied.
 THandleAlterPartitionResponse ==
     LET l == Ev.replica IN
-    /\ HandleAlterPartitionResponse(l)
+    /\ IF "lost" \in DOMAIN Ev
+       THEN AlterPartitionLost(l)
+       ELSE HandleAlterPartitionResponse(l)
     /\ isr'[l] = Ev.isr
     /\ partition_epoch'[l] = Ev.partition_epoch + pe_shift
 
@@ -172,8 +187,14 @@ TBecomeFollower ==
     /\ controller.leader = Ev.leader
     /\ BecomeFollower(r)
     /\ leader_epoch'[r] = Ev.leader_epoch
-    /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
-    /\ isr'[r] = Ev.isr
+    \* A broker catching up on the metadata log (after a restart) may apply
+    \* a registration older than the controller's latest of the same term
+    \* (leader and leader epoch: both compared above), differing in the isr
+    \* only. The spec's step applies the latest: no follower action reads
+    \* a follower's isr or partition epoch, so the two are the same step.
+    /\ \/ /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
+          /\ isr'[r] = Ev.isr
+       \/ Ev.partition_epoch + pe_shift < controller.partition_epoch
 
 \* kref, like Kafka, fences a leader and elects its successor in one
 \* PartitionChangeRecord: one new partition epoch. The spec takes two steps

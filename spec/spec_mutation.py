@@ -146,9 +146,9 @@ CATALOGUE: list[Mutation] = [
              "    ELSE (controller.elr \\cup (controller.isr \\ new_isr)) \\ new_isr\n",
              "    ELSE controller.elr \\ new_isr\n"),
     Mutation("fencing leaves the crashed leader in place", R,
-             "                    !.leader = IF @ = r THEN NoLeader ELSE @,\n"
-             "                    !.isr = new_isr,\n",
-             "                    !.isr = new_isr,\n"),
+             "                         !.leader = IF @ = r THEN NoLeader ELSE @,\n"
+             "                         !.isr = new_isr,\n",
+             "                         !.isr = new_isr,\n"),
     # ---- KRaft.tla ----
     Mutation("KRaft: a candidate wins with any votes", K,
              "    /\\ votes_granted[c] \\in Quorums\n",

@@ -303,7 +303,10 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             break
     mine = _restart_when_it_counts(mine)
     mine = _lives_never_registered(mine, skipped)
+    mine, live = _until_a_live_broker_is_fenced(mine, skipped)
+    stopped = live or stopped  # the live fencing, if any, is the earlier: the steps were cut there
     mine = _same_leader_updates(mine)
+    mine = _alter_partition_answers(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
@@ -389,6 +392,32 @@ def _lives_never_registered(mine, skipped):
     return [x for i, x in enumerate(mine) if i not in drop]
 
 
+def _until_a_live_broker_is_fenced(mine, skipped):
+    """Cut the steps at the first FenceBroker of a replica that is not down: (steps, why or "").
+
+    A broker whose session runs out while its process lives (SIGSTOPped, cut
+    from the controller, or its heartbeats starved on a loaded machine,
+    longer than broker.session.timeout.ms) is fenced and loses its
+    partitions alive, as in Kafka. spec/Replication.tla's FenceBroker needs
+    the broker Offline (docs/spec.md, "What the model does not cover"), so,
+    as for a controlled shutdown, the check covers the trace up to it and
+    says so. Runs after _restart_when_it_counts: a restarted process's
+    Restart is by then where its new life begins, after the fencing of the
+    old one.
+    """
+    down: set[int] = set()
+    for i, (e, origin) in enumerate(mine):
+        kind = e["type"]
+        if kind == "Crash":
+            down.add(e["replica"])
+        elif kind == "Restart":
+            down.discard(e["replica"])
+        elif kind == "FenceBroker" and e["broker"] not in down:
+            skipped["everything from the FenceBroker of a live broker on"] = len(mine) - i
+            return mine[:i], f"FenceBroker of live broker {e['broker']} at {origin} (its session ran out)"
+    return mine, ""
+
+
 def _same_leader_updates(mine):
     """Mark a BecomeFollower that keeps the leader and leader epoch (`same_leader`: an isr change only).
 
@@ -405,6 +434,58 @@ def _same_leader_updates(mine):
         elif e["type"] in ("BecomeLeader", "Crash", "Restart"):
             following.pop(e.get("replica"), None)
         out.append((e, origin))
+    return out
+
+
+# AlterPartition answers the controller itself gives (spec/Replication.tla's AlterPartitionError, and NONE);
+# any other error code means the request never got a decision (NOT_CONTROLLER, REQUEST_TIMED_OUT, a
+# broken connection): the spec's AlterPartitionLost.
+CONTROLLER_ANSWERS = frozenset({0, 74, 95, 107})  # NONE, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA
+
+
+def _alter_partition_answers(mine, skipped):
+    """Match each leader's logged AlterPartition answer to the spec's step for it.
+
+    - An answer with an error the controller does not give (NOT_CONTROLLER
+      while the quorum moves, REQUEST_TIMED_OUT behind a cut link) is a
+      request that got no decision: marked `lost`, the spec's
+      AlterPartitionLost (the leader keeps the isr it applied).
+    - An answer to a request that a BecomeLeader of the same leader
+      superseded, and that changed nothing (an error, or the isr the leader
+      had already applied): left out. The spec's BecomeLeader drops a
+      pending AlterPartition (the committed state is known, a late answer
+      is stale); kref's leader before session 8 applied such a registration
+      silently, kept waiting for the answer and then ignored it (traces
+      recorded then). An answer that did change the leader's isr is kept,
+      and rejected where it is.
+    """
+    out = []
+    pending: dict[int, bool] = {}  # leader -> a request of it is in flight (as the spec sees it)
+    applied: dict[int, frozenset] = {}  # leader -> the isr its last BecomeLeader applied
+    superseded: dict[int, bool] = {}  # leader -> its request in flight was dropped by a BecomeLeader
+    stale = 0
+    for e, origin in mine:
+        kind, r = e["type"], e.get("replica")
+        if kind in ("ShrinkIsr", "ExpandIsr"):
+            pending[r], superseded[r] = True, False
+        elif kind == "BecomeLeader":
+            if pending.pop(r, False):
+                superseded[r] = True
+            applied[r] = frozenset(e["isr"])
+        elif kind in ("BecomeFollower", "Crash", "Restart"):
+            pending.pop(r, None)
+            superseded.pop(r, None)
+        elif kind == "HandleAlterPartitionResponse":
+            if superseded.pop(r, False) and not pending.get(r) and (
+                    e.get("error_code", 0) != 0 or frozenset(e["isr"]) == applied.get(r)):
+                stale += 1
+                continue
+            pending.pop(r, None)
+            if e.get("error_code", 0) not in CONTROLLER_ANSWERS:
+                e = {**e, "lost": True}
+        out.append((e, origin))
+    if stale:
+        skipped["HandleAlterPartitionResponse of a request a BecomeLeader superseded (changed nothing)"] = stale
     return out
 
 
