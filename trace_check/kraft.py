@@ -123,16 +123,9 @@ class KRaftSteps:
         ])
 
 
-def is_kraft_trace(events: list[tuple[dict[str, Any], str]]) -> bool:
-    """True when the events are the quorum's and no user partition's (what `kref trace check` picks by)."""
-    quorum = user = False
-    for e, _ in events:
-        topic = e.get("topic")
-        if topic == METADATA_TOPIC and e["type"] in KRAFT_EVENT_TYPES:
-            quorum = True
-        elif isinstance(topic, str) and not topic.startswith("__"):
-            user = True
-    return quorum and not user
+def has_quorum_events(events: list[tuple[dict[str, Any], str]]) -> bool:
+    """True when the events hold the controller quorum's steps (spec/KRaft.tla's to check)."""
+    return any(e.get("topic") == METADATA_TOPIC and e["type"] in KRAFT_EVENT_TYPES for e, _ in events)
 
 
 def load(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:

@@ -329,3 +329,45 @@ def test_the_configured_voters_come_from_the_events(tmp_path):
     events[i] = ({**events[i][0], "voters": [1, 2, 3]}, events[i][1])
     with pytest.raises(TraceError, match="different voter sets"):
         kraft.normalise(events)
+
+
+def _cluster_like_files(tmp_path: Path, doctor=None) -> list[Path]:
+    """A cluster's files in miniature: the recorded quorum's three files and a simulated run's
+    replication trace (3 brokers, one partition) beside them, on one clock (the simulator's virtual
+    milliseconds given as mono_ns: the two runs never meet, each spec reads its own events)."""
+    from tests.trace_check.test_trace_check import simulated_trace
+
+    files = recorded()
+    if doctor:
+        doctor(files)
+    paths = write(tmp_path, files)
+    sim = tmp_path / "partitions.ndjson"
+    events = simulated_trace(sim)
+    sim.write_text("".join(json.dumps({**e, "mono_ns": e["time_ms"] * 1_000_000 + i}) + "\n"
+                           for i, e in enumerate(events)))
+    return paths + [sim]
+
+
+def test_auto_mode_checks_every_spec_the_files_hold_events_for(tmp_path):
+    """Without --spec, files holding the quorum's events and a user partition's are checked against
+    both specs, each verdict reported; a rejection by either makes the exit status 1."""
+    paths = _cluster_like_files(tmp_path)
+    code, report = validate(paths, voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 0, report
+    assert report.startswith("2 checks of 4 file(s)") and "2 accepted, 0 rejected" in report
+    assert "[spec/KRaft.tla] OK:" in report and "is a behaviour of" not in report
+    assert "are a behaviour of spec/KRaft.tla" in report and "are a behaviour of spec/Replication.tla" in report
+
+    def no_majority(files):  # as test_a_high_watermark_advanced_without_a_majority_is_rejected
+        n2 = files[2]
+        i = find(n2, "AdvanceHighWatermark", leader_epoch=1)
+        n2[i] = {**n2[i], "end_offsets": {str(v): 0 for v in n2[i]["end_offsets"]}}
+
+    doctored = tmp_path / "doctored"
+    doctored.mkdir()
+    code, report = validate(_cluster_like_files(doctored, no_majority), voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert "1 accepted, 1 rejected" in report
+    assert "[spec/KRaft.tla] REJECTED" in report and "are a behaviour of spec/Replication.tla" in report
