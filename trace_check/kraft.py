@@ -39,6 +39,11 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   right after that leader's previous step (the earliest it can have written
   them, so that a follower's fetch of them finds them). A node that was not a leader at its previous step
   gets none: its event is then rejected at its own line.
+- Snapshots. CreateSnapshot, AdvanceLogStart and InstallSnapshot are
+  logged by the core under the spec's names and taken as they are; an
+  install is a follower's step with its leader as the peer (a late
+  delivery like a fetch, above), and a leader's records it shows are
+  inferred like a fetch's.
 - What the spec does not model is left out and counted: observers' quorum
   events (brokers fetch the metadata log but do not vote) and every other
   partition's.
@@ -281,10 +286,11 @@ def _infer_metadata_appends(mine):
                 and e["log_end_offset"] > expected):
             append_at(node, e["log_end_offset"] - expected, origin)
         leader = e.get("leader_id")
-        if (kind == "FetchFromLeader" and leader in anchor and leader != node
+        if (kind in ("FetchFromLeader", "InstallSnapshot") and leader in anchor and leader != node
                 and e["log_end_offset"] > leo.get(leader, 0)):
-            # The follower holds records its leader logged no step for yet (the leader may log
-            # none again: stopped or killed before its next event): the leader wrote them.
+            # The follower holds records (or a snapshot of them) its leader logged no step for
+            # yet (the leader may log none again: stopped or killed before its next event): the
+            # leader wrote them.
             count = e["log_end_offset"] - leo[leader]
             append_at(leader, count, origin)
             leo[leader] += count
@@ -324,7 +330,7 @@ def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
         return e["candidate"], e["leader_epoch"], frozenset({"Candidate"})
     if kind == "BecomeUnattached":
         return e["source"], e["leader_epoch"], None
-    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset"):
+    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset", "InstallSnapshot"):
         return e["leader_id"], e["leader_epoch"], frozenset({"Leader"})
     return None
 

@@ -371,3 +371,23 @@ def test_auto_mode_checks_every_spec_the_files_hold_events_for(tmp_path):
     assert code == 1, report
     assert "1 accepted, 1 rejected" in report
     assert "[spec/KRaft.tla] REJECTED" in report and "are a behaviour of spec/Replication.tla" in report
+
+
+def test_a_zombie_controller_that_commits_a_write_in_its_old_epoch_is_rejected(tmp_path):
+    """The recorded trace's zombie (node 3 leads epoch 2, is SIGSTOPped, node 1 wins epoch 3, node 3
+    resumes and learns epoch 3) doctored: on resuming, node 3 appends a record in epoch 2 and
+    advances its high watermark over it, counting the voters that had fetched everything from it
+    before the pause. No behaviour of spec/KRaft.tla does that (NoZombieWrite): they never fetched
+    the new record in epoch 2, and have left that epoch."""
+    files = recorded()
+    n3 = files[3]
+    i = find(n3, "BecomeUnattached", leader_epoch=3)
+    leader = n3[find(n3, "AdvanceHighWatermark", leader_epoch=2)]
+    assert n3[i - 1] is leader  # the zombie's last step as the leader of epoch 2
+    zombie_write = {**leader, "log_end_offset": 3, "high_watermark": 3, "end_offsets": {"1": 3, "2": 3},
+                    "time_ms": n3[i]["time_ms"] - 1, "mono_ns": n3[i]["mono_ns"] - 1}
+    n3.insert(i, zombie_write)
+    steps = kraft.normalise(kraft.load(write(tmp_path, files)))
+    assert any(o.startswith("inferred: AppendMetadata by leader 3") for o in steps.origin)  # the zombie's append
+    report = rejected_at(tmp_path, files, 3, i)
+    assert "'type': 'AdvanceHighWatermark'" in report and "'leader_epoch': 2" in report
