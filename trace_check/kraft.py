@@ -19,8 +19,9 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   linearisation of the run; any other that keeps each node's own order and
   puts each step after what it needed is the same run. So an event whose
   peer is no longer in the state the event needs (the candidate a
-  Candidate of that epoch, the leader a Leader of it, the node whose higher
-  epoch was learnt in that epoch) is moved, with the other events of its
+  Candidate of that epoch, the leader a Leader of it whose log, for a
+  fetch of records, did not yet start past the fetch offset, the node
+  whose higher epoch was learnt in that epoch) is moved, with the other events of its
   node's same core step, back to the latest point where the peer still was,
   provided no event of its own node lies in between. Otherwise it stays
   where it is, and TLC rejects it.
@@ -44,6 +45,10 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   install is a follower's step with its leader as the peer (a late
   delivery like a fetch, above), and a leader's records it shows are
   inferred like a fetch's.
+- Epochs through observers. A voter that learns a higher epoch from an
+  observer's Fetch (observers are not nodes of the spec) is taken to have
+  learnt it from the voter that last logged that epoch, from whom the
+  observer had it.
 - What the spec does not model is left out and counted: observers' quorum
   events (brokers fetch the metadata log but do not vote) and every other
   partition's.
@@ -232,6 +237,8 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
         elif e["replica"] not in voter_set:
             skipped["observers' quorum events"] = skipped.get("observers' quorum events", 0) + 1
         else:
+            if kind == "BecomeUnattached" and e["source"] not in voter_set:
+                e, origin = _learnt_through_observer(e, origin, mine)
             mine.append((e, origin))
     mine = _infer_metadata_appends(mine)
     mine = _infer_membership_steps(mine)
@@ -251,6 +258,18 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
         raise TraceError(f"{len(out.steps)} quorum steps: more than {MAX_STEPS} for one TLC run "
                          "(check a shorter run)")
     return out
+
+
+def _learnt_through_observer(e, origin, mine):
+    """A voter learnt a higher epoch from an observer's Fetch (an observer is no node of the spec):
+    the observer had it from a voter in that epoch, so the step is taken as from that voter (the
+    latest to have logged that epoch), as if the observer had carried the voter's message."""
+    for x, _ in reversed(mine):
+        if (x["replica"] != e["replica"] and x["type"] not in NOT_QUORUM
+                and x["leader_epoch"] == e["leader_epoch"]):
+            return ({**e, "source": x["replica"]},
+                    f"{origin} (epoch learnt from observer {e['source']}: taken as from voter {x['replica']})")
+    return e, origin
 
 
 def _infer_metadata_appends(mine):
@@ -425,7 +444,18 @@ def _ok(seq, group, k: int) -> bool:
         s = _status(seq, peer, k)
         if s is None or s[0] != epoch or (states is not None and s[1] not in states):
             return False
+        if e["type"] == "FetchFromLeader" and _log_start(seq, peer, k) > e["first_offset"]:
+            return False  # answered with records before the leader's log start passed them
     return True
+
+
+def _log_start(seq, node: int, k: int) -> int:
+    """The log start offset of `node` before position k of seq (0: never moved)."""
+    for i in range(k - 1, -1, -1):
+        for e, _ in reversed(seq[i]):
+            if e["replica"] == node and e["type"] in ("AdvanceLogStart", "InstallSnapshot"):
+                return e.get("log_start_offset", e.get("snapshot_end_offset", 0))
+    return 0
 
 
 def _epoch_before(node: int, prefix) -> int:

@@ -373,6 +373,38 @@ def test_auto_mode_checks_every_spec_the_files_hold_events_for(tmp_path):
     assert "[spec/KRaft.tla] REJECTED" in report and "are a behaviour of spec/Replication.tla" in report
 
 
+SNAPSHOTS = Path(__file__).parent / "testdata" / "kraft-snapshot"
+
+
+def test_recorded_snapshot_installs_are_a_behaviour_of_kraft_tla():
+    """A run of tests/controller/test_snapshot_processes.py's FetchSnapshot catch-up (3 combined
+    nodes and observer 4, a 1-byte retention: every snapshot moves the log start; a voter and the
+    observer killed -9, 40 topics created, both restarted behind the leader's log start): the
+    voters' CreateSnapshot and AdvanceLogStart, the restarted voter's InstallSnapshot, checked
+    whole with the elections, membership and metadata records around them."""
+    paths = sorted(SNAPSHOTS.glob("node-*.ndjson"))
+    steps = kraft.normalise(kraft.load(paths))
+    kinds = [s["type"] for s in steps.steps]
+    assert {"CreateSnapshot", "AdvanceLogStart", "InstallSnapshot", "Crash", "Restart"} <= set(kinds), set(kinds)
+    assert any(s["snapshot_end_offset"] > 0 for s in steps.steps if s["type"] == "InstallSnapshot")
+    code, report = validate(paths, spec="kraft", timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 0, report
+
+
+def test_a_snapshot_past_the_high_watermark_is_rejected(tmp_path):
+    """The same trace doctored: a voter's first snapshot claims an offset its high watermark never
+    covered (a snapshot of records not yet committed): rejected at that line."""
+    files = {n: read(SNAPSHOTS / f"node-{n}.ndjson") for n in (1, 2, 3, 4)}
+    n3 = files[3]
+    i = find(n3, "CreateSnapshot")
+    n3[i] = {**n3[i], "snapshot_end_offset": n3[i]["log_end_offset"] + 1}
+    code, report = validate(write(tmp_path, files), spec="kraft", timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / 'node-3.ndjson'}:{i + 1}" in report, report
+    assert "'type': 'CreateSnapshot'" in report
+
 def test_a_zombie_controller_that_commits_a_write_in_its_old_epoch_is_rejected(tmp_path):
     """The recorded trace's zombie (node 3 leads epoch 2, is SIGSTOPped, node 1 wins epoch 3, node 3
     resumes and learns epoch 3) doctored: on resuming, node 3 appends a record in epoch 2 and
