@@ -24,7 +24,17 @@
 (*  - every other record the controller writes (topic, partition, config,  *)
 (*    partition-change and feature records) is one abstract "Metadata"     *)
 (*    entry that only the active controller appends (AppendMetadata): to   *)
-(*    the quorum it is an entry of the leader's epoch like any other.      *)
+(*    the quorum it is an entry of the leader's epoch like any other;      *)
+(*  - snapshots (KIP-630): a node snapshots its state at a committed       *)
+(*    offset (CreateSnapshot) and may then start its log there             *)
+(*    (AdvanceLogStart); a follower whose fetch position lies before the   *)
+(*    leader's log start (or on another epoch at it) is answered with the  *)
+(*    leader's latest snapshot instead of records, fetches it and replaces *)
+(*    its whole log with it (InstallSnapshot).  The entries a snapshot     *)
+(*    holds stay in log[v] as the abstract prefix the snapshot stands for  *)
+(*    (a snapshot is the state after applying exactly them), so every     *)
+(*    property keeps its meaning; log_start_offset says which of them the  *)
+(*    node can no longer serve as records.                                 *)
 (*                                                                         *)
 (* Every RPC is one atomic step between two live, unpaused nodes: the      *)
 (* request carries the sender's epoch and log position as they are in the  *)
@@ -89,6 +99,9 @@ VARIABLES
     end_offsets,        \* [Voters -> [Voters -> Nat]] leader's view of followers' fetch offsets
     votes_granted,      \* [Voters -> SUBSET Voters]   candidate's votes in its epoch
     broker_sessions,    \* [Voters -> SUBSET Brokers]  brokers whose heartbeat session is live at this controller
+    \* --- persistent per voter: snapshots (KIP-630; the .checkpoint files and the log's start)
+    log_start_offset,   \* [Voters -> Nat] first offset the log still holds as records (0: all)
+    snapshot_end_offset, \* [Voters -> Nat] end offset of the node's latest snapshot (0: none)
     \* --- environment
     up,                 \* SUBSET Voters: voters whose process is running
     paused,             \* SUBSET Voters: running but stopped (GC pause, SIGSTOP)
@@ -101,8 +114,9 @@ VARIABLES
     crash_count,        \* crashes so far, and
     pause_count         \* pauses so far: read only by the model's bounds (MCKRaft)
 
+snapshot_vars == <<log_start_offset, snapshot_end_offset>>
 raft_vars    == <<leader_epoch, voted_for, leader_id, log, state, high_watermark,
-                  end_offsets, votes_granted>>
+                  end_offsets, votes_granted, snapshot_vars>>
 env_vars     == <<broker_sessions, up, paused, broker_metadata_offset>>
 history_vars == <<elections, committed, deposed_writes, crash_count, pause_count>>
 vars         == <<raft_vars, env_vars, history_vars>>
@@ -143,6 +157,20 @@ Diverging(f, l) ==
     LET O == EndOffsetForEpoch(l, LastEpoch(f))
     IN  \/ EpochAtEndOffset(l, O) # LastEpoch(f)
         \/ O < LogEndOffset(f)
+
+\* KIP-630: what follower f needs next is gone from the leader's log, so
+\* the leader answers its Fetch with its latest snapshot's id instead of
+\* records or a diverging epoch (Kafka's validateOffsetAndEpoch): the fetch
+\* offset lies before l's log start, or at it with another last epoch than
+\* the snapshot there, or f's last epoch is older than that snapshot's (f
+\* diverges inside what l no longer holds as records).
+NeedsSnapshot(f, l) ==
+    LET start == log_start_offset[l]
+        at_start == EpochAtEndOffset(l, start)
+    IN  /\ start > 0
+        /\ \/ LogEndOffset(f) < start
+           \/ LogEndOffset(f) = start /\ LastEpoch(f) # at_start
+           \/ LastEpoch(f) < at_start
 
 \* The offset a majority has reached, counting the leader's own log end
 \* offset and, for the others, the fetch offset of their last Fetch.
@@ -191,6 +219,8 @@ Init ==
     /\ end_offsets = [v \in Voters |-> [x \in Voters |-> 0]]
     /\ votes_granted = [v \in Voters |-> {}]
     /\ broker_sessions = [v \in Voters |-> {}]
+    /\ log_start_offset = [v \in Voters |-> 0]
+    /\ snapshot_end_offset = [v \in Voters |-> 0]
     /\ up = Voters
     /\ paused = {}
     /\ broker_metadata_offset = [b \in Brokers |-> 0]
@@ -217,6 +247,7 @@ RequestVote(c) ==
     /\ log' = log
     /\ high_watermark' = high_watermark
     /\ end_offsets' = end_offsets
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED env_vars
     /\ UNCHANGED history_vars
 
@@ -246,6 +277,7 @@ GrantVote(v, c) ==
     /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
     /\ log' = log
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
 
@@ -266,6 +298,7 @@ BecomeUnattached(v, w) ==
     /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
     /\ log' = log
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
 
@@ -285,6 +318,7 @@ BecomeActiveController(c) ==
     /\ AppendAsLeader(c, [epoch |-> leader_epoch[c], type |-> "LeaderChange", broker |-> Nil])
     /\ elections' = elections \cup {[epoch |-> leader_epoch[c], leader |-> c]}
     /\ broker_sessions' = [broker_sessions EXCEPT ![c] = Brokers]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, high_watermark>>
     /\ UNCHANGED <<up, paused, broker_metadata_offset, committed, crash_count, pause_count>>
 
@@ -308,6 +342,7 @@ BeginQuorumEpoch(l, v) ==
     /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
     /\ log' = log
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
 
@@ -324,6 +359,7 @@ FetchFromLeader(f, l) ==
     /\ Live(f) /\ Live(l)
     /\ state[f] = Follower /\ leader_id[f] = l
     /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ ~NeedsSnapshot(f, l)
     /\ ~Diverging(f, l)
     \* Any prefix of what f lacks, none included (the response is bounded
     \* by max bytes, and the leader may answer before it has more): a
@@ -334,6 +370,7 @@ FetchFromLeader(f, l) ==
           /\ high_watermark' = [high_watermark EXCEPT ![f] =
                                    Max(@, Min(high_watermark[l], upto))]
     /\ end_offsets' = [end_offsets EXCEPT ![l][f] = LogEndOffset(f)]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted>>
     /\ UNCHANGED env_vars
     /\ UNCHANGED history_vars
@@ -347,10 +384,12 @@ TruncateToEpochEndOffset(f, l) ==
     /\ Live(f) /\ Live(l)
     /\ state[f] = Follower /\ leader_id[f] = l
     /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ ~NeedsSnapshot(f, l)
     /\ Diverging(f, l)
     /\ LET O == EndOffsetForEpoch(l, LastEpoch(f))
            E == EpochAtEndOffset(l, O)
        IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted,
                    high_watermark, end_offsets>>
     /\ UNCHANGED env_vars
@@ -374,6 +413,7 @@ AdvanceHighWatermark(l) ==
                            [entry |-> log[l][Len(committed) + i],
                             commit_epoch |-> leader_epoch[l]]]
                  ELSE committed
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, state, end_offsets, votes_granted>>
     /\ UNCHANGED env_vars
     /\ UNCHANGED <<elections, deposed_writes, crash_count, pause_count>>
@@ -387,10 +427,61 @@ AppendMetadata(l) ==
     /\ Live(l)
     /\ state[l] = Leader
     /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "Metadata", broker |-> Nil])
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
     /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
                    crash_count, pause_count>>
+
+-----------------------------------------------------------------------------
+(* Snapshots (KIP-630) *)
+
+\* Node v writes a snapshot of its metadata image at an offset it has
+\* applied, which is committed (never past its high watermark), beyond its
+\* latest one.  Bounded by MCKRaft (MaxSnapshotOffset), like a controller write.
+CreateSnapshot(v) ==
+    /\ Live(v)
+    /\ \E n \in (snapshot_end_offset[v] + 1)..high_watermark[v] :
+          snapshot_end_offset' = [snapshot_end_offset EXCEPT ![v] = n]
+    /\ UNCHANGED <<log_start_offset, leader_epoch, voted_for, leader_id, log, state,
+                   high_watermark, end_offsets, votes_granted>>
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* Retention (metadata.max.retention.bytes/.ms): v's log now starts at its
+\* latest snapshot; the records before it are deleted and only the snapshot
+\* serves them.
+AdvanceLogStart(v) ==
+    /\ Live(v)
+    /\ log_start_offset[v] < snapshot_end_offset[v]
+    /\ log_start_offset' = [log_start_offset EXCEPT ![v] = snapshot_end_offset[v]]
+    /\ UNCHANGED <<snapshot_end_offset, leader_epoch, voted_for, leader_id, log, state,
+                   high_watermark, end_offsets, votes_granted>>
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* Follower f's Fetch is answered with l's latest snapshot id (NeedsSnapshot);
+\* f fetches it (FetchSnapshot, chunk by chunk: one atomic step here, like
+\* every RPC) and installs it: its whole log is replaced by the snapshot
+\* (truncated fully to the snapshot's end offset, whatever it held beyond),
+\* its log starts there and its high watermark moves to it.  A snapshot
+\* below f's high watermark is refused (no step).  The leader learns
+\* nothing about f's position from it (end_offsets unchanged).
+InstallSnapshot(f, l) ==
+    /\ f # l
+    /\ Live(f) /\ Live(l)
+    /\ state[f] = Follower /\ leader_id[f] = l
+    /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ NeedsSnapshot(f, l)
+    /\ LET S == snapshot_end_offset[l] IN
+       /\ S >= high_watermark[f]
+       /\ log' = [log EXCEPT ![f] = SubSeq(log[l], 1, S)]
+       /\ high_watermark' = [high_watermark EXCEPT ![f] = S]
+       /\ log_start_offset' = [log_start_offset EXCEPT ![f] = S]
+       /\ snapshot_end_offset' = [snapshot_end_offset EXCEPT ![f] = S]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, end_offsets, votes_granted>>
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
 
 -----------------------------------------------------------------------------
 (* Broker membership (KIP-631) *)
@@ -409,6 +500,7 @@ RegisterBroker(l, b) ==
     /\ ~IsRegistered(l, b) \/ b \notin broker_sessions[l]
     /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "RegisterBroker", broker |-> b])
     /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \cup {b}]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
     /\ UNCHANGED <<up, paused, broker_metadata_offset, elections, committed,
@@ -434,6 +526,7 @@ FenceBroker(l, b) ==
     /\ IsRegistered(l, b) /\ ~IsFenced(l, b)
     /\ b \notin broker_sessions[l]
     /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "FenceBroker", broker |-> b])
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
     /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
@@ -460,6 +553,7 @@ UnfenceBroker(l, b) ==
     /\ b \in broker_sessions[l]
     /\ broker_metadata_offset[b] > RegistrationOffset(l, b)
     /\ AppendAsLeader(l, [epoch |-> leader_epoch[l], type |-> "UnfenceBroker", broker |-> b])
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
     /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
@@ -489,9 +583,10 @@ BrokerFetchMetadata(b, l) ==
 -----------------------------------------------------------------------------
 (* Faults *)
 
-\* The process stops.  Log, epoch, vote and known leader are on disk
-\* (KRaft fsyncs the log before acknowledging and keeps them in the
-\* quorum-state file); everything else is lost.  The restarted node comes
+\* The process stops.  Log, epoch, vote, known leader and snapshots are on
+\* disk (KRaft fsyncs the log before acknowledging and keeps them in the
+\* quorum-state file); the high watermark restarts at the latest snapshot's
+\* end (kref's QuorumCore.restore); everything else is lost.  The restarted node comes
 \* back as QuorumState.initialize reads quorum-state: Resigned if it was
 \* the leader (it may not resume leadership of that epoch), Follower if it
 \* knew a leader, Candidate (votes to collect again) if it had voted for
@@ -508,11 +603,13 @@ Crash(v) ==
     /\ up' = up \ {v}
     /\ paused' = paused \ {v}
     /\ state' = [state EXCEPT ![v] = RestartState(v)]
-    /\ high_watermark' = [high_watermark EXCEPT ![v] = 0]
+    \* What its latest snapshot holds is committed: the node starts there.
+    /\ high_watermark' = [high_watermark EXCEPT ![v] = snapshot_end_offset[v]]
     /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
     /\ votes_granted' = [votes_granted EXCEPT ![v] =
                             IF RestartState(v) = Candidate THEN {v} ELSE {}]
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, broker_metadata_offset>>
     /\ crash_count' = crash_count + 1
     /\ UNCHANGED <<elections, committed, deposed_writes, pause_count>>
@@ -547,6 +644,7 @@ Resign(l) ==
     /\ state[l] = Leader
     /\ state' = [state EXCEPT ![l] = Resigned]
     /\ broker_sessions' = [broker_sessions EXCEPT ![l] = {}]
+    /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, high_watermark,
                    end_offsets, votes_granted>>
     /\ UNCHANGED <<up, paused, broker_metadata_offset>>
@@ -594,12 +692,18 @@ ProtocolNext ==
 RecoveryNext ==
     \E v \in Voters : Restart(v) \/ Resume(v)
 
+\* Snapshots, apart so that the liveness models (LiveNext) stay without them.
+SnapshotNext ==
+    \/ \E v \in Voters : CreateSnapshot(v) \/ AdvanceLogStart(v)
+    \/ \E f, l \in Voters : InstallSnapshot(f, l)
+
 Next ==
     \/ \E v \in Voters : RequestVote(v) \/ Crash(v) \/ Pause(v) \/ Resign(v)
                         \/ ControllerWrite(v)
     \/ \E l, v \in Voters : EndQuorumEpoch(l, v)
     \/ ProtocolNext
     \/ RecoveryNext
+    \/ SnapshotNext
 
 \* Weak fairness on every protocol and recovery step: a step that stays
 \* possible eventually happens.  No fairness on disruptive steps.
@@ -631,6 +735,7 @@ TypeOK ==
     /\ up \subseteq Voters /\ paused \subseteq up
     /\ crash_count \in Nat /\ pause_count \in Nat
     /\ broker_metadata_offset \in [Brokers -> Nat]
+    /\ log_start_offset \in [Voters -> Nat] /\ snapshot_end_offset \in [Voters -> Nat]
     /\ \A v \in Voters : high_watermark[v] <= LogEndOffset(v)
 
 \* At most one leader per epoch, over the whole history.  Everything that
@@ -680,6 +785,18 @@ CommittedEntriesNeverLost ==
           /\ \A i \in 1..high_watermark[v] :
                 i <= LogEndOffset(v) /\ log[v][i] = committed[i].entry
     /\ \A b \in Brokers : broker_metadata_offset[b] <= Len(committed)
+
+\* A snapshot holds only committed entries, and the log a node keeps never
+\* loses what its snapshots hold: the log starts at or before the latest
+\* snapshot, which ends within the log, on the committed prefix.  (A node
+\* asked to truncate below its snapshot, or a leader serving a snapshot of
+\* uncommitted entries, breaks it.)
+SnapshotsCommitted ==
+    \A v \in Voters :
+        /\ log_start_offset[v] <= snapshot_end_offset[v]
+        /\ snapshot_end_offset[v] <= LogEndOffset(v)
+        /\ snapshot_end_offset[v] <= Len(committed)
+        /\ \A i \in 1..snapshot_end_offset[v] : log[v][i] = committed[i].entry
 
 \* A deposed controller that resumes (a zombie) may still append records in
 \* its old epoch, e.g. FenceBroker for every broker whose heartbeats it

@@ -17,6 +17,7 @@ CONSTANTS
     MaxEpoch,          \* no election timer fires in epoch MaxEpoch
     MaxBrokerRecords,  \* broker records (Register/Fence/Unfence) per log
     MaxMetadataRecords, \* other controller records (AppendMetadata) per log
+    MaxSnapshotOffset, \* no snapshot is written past this offset (0: no snapshots)
     MaxCrashes,        \* crashes of voters over a whole behaviour
     MaxPauses          \* pauses of voters over a whole behaviour
 
@@ -24,7 +25,8 @@ CONSTANTS
 \* a state beyond them is not explored.  Each bound can only be crossed by
 \* a disruptive action: an election timeout (RequestVote raises the epoch;
 \* other actions only copy an existing epoch), a controller write, a crash
-\* or a pause.  LeaderChange records are bounded by MaxEpoch, not here.
+\* or a pause, or a snapshot (CreateSnapshot; InstallSnapshot copies the
+\* leader's, which is within the bound already).  LeaderChange records are bounded by MaxEpoch, not here.
 BrokerRecordCount(v) ==
     Cardinality({i \in 1..Len(log[v]) : log[v][i].type \notin {"LeaderChange", "Metadata"}})
 MetadataRecordCount(v) ==
@@ -34,6 +36,7 @@ MCBounds ==
     /\ \A v \in Voters : leader_epoch[v] <= MaxEpoch
     /\ \A v \in Voters : BrokerRecordCount(v) <= MaxBrokerRecords
     /\ \A v \in Voters : MetadataRecordCount(v) <= MaxMetadataRecords
+    /\ \A v \in Voters : snapshot_end_offset[v] <= MaxSnapshotOffset
     /\ crash_count <= MaxCrashes
     /\ pause_count <= MaxPauses
 
@@ -117,6 +120,28 @@ LeaderCrashLiveSpec ==
     /\ Fairness
     /\ \A v \in Voters : WF_vars(ElectionTimeout(v))
 
+\* For MCKRaftTruncationLivenessFast (default set): LeaderCrashLiveSpec with
+\* a leader crashing only while no other voter holds an entry of its epoch
+\* (before anyone fetched its LeaderChange record).  That is exactly the
+\* crash the truncation scenario needs (see MCKRaftTruncationLiveness.cfg);
+\* a leader crash after its record spread leaves no follower holding an
+\* epoch its next leader lacks.  MCKRaftTruncationLiveness (full set) keeps
+\* every leader crash.
+Unreplicated(v) ==
+    \A w \in Voters \ {v} : \A i \in 1..Len(log[w]) : log[w][i].epoch # leader_epoch[v]
+
+UnreplicatedLeaderCrashLiveNext ==
+    \/ \E v \in Voters : ElectionTimeout(v)
+    \/ crash_count < MaxCrashes /\ \E v \in Voters : state[v] = Leader /\ Unreplicated(v) /\ Crash(v)
+    \/ ProtocolNext
+    \/ RecoveryNext
+
+UnreplicatedLeaderCrashLiveSpec ==
+    /\ Init
+    /\ [][UnreplicatedLeaderCrashLiveNext]_vars
+    /\ Fairness
+    /\ \A v \in Voters : WF_vars(ElectionTimeout(v))
+
 \* Follower f diverges from the live leader l of its epoch that it follows.
 FollowsDiverging(f, l) ==
     /\ Live(f) /\ Live(l)
@@ -139,6 +164,20 @@ FollowsDiverging(f, l) ==
 \* never resolved is one that lasts for ever, which this forbids.)
 TruncationEnds ==
     []<>(\A f, l \in Voters : ~FollowsDiverging(f, l))
+
+\* For MCKRaftFigure8Control (default set): MCBounds and three cuts of the
+\* elections (disruptive steps) that Raft's Figure 8 does not need: no log
+\* longer than 2 entries (a voter leads at most twice), at most two voters
+\* ever win an election, at most one candidate at a time.  The Figure-8
+\* behaviour (v1 leads epochs 1 and 3, v2 epochs 2 and 4, one after the
+\* other; v1's log [1, 3], v2's [2, 4], v3's [1]) stays inside them, so
+\* the commit-rule mutation is caught here as in MCKRaftEpoch4 (full set),
+\* which checks every behaviour up to epoch 4.
+Figure8Bounds ==
+    /\ MCBounds
+    /\ \A v \in Voters : Len(log[v]) <= 2
+    /\ Cardinality({e.leader : e \in elections}) <= 2
+    /\ Cardinality({v \in Voters : state[v] = Candidate}) <= 1
 
 -----------------------------------------------------------------------------
 (* Non-vacuity witness (a configuration that MUST FAIL): a zombie        *)
@@ -175,6 +214,17 @@ NewIncarnationNeverUnfenced ==
           /\ log[v][k].type = "UnfenceBroker"
           /\ log[v][i].broker = log[v][j].broker
           /\ log[v][j].broker = log[v][k].broker
+
+\* Non-vacuity witness for MCKRaftSnapshot (MUST FAIL): no follower is ever
+\* in a position to install its leader's snapshot (InstallSnapshot enabled).
+SnapshotNeverInstallable ==
+    \A f, l \in Voters : ~ENABLED InstallSnapshot(f, l)
+
+\* ... nor one that must throw away entries it holds beyond the snapshot
+\* (its last epoch is older than the one at the leader's log start).
+DivergentSnapshotNeverInstallable ==
+    \A f, l \in Voters :
+        ~ (ENABLED InstallSnapshot(f, l) /\ LogEndOffset(f) > snapshot_end_offset[l])
 
 -----------------------------------------------------------------------------
 (* Symmetry: voters are interchangeable (Init treats them alike, no action *)

@@ -30,6 +30,11 @@
 (* record where the leader's logged log end offset grew by them, right     *)
 (* after that leader's previous step.                                      *)
 (*                                                                         *)
+(* Snapshots are the actions of their names (CreateSnapshot,             *)
+(* AdvanceLogStart, InstallSnapshot): a follower's install is taken from  *)
+(* the leader it names, whose log must start past the follower's fetch    *)
+(* position (KRaft.tla's NeedsSnapshot).                                   *)
+(*                                                                         *)
 (* What a trace does not show stays free and TLC searches for it: a        *)
 (* follower's Fetch whose response carried no records is logged by nobody  *)
 (* (the leader only records the fetch offset), so it is a silent step      *)
@@ -155,6 +160,24 @@ TBrokerFetchMetadata ==
     \/ BrokerFetchMetadata(Ev.broker, Ev.replica)
     \/ UNCHANGED vars
 
+\* Snapshots (KIP-630): the node's new latest snapshot, its log start moved
+\* to it, a follower's install of its leader's snapshot, each landing where
+\* it was logged (the snapshot's end offset, and its epoch: that of the
+\* entry before its end).
+TCreateSnapshot ==
+    LET v == Ev.replica IN
+    /\ CreateSnapshot(v)
+    /\ snapshot_end_offset'[v] = Ev.snapshot_end_offset
+    /\ log[v][Ev.snapshot_end_offset].epoch = Ev.snapshot_epoch
+    /\ AsLogged(v)
+TAdvanceLogStart ==
+    AdvanceLogStart(Ev.replica) /\ log_start_offset'[Ev.replica] = Ev.log_start_offset /\ AsLogged(Ev.replica)
+TInstallSnapshot ==
+    LET f == Ev.replica IN
+    /\ InstallSnapshot(f, Ev.leader_id)
+    /\ snapshot_end_offset'[f] = Ev.snapshot_end_offset
+    /\ AsLogged(f)  \* its log end offset and last epoch are the snapshot's id
+
 \* Inferred by trace_check where a voter's run ends and its next begins (a
 \* kill -9 logs nothing): what the restarted node believes is RestartState,
 \* and its next event is compared with it.
@@ -172,6 +195,9 @@ TraceStep ==
          [] Ev.type = "TruncateToEpochEndOffset" -> TTruncateToEpochEndOffset
          [] Ev.type = "AdvanceHighWatermark"     -> TAdvanceHighWatermark
          [] Ev.type = "Resign"                   -> TResign
+         [] Ev.type = "CreateSnapshot"           -> TCreateSnapshot
+         [] Ev.type = "AdvanceLogStart"          -> TAdvanceLogStart
+         [] Ev.type = "InstallSnapshot"          -> TInstallSnapshot
          [] Ev.type = "RegisterBroker"           -> TRegisterBroker
          [] Ev.type = "FenceBroker"              -> TFenceBroker
          [] Ev.type = "UnfenceBroker"            -> TUnfenceBroker
@@ -208,6 +234,8 @@ StateView ==
      log_end_offset |-> [v \in Voters |-> LogEndOffset(v)],
      last_epoch |-> [v \in Voters |-> LastEpoch(v)],
      high_watermark |-> high_watermark,
+     log_start_offset |-> log_start_offset,
+     snapshot_end_offset |-> snapshot_end_offset,
      end_offsets |-> end_offsets,
      broker_sessions |-> broker_sessions,
      broker_metadata_offset |-> broker_metadata_offset,

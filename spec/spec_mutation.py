@@ -167,25 +167,33 @@ CATALOGUE: list[Mutation] = [
              "    /\\ crash_count' = crash_count + 1"),
     Mutation("KRaft: fetch from a leader of another epoch", K,
              "    /\\ state[l] = Leader /\\ leader_epoch[l] = leader_epoch[f]\n"
+             "    /\\ ~NeedsSnapshot(f, l)\n"
              "    /\\ ~Diverging(f, l)\n",
-             "    /\\ state[l] = Leader\n    /\\ ~Diverging(f, l)\n"),
+             "    /\\ state[l] = Leader\n    /\\ ~NeedsSnapshot(f, l)\n    /\\ ~Diverging(f, l)\n"),
     Mutation("KRaft: brokers read the metadata log to the LEO", K,
              "    /\\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = high_watermark[l]]",
              "    /\\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = LogEndOffset(l)]"),
-    # Caught by MCKRaftEpoch4 (4 epochs; the safety models above stop at 2): in the
-    # default set since session 6 for this mutation.
+    # Caught by MCKRaftFigure8Control (4 epochs under Figure8Bounds; the safety models
+    # above stop at 2; MCKRaftEpoch4, every behaviour up to epoch 4, is in the full set).
     Mutation("KRaft: commit an older epoch's entry by counting replicas (Figure 8)", K,
              "           /\\ CommitOnlyOwnEpoch => log[l][n].epoch = leader_epoch[l]\n",
              "           /\\ TRUE\n"),
     # Invisible to safety (a truncation that cuts nothing is a stuttering step);
-    # caught by liveness: MCKRaftTruncationLiveness (two leader crashes,
-    # TruncationEnds), in the default set since session 6 for this mutation.
+    # caught by liveness: MCKRaftTruncationLivenessFast (two crashes of a leader
+    # whose epoch no one else holds yet, TruncationEnds; the full set has every crash).
     Mutation("KRaft: truncation ignores the node's own epoch end", K,
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, EndOffsetForEpoch(f, E)))]",
              "       IN  log' = [log EXCEPT ![f] = SubSeq(@, 1, Min(O, LogEndOffset(f)))]"),
     Mutation("KRaft: a follower's HW is not bounded by what it fetched", K,
              "Max(@, Min(high_watermark[l], upto))]",
              "Max(@, high_watermark[l])]"),
+    # Snapshots (KIP-630): caught by MCKRaftSnapshot.
+    Mutation("KRaft: a snapshot of entries not yet committed", K,
+             "    /\\ \\E n \\in (snapshot_end_offset[v] + 1)..high_watermark[v] :\n",
+             "    /\\ \\E n \\in (snapshot_end_offset[v] + 1)..LogEndOffset(v) :\n"),
+    Mutation("KRaft: a follower installs the leader's snapshot without needing it", K,
+             "    /\\ NeedsSnapshot(f, l)\n    /\\ LET S == snapshot_end_offset[l] IN\n",
+             "    /\\ LET S == snapshot_end_offset[l] IN\n"),
     # Both conjuncts of MajorityOffset: with only the first one changed,
     # TLC's CHOOSE still picks the smallest candidate, the majority offset.
     Mutation("KRaft: the HW counts a minority", K,

@@ -3,13 +3,16 @@
     kref trace check broker1.ndjson broker2.ndjson broker3.ndjson [--topic t --partition 0]
     kref trace check node-1.ndjson node-2.ndjson node-3.ndjson [--spec kraft]
 
-The spec is picked by the events (a trace of the controller quorum's
-events only, and no user partition's, is checked against spec/KRaft.tla;
-trace_check.kraft.is_kraft_trace) or by --spec.
+The spec is picked by the events or by --spec. By default every spec the
+files hold events for is checked (specs_held): a cluster's files, which
+hold the controller quorum's events and user partitions' events, are
+checked against spec/KRaft.tla and against spec/Replication.tla for every
+user partition (or the one --topic/--partition names), each with its own
+verdict.
 
-Exit status: 0 when the trace is a behaviour of the spec; 1 when it is not
-(the first event no action can take is named, with the spec state before
-it); 2 when it cannot be checked (unreadable, several partitions and none
+Exit status: 0 when the trace is a behaviour of the spec (of every spec
+checked); 1 when it is not (of any: the first event no action can take is
+named, with the spec state before it); 2 when it cannot be checked (unreadable, several partitions and none
 chosen, faults the spec does not model, too long, TLC gave no verdict).
 """
 
@@ -56,9 +59,14 @@ def validate(files, *, topic: str | None = None, partition: int | None = None, m
 
     if spec == "auto":
         try:
-            spec = "kraft" if kraft.is_kraft_trace(load_events(files)) else "replication"
+            events = load_events(files)
         except TraceError as exc:
             return 2, f"kref trace check: {exc}"
+        held = specs_held(events)
+        if len(held) > 1:
+            return _validate_every_spec(files, events, topic=topic, partition=partition,
+                                        min_insync_replicas=min_insync_replicas, timeout_s=timeout_s, voters=voters)
+        spec = "kraft" if held == ["kraft"] else "replication"
     if spec == "kraft":
         return _validate_kraft(files, voters=voters, timeout_s=timeout_s)
 
@@ -108,3 +116,64 @@ def _validate_kraft(files, *, voters, timeout_s: float) -> tuple[int, str]:
     note = (f"{stopped}; {steps.moved} late deliveries taken before their timestamp; not in the spec, left out: "
             f"{skipped}")
     return _report(steps, verdict, "spec/KRaft.tla", steps.where(), note)
+
+
+def specs_held(events) -> list[str]:
+    """The specs the events hold steps for: "kraft" (the controller quorum's events) and
+    "replication" (a user partition's), in that order."""
+    from trace_check import kraft
+
+    held = ["kraft"] if kraft.has_quorum_events(events) else []
+    return held + (["replication"] if _partitions_held(events) or not held else [])
+
+
+def _partitions_held(events) -> set[tuple[str, int]]:
+    """The user partitions the events hold replication steps for (trace_check.replication's own test)."""
+    from trace_check.replication import _partitions
+
+    return _partitions(events)
+
+
+def _validate_every_spec(files, events, *, topic, partition, min_insync_replicas: int, timeout_s: float,
+                         voters) -> tuple[int, str]:
+    """Auto mode on files that hold events for both specs (a cluster's): the quorum against
+    spec/KRaft.tla and each user partition against spec/Replication.tla (one TLC run for all the
+    partitions that share constants), every verdict reported. Exit 1 if any rejects, else 2 if any
+    could not be checked, else 0."""
+    from trace_check.replication import TraceError, normalise
+    from trace_check.tlc import TlcError, check_and_explain_batch
+
+    files = list(files)
+    results = [("spec/KRaft.tla", *_validate_kraft(files, voters=voters, timeout_s=timeout_s))]
+    chosen = sorted(tp for tp in _partitions_held(events)
+                    if topic is None or (tp[0] == topic and (partition is None or tp[1] == partition)))
+    if not chosen:
+        results.append(("spec/Replication.tla", 2, "kref trace check: no replication events of a user partition"
+                        + (f" for {topic}" if topic else "")))
+    batch = []
+    for t, p in chosen:
+        try:
+            steps = normalise(events, t, p)
+            if min_insync_replicas < 1 or min_insync_replicas > max(1, len(steps.replicas)):
+                raise TraceError(f"--min-insync-replicas must be within 1..{len(steps.replicas)}")
+            batch.append(steps)
+        except TraceError as exc:
+            results.append((f"spec/Replication.tla, {t}-{p}", 2, f"kref trace check: {exc}"))
+    try:
+        verdicts = check_and_explain_batch(batch, min_insync_replicas=min_insync_replicas, timeout_s=timeout_s)
+    except TlcError as exc:
+        verdicts = None
+        results += [(f"spec/Replication.tla, {s.topic}-{s.partition}", 2, f"kref trace check: {exc}") for s in batch]
+    for steps, verdict in zip(batch, verdicts or ()):
+        skipped = ", ".join(f"{k} x{n}" for k, n in sorted(steps.skipped.items())) or "none"
+        stopped = f"; checked up to the {steps.stopped} (not in the spec)" if steps.stopped else ""
+        where = f"{steps.topic}-{steps.partition}, replicas {steps.replicas}"
+        code, text = _report(steps, verdict, "spec/Replication.tla", where,
+                             f"{stopped}; not in the spec, left out: {skipped}")
+        results.append((f"spec/Replication.tla, {steps.topic}-{steps.partition}", code, text))
+    codes = [code for _, code, _ in results]
+    code = 1 if 1 in codes else 2 if 2 in codes else 0
+    counts = f"{codes.count(0)} accepted, {codes.count(1)} rejected, {codes.count(2)} not checked"
+    lines = [f"{len(results)} checks of {len(list(files))} file(s) (every spec they hold events for): {counts}"]
+    lines += [f"[{name}] {text}" for name, _, text in results]
+    return code, "\n".join(lines)

@@ -19,8 +19,9 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   linearisation of the run; any other that keeps each node's own order and
   puts each step after what it needed is the same run. So an event whose
   peer is no longer in the state the event needs (the candidate a
-  Candidate of that epoch, the leader a Leader of it, the node whose higher
-  epoch was learnt in that epoch) is moved, with the other events of its
+  Candidate of that epoch, the leader a Leader of it whose log, for a
+  fetch of records, did not yet start past the fetch offset, the node
+  whose higher epoch was learnt in that epoch) is moved, with the other events of its
   node's same core step, back to the latest point where the peer still was,
   provided no event of its own node lies in between. Otherwise it stays
   where it is, and TLC rejects it.
@@ -39,6 +40,15 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   right after that leader's previous step (the earliest it can have written
   them, so that a follower's fetch of them finds them). A node that was not a leader at its previous step
   gets none: its event is then rejected at its own line.
+- Snapshots. CreateSnapshot, AdvanceLogStart and InstallSnapshot are
+  logged by the core under the spec's names and taken as they are; an
+  install is a follower's step with its leader as the peer (a late
+  delivery like a fetch, above), and a leader's records it shows are
+  inferred like a fetch's.
+- Epochs through observers. A voter that learns a higher epoch from an
+  observer's Fetch (observers are not nodes of the spec) is taken to have
+  learnt it from the voter that last logged that epoch, from whom the
+  observer had it.
 - What the spec does not model is left out and counted: observers' quorum
   events (brokers fetch the metadata log but do not vote) and every other
   partition's.
@@ -123,16 +133,9 @@ class KRaftSteps:
         ])
 
 
-def is_kraft_trace(events: list[tuple[dict[str, Any], str]]) -> bool:
-    """True when the events are the quorum's and no user partition's (what `kref trace check` picks by)."""
-    quorum = user = False
-    for e, _ in events:
-        topic = e.get("topic")
-        if topic == METADATA_TOPIC and e["type"] in KRAFT_EVENT_TYPES:
-            quorum = True
-        elif isinstance(topic, str) and not topic.startswith("__"):
-            user = True
-    return quorum and not user
+def has_quorum_events(events: list[tuple[dict[str, Any], str]]) -> bool:
+    """True when the events hold the controller quorum's steps (spec/KRaft.tla's to check)."""
+    return any(e.get("topic") == METADATA_TOPIC and e["type"] in KRAFT_EVENT_TYPES for e, _ in events)
 
 
 def load(paths: Iterable[str]) -> list[tuple[dict[str, Any], str]]:
@@ -234,6 +237,8 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
         elif e["replica"] not in voter_set:
             skipped["observers' quorum events"] = skipped.get("observers' quorum events", 0) + 1
         else:
+            if kind == "BecomeUnattached" and e["source"] not in voter_set:
+                e, origin = _learnt_through_observer(e, origin, mine)
             mine.append((e, origin))
     mine = _infer_metadata_appends(mine)
     mine = _infer_membership_steps(mine)
@@ -253,6 +258,18 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
         raise TraceError(f"{len(out.steps)} quorum steps: more than {MAX_STEPS} for one TLC run "
                          "(check a shorter run)")
     return out
+
+
+def _learnt_through_observer(e, origin, mine):
+    """A voter learnt a higher epoch from an observer's Fetch (an observer is no node of the spec):
+    the observer had it from a voter in that epoch, so the step is taken as from that voter (the
+    latest to have logged that epoch), as if the observer had carried the voter's message."""
+    for x, _ in reversed(mine):
+        if (x["replica"] != e["replica"] and x["type"] not in NOT_QUORUM
+                and x["leader_epoch"] == e["leader_epoch"]):
+            return ({**e, "source": x["replica"]},
+                    f"{origin} (epoch learnt from observer {e['source']}: taken as from voter {x['replica']})")
+    return e, origin
 
 
 def _infer_metadata_appends(mine):
@@ -288,10 +305,11 @@ def _infer_metadata_appends(mine):
                 and e["log_end_offset"] > expected):
             append_at(node, e["log_end_offset"] - expected, origin)
         leader = e.get("leader_id")
-        if (kind == "FetchFromLeader" and leader in anchor and leader != node
+        if (kind in ("FetchFromLeader", "InstallSnapshot") and leader in anchor and leader != node
                 and e["log_end_offset"] > leo.get(leader, 0)):
-            # The follower holds records its leader logged no step for yet (the leader may log
-            # none again: stopped or killed before its next event): the leader wrote them.
+            # The follower holds records (or a snapshot of them) its leader logged no step for
+            # yet (the leader may log none again: stopped or killed before its next event): the
+            # leader wrote them.
             count = e["log_end_offset"] - leo[leader]
             append_at(leader, count, origin)
             leo[leader] += count
@@ -331,7 +349,7 @@ def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
         return e["candidate"], e["leader_epoch"], frozenset({"Candidate"})
     if kind == "BecomeUnattached":
         return e["source"], e["leader_epoch"], None
-    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset"):
+    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset", "InstallSnapshot"):
         return e["leader_id"], e["leader_epoch"], frozenset({"Leader"})
     return None
 
@@ -426,7 +444,18 @@ def _ok(seq, group, k: int) -> bool:
         s = _status(seq, peer, k)
         if s is None or s[0] != epoch or (states is not None and s[1] not in states):
             return False
+        if e["type"] == "FetchFromLeader" and _log_start(seq, peer, k) > e["first_offset"]:
+            return False  # answered with records before the leader's log start passed them
     return True
+
+
+def _log_start(seq, node: int, k: int) -> int:
+    """The log start offset of `node` before position k of seq (0: never moved)."""
+    for i in range(k - 1, -1, -1):
+        for e, _ in reversed(seq[i]):
+            if e["replica"] == node and e["type"] in ("AdvanceLogStart", "InstallSnapshot"):
+                return e.get("log_start_offset", e.get("snapshot_end_offset", 0))
+    return 0
 
 
 def _epoch_before(node: int, prefix) -> int:

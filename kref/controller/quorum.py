@@ -73,8 +73,10 @@ snapshots (DeleteSnapshot). The core decides the two protocol questions:
   freeze, truncate the log fully to the snapshot's end offset, load the
   image); SnapshotInstalled (or SnapshotFetchFailed) resumes Fetch after it.
 
-spec/KRaft.tla has no snapshots: installing one is a jump of the log end
-offset that no spec action explains (docs/kraft.md says what it would need).
+Each is a spec/KRaft.tla action with a trace event of its name: a new
+latest snapshot (CreateSnapshot), the log start moved (AdvanceLogStart), a
+fetched snapshot installed (InstallSnapshot, logged once the driver
+reports SnapshotInstalled).
 
 Observers (brokers, process.roles without controller) run the same core
 with `node_id not in voters`: they never vote or stand, fetch from the leader
@@ -691,9 +693,9 @@ class QuorumCore:
             case SendFailed():
                 self._on_send_failed(event, now_ms, out)
             case SnapshotCreated():
-                self._on_snapshot_created(event)
+                self._on_snapshot_created(event, now_ms, out)
             case AdvanceLogStart():
-                self._on_advance_log_start(event, out)
+                self._on_advance_log_start(event, now_ms, out)
             case SnapshotInstalled():
                 self._on_snapshot_installed(event, now_ms, out)
             case SnapshotFetchFailed():
@@ -1282,6 +1284,7 @@ class QuorumCore:
             out.append(DeleteSnapshot(s.end_offset, s.epoch))
         self.snapshots = [SnapshotRef(e.end_offset, e.epoch, fetch.size)]
         self._follow_high_watermark(e.end_offset, out)
+        self._emit(out, trace.InstallSnapshot, now_ms, snapshot_end_offset=e.end_offset, snapshot_epoch=e.epoch)
         if self.state in (State.FOLLOWER, State.UNATTACHED):
             self.fetch_due_ms = now_ms
             self._maybe_send_fetch(now_ms, out)
@@ -1301,14 +1304,17 @@ class QuorumCore:
 
     # ------------------------------------------------------------ snapshots, every node
 
-    def _on_snapshot_created(self, e: SnapshotCreated) -> None:
+    def _on_snapshot_created(self, e: SnapshotCreated, now_ms: int, out: list[Effect]) -> None:
         if e.end_offset > self.high_watermark:
             raise InvariantViolation(f"snapshot at {e.end_offset} above the high watermark {self.high_watermark}")
         if all(s.end_offset != e.end_offset for s in self.snapshots):
+            latest = self.latest_snapshot()
             self.snapshots = sorted([*self.snapshots, SnapshotRef(e.end_offset, e.epoch, e.size_in_bytes)],
                                     key=lambda s: s.end_offset)
+            if latest is None or e.end_offset > latest.end_offset:
+                self._emit(out, trace.CreateSnapshot, now_ms, snapshot_end_offset=e.end_offset, snapshot_epoch=e.epoch)
 
-    def _on_advance_log_start(self, e: AdvanceLogStart, out: list[Effect]) -> None:
+    def _on_advance_log_start(self, e: AdvanceLogStart, now_ms: int, out: list[Effect]) -> None:
         latest = self.latest_snapshot()
         # Never past the latest snapshot, nor past what is committed.
         target = min(e.log_start_offset, latest.end_offset if latest else 0, self.high_watermark)
@@ -1316,6 +1322,7 @@ class QuorumCore:
             return
         self.log_start_offset = target
         out.append(LogStartAdvanced(target))
+        self._emit(out, trace.AdvanceLogStart, now_ms, log_start_offset=target)
         for s in [s for s in self.snapshots if s.end_offset < target]:
             out.append(DeleteSnapshot(s.end_offset, s.epoch))
         self.snapshots = [s for s in self.snapshots if s.end_offset >= target]

@@ -102,6 +102,29 @@ class Resign(QuorumEvent):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateSnapshot(QuorumEvent):
+    """This node wrote a snapshot of its image at a committed offset (KIP-630): its latest now."""
+
+    snapshot_end_offset: int
+    snapshot_epoch: int  # the epoch of the entry at snapshot_end_offset - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdvanceLogStart(QuorumEvent):
+    """Retention: this node's log now starts at log_start_offset (its latest snapshot)."""
+
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstallSnapshot(QuorumEvent):
+    """This follower fetched leader_id's snapshot (FetchSnapshot) and replaced its log with it."""
+
+    snapshot_end_offset: int
+    snapshot_epoch: int
+
+
 KRAFT_EVENT_TYPES: dict[str, type[TraceEvent]] = {
     cls.__name__: cls
     for cls in (
@@ -114,5 +137,8 @@ KRAFT_EVENT_TYPES: dict[str, type[TraceEvent]] = {
         TruncateToEpochEndOffset,
         AdvanceHighWatermark,
         Resign,
+        CreateSnapshot,
+        AdvanceLogStart,
+        InstallSnapshot,
     )
 }

@@ -35,6 +35,7 @@ CONSTANTS
     MaxEpoch = 1
     MaxBrokerRecords = 0
     MaxMetadataRecords = 0
+    MaxSnapshotOffset = 0
     MaxCrashes = 0
     MaxPauses = 0
 SPECIFICATION {spec}

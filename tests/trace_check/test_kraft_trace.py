@@ -329,3 +329,97 @@ def test_the_configured_voters_come_from_the_events(tmp_path):
     events[i] = ({**events[i][0], "voters": [1, 2, 3]}, events[i][1])
     with pytest.raises(TraceError, match="different voter sets"):
         kraft.normalise(events)
+
+
+def _cluster_like_files(tmp_path: Path, doctor=None) -> list[Path]:
+    """A cluster's files in miniature: the recorded quorum's three files and a simulated run's
+    replication trace (3 brokers, one partition) beside them, on one clock (the simulator's virtual
+    milliseconds given as mono_ns: the two runs never meet, each spec reads its own events)."""
+    from tests.trace_check.test_trace_check import simulated_trace
+
+    files = recorded()
+    if doctor:
+        doctor(files)
+    paths = write(tmp_path, files)
+    sim = tmp_path / "partitions.ndjson"
+    events = simulated_trace(sim)
+    sim.write_text("".join(json.dumps({**e, "mono_ns": e["time_ms"] * 1_000_000 + i}) + "\n"
+                           for i, e in enumerate(events)))
+    return paths + [sim]
+
+
+def test_auto_mode_checks_every_spec_the_files_hold_events_for(tmp_path):
+    """Without --spec, files holding the quorum's events and a user partition's are checked against
+    both specs, each verdict reported; a rejection by either makes the exit status 1."""
+    paths = _cluster_like_files(tmp_path)
+    code, report = validate(paths, voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 0, report
+    assert report.startswith("2 checks of 4 file(s)") and "2 accepted, 0 rejected" in report
+    assert "[spec/KRaft.tla] OK:" in report and "is a behaviour of" not in report
+    assert "are a behaviour of spec/KRaft.tla" in report and "are a behaviour of spec/Replication.tla" in report
+
+    def no_majority(files):  # as test_a_high_watermark_advanced_without_a_majority_is_rejected
+        n2 = files[2]
+        i = find(n2, "AdvanceHighWatermark", leader_epoch=1)
+        n2[i] = {**n2[i], "end_offsets": {str(v): 0 for v in n2[i]["end_offsets"]}}
+
+    doctored = tmp_path / "doctored"
+    doctored.mkdir()
+    code, report = validate(_cluster_like_files(doctored, no_majority), voters=[1, 2, 3], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert "1 accepted, 1 rejected" in report
+    assert "[spec/KRaft.tla] REJECTED" in report and "are a behaviour of spec/Replication.tla" in report
+
+
+SNAPSHOTS = Path(__file__).parent / "testdata" / "kraft-snapshot"
+
+
+def test_recorded_snapshot_installs_are_a_behaviour_of_kraft_tla():
+    """A run of tests/controller/test_snapshot_processes.py's FetchSnapshot catch-up (3 combined
+    nodes and observer 4, a 1-byte retention: every snapshot moves the log start; a voter and the
+    observer killed -9, 40 topics created, both restarted behind the leader's log start): the
+    voters' CreateSnapshot and AdvanceLogStart, the restarted voter's InstallSnapshot, checked
+    whole with the elections, membership and metadata records around them."""
+    paths = sorted(SNAPSHOTS.glob("node-*.ndjson"))
+    steps = kraft.normalise(kraft.load(paths))
+    kinds = [s["type"] for s in steps.steps]
+    assert {"CreateSnapshot", "AdvanceLogStart", "InstallSnapshot", "Crash", "Restart"} <= set(kinds), set(kinds)
+    assert any(s["snapshot_end_offset"] > 0 for s in steps.steps if s["type"] == "InstallSnapshot")
+    code, report = validate(paths, spec="kraft", timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 0, report
+
+
+def test_a_snapshot_past_the_high_watermark_is_rejected(tmp_path):
+    """The same trace doctored: a voter's first snapshot claims an offset its high watermark never
+    covered (a snapshot of records not yet committed): rejected at that line."""
+    files = {n: read(SNAPSHOTS / f"node-{n}.ndjson") for n in (1, 2, 3, 4)}
+    n3 = files[3]
+    i = find(n3, "CreateSnapshot")
+    n3[i] = {**n3[i], "snapshot_end_offset": n3[i]["log_end_offset"] + 1}
+    code, report = validate(write(tmp_path, files), spec="kraft", timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {tmp_path / 'node-3.ndjson'}:{i + 1}" in report, report
+    assert "'type': 'CreateSnapshot'" in report
+
+def test_a_zombie_controller_that_commits_a_write_in_its_old_epoch_is_rejected(tmp_path):
+    """The recorded trace's zombie (node 3 leads epoch 2, is SIGSTOPped, node 1 wins epoch 3, node 3
+    resumes and learns epoch 3) doctored: on resuming, node 3 appends a record in epoch 2 and
+    advances its high watermark over it, counting the voters that had fetched everything from it
+    before the pause. No behaviour of spec/KRaft.tla does that (NoZombieWrite): they never fetched
+    the new record in epoch 2, and have left that epoch."""
+    files = recorded()
+    n3 = files[3]
+    i = find(n3, "BecomeUnattached", leader_epoch=3)
+    leader = n3[find(n3, "AdvanceHighWatermark", leader_epoch=2)]
+    assert n3[i - 1] is leader  # the zombie's last step as the leader of epoch 2
+    zombie_write = {**leader, "log_end_offset": 3, "high_watermark": 3, "end_offsets": {"1": 3, "2": 3},
+                    "time_ms": n3[i]["time_ms"] - 1, "mono_ns": n3[i]["mono_ns"] - 1}
+    n3.insert(i, zombie_write)
+    steps = kraft.normalise(kraft.load(write(tmp_path, files)))
+    assert any(o.startswith("inferred: AppendMetadata by leader 3") for o in steps.origin)  # the zombie's append
+    report = rejected_at(tmp_path, files, 3, i)
+    assert "'type': 'AdvanceHighWatermark'" in report and "'leader_epoch': 2" in report
