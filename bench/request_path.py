@@ -6,8 +6,12 @@ one kind of request):
            linger.ms=0, one flush per record, --value-bytes values), as
            bench/broker.py's single-record figure does;
   fetch:   a raw Fetch (kref.protocol.client.WireClient, v12 by topic name,
-           max_wait_ms 0) for one record at each offset of a topic holding
-           --requests one-record batches: one small fetch per request.
+           max_wait_ms 0, 1 MiB per partition) --requests times at the last
+           offset of a topic holding --requests one-record batches: a
+           caught-up consumer's fetch, answered with one record. (Fetching
+           from far behind the log end returns up to 1 MiB of batches, and
+           then the log's walk over every batch header dominates: see
+           docs/performance.md.)
 For each phase: the broker's CPU (utime + stime from /proc/PID/stat) per
 request over an unprofiled run, then the same run again under the broker's
 own cProfile (KREF_CPROFILE, process CPU clock; profiling inflates every
@@ -83,8 +87,8 @@ def fetch_phase(bootstrap: str, topic: str, requests: int) -> None:
     topic_type, part_type = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
     host, port = bootstrap.split(":")
     with WireClient(host, int(port)) as client:
-        for offset in range(requests):
-            part = build(part_type, partition=0, current_leader_epoch=-1, fetch_offset=offset,
+        for _ in range(requests):
+            part = build(part_type, partition=0, current_leader_epoch=-1, fetch_offset=requests - 1,
                          last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
             request = build(cls, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20,
                             isolation_level=0, session_id=0, session_epoch=-1,
@@ -93,7 +97,7 @@ def fetch_phase(bootstrap: str, topic: str, requests: int) -> None:
             response = client.request(request)
             records = response.responses[0].partitions[0].records
             if not records:
-                raise RuntimeError(f"fetch at offset {offset} returned no records")
+                raise RuntimeError(f"fetch at offset {requests - 1} returned no records")
 
 
 def stage_table(path: str) -> list[tuple[str, float]]:

@@ -216,7 +216,7 @@ class PreEncoded:
     body: bytes | bytearray | memoryview | tuple
 
     def __len__(self) -> int:
-        return len(self.body) if not isinstance(self.body, tuple) else sum(len(c) for c in self.body)
+        return len(self.body) if not isinstance(self.body, tuple) else sum(map(len, self.body))
 
 
 def encode_response(request: DecodedRequest, response: object) -> bytes:
@@ -239,7 +239,7 @@ def encode_response(request: DecodedRequest, response: object) -> bytes:
     if isinstance(response, PreEncoded):
         body = response.body
         chunks = body if isinstance(body, tuple) else (body,)
-        size = sum(len(c) for c in chunks) if isinstance(body, tuple) else len(body)
+        size = sum(map(len, chunks)) if isinstance(body, tuple) else len(body)
         header = _HEADER.pack(size + (9 if flexible_header else 8) - 4, request.correlation_id)
         return b"".join((header, b"\x00" if flexible_header else b"", *chunks))
     buffer = io.BytesIO()
