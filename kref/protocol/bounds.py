@@ -34,7 +34,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-__all__ = ["LengthError", "check_body"]
+__all__ = ["LengthError", "check_body", "skip_tagged_fields"]
 
 Walker = Callable[[bytes, int], int]
 
@@ -70,6 +70,8 @@ def _need(buf: bytes, pos: int, n: int) -> int:
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # the common one-byte case
+        return buf[pos], pos + 1
     value = shift = 0
     while True:
         if pos >= len(buf):
@@ -85,7 +87,13 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _fixed(size: int) -> Walker:
-    return lambda buf, pos: _need(buf, pos, size)
+    def walk(buf: bytes, pos: int) -> int:
+        end = pos + size
+        if end > len(buf):
+            raise LengthError(f"{size} bytes of fixed-size fields at byte {pos} exceed the {len(buf) - pos} bytes left")
+        return end
+
+    return walk
 
 
 def _compact_bytes(buf: bytes, pos: int) -> int:
@@ -118,8 +126,12 @@ def _primitive(kafka_type: str, flexible: bool) -> Walker:
 def _array(item: Walker, flexible: bool) -> Walker:
     def walk(buf: bytes, pos: int) -> int:
         if flexible:
-            n, pos = _uvarint(buf, pos)
-            n -= 1  # 0 encodes null
+            if pos < len(buf) and buf[pos] < 0x80:
+                n = buf[pos] - 1  # 0 encodes null
+                pos += 1
+            else:
+                n, pos = _uvarint(buf, pos)
+                n -= 1
         else:
             _need(buf, pos, 4)
             (n,) = _I32.unpack_from(buf, pos)
@@ -144,6 +156,8 @@ def _nullable_entity(inner: Walker) -> Walker:
 
 
 def _tagged_fields(buf: bytes, pos: int) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # no tagged fields: nearly always
+        return pos + 1
     count, pos = _uvarint(buf, pos)
     if count > len(buf) - pos:
         raise LengthError(f"{count} tagged fields exceed the {len(buf) - pos} bytes left")
@@ -157,13 +171,23 @@ def _tagged_fields(buf: bytes, pos: int) -> int:
 @functools.cache
 def _entity(entity_type: type) -> Walker:
     flexible = bool(entity_type.__flexible__)
-    steps: list[Walker] = []
+    steps: list[Walker | int] = []  # an int: that many bytes of fixed-size fields
     for field in fields(entity_type):
         if get_field_tag(field) is not None:
             continue  # tagged: skipped by size in the tag section
         kind = classify_field(field)
-        if isinstance(kind, (PrimitiveField, PrimitiveTupleField)):
-            step = _primitive(get_schema_field_type(field), flexible)
+        kafka_type = get_schema_field_type(field) if isinstance(kind, (PrimitiveField, PrimitiveTupleField)) else None
+        if kafka_type in _FIXED_SIZES and not kind.is_array:
+            # Runs of fixed-size fields are checked as one length: a walk step
+            # per field was most of the walk's cost on small requests.
+            size = _FIXED_SIZES[kafka_type]
+            if steps and isinstance(steps[-1], int):
+                steps[-1] += size
+            else:
+                steps.append(size)
+            continue
+        if kafka_type is not None:
+            step = _primitive(kafka_type, flexible)
         elif isinstance(kind, (EntityField, EntityTupleField)):
             step = _entity(kind.type_)
             if isinstance(kind, EntityField) and is_optional(field):
@@ -173,9 +197,12 @@ def _entity(entity_type: type) -> Walker:
         steps.append(_array(step, flexible) if kind.is_array else step)
     if flexible:
         steps.append(_tagged_fields)
+    compiled = tuple(_fixed(step) if isinstance(step, int) else step for step in steps)
+    if len(compiled) == 1:
+        return compiled[0]
 
     def walk(buf: bytes, pos: int) -> int:
-        for step in steps:
+        for step in compiled:
             pos = step(buf, pos)
         return pos
 
@@ -185,3 +212,8 @@ def _entity(entity_type: type) -> Walker:
 def check_body(body_type: type, buf: bytes, offset: int) -> int:
     """Offset just past the body; LengthError if any length does not fit."""
     return _entity(body_type)(buf, offset)
+
+
+def skip_tagged_fields(buf: bytes, pos: int) -> int:
+    """Offset just past a tag buffer (KIP-482) starting at `pos`."""
+    return _tagged_fields(buf, pos)

@@ -42,7 +42,7 @@ from kio.static.constants import EntityType
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
-from kref.protocol.bounds import check_body
+from kref.protocol.bounds import check_body, skip_tagged_fields
 from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
 API_VERSIONS_KEY = 18
 _PREFIX = struct.Struct(">hhi")
 _HEADER = struct.Struct(">ii")  # frame size, correlation id
+_I16 = struct.Struct(">h")
 
 # Everything kio's Rust reader or the enum/timedelta constructors may raise on
 # malformed input. Anything else is a bug in us and should crash loudly.
@@ -127,6 +128,7 @@ def _writer(entity_type: type):
     return entity_writer(entity_type)
 
 
+@functools.cache
 def _header_version(header_type: type) -> int:
     return int(header_type.__version__)
 
@@ -156,23 +158,39 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
     body_type = request_class(api_key, api_version)
     if body_type is None:  # a registration outside kio's range is refused by the router
         raise UnsupportedApiError(api_key, api_version, f"no schema for API key {api_key} v{api_version}")
-    header_type = body_type.__header_schema__
+    header_version = _header_version(body_type.__header_schema__)
     try:
-        header, header_size = _reader(header_type)(frame, 0)
+        client_id, header_size = _request_header_rest(frame, header_version)
         check_body(body_type, frame, header_size)
         body, _ = _reader(body_type)(frame, header_size)
     except _DECODE_FAILURES as exc:
         raise RequestDecodeError(
             f"malformed API key {api_key} v{api_version} request: {type(exc).__name__}: {exc}"
         ) from exc
-    return DecodedRequest(
-        api_key,
-        api_version,
-        correlation_id,
-        header.client_id,
-        body,
-        header_version=_header_version(header_type),
-    )
+    return DecodedRequest(api_key, api_version, correlation_id, client_id, body, header_version=header_version)
+
+
+def _request_header_rest(frame: bytes, header_version: int) -> tuple[str | None, int]:
+    """client_id and where the body starts, for request header v1 or v2.
+
+    Read with struct rather than kio's reader: the header is on every
+    request and small enough that the generic reader's call cost showed.
+    client_id is a legacy nullable string in both versions (KIP-482 keeps
+    it so that any broker can read it); v2 adds a tag buffer.
+    """
+    if len(frame) < 10:
+        raise ValueError("request header cut short before client_id")
+    (length,) = _I16.unpack_from(frame, 8)
+    if length < 0:
+        client_id, pos = None, 10
+    else:
+        pos = 10 + length
+        if pos > len(frame):
+            raise ValueError(f"client_id of {length} bytes runs past the end of the request")
+        client_id = frame[10:pos].decode("utf-8")
+    if header_version >= 2:
+        pos = skip_tagged_fields(frame, pos)
+    return client_id, pos
 
 
 def _client_id_best_effort(frame: bytes) -> str | None:
@@ -198,7 +216,7 @@ class PreEncoded:
     body: bytes | bytearray | memoryview | tuple
 
     def __len__(self) -> int:
-        return len(self.body) if not isinstance(self.body, tuple) else sum(len(c) for c in self.body)
+        return len(self.body) if not isinstance(self.body, tuple) else sum(map(len, self.body))
 
 
 def encode_response(request: DecodedRequest, response: object) -> bytes:
@@ -221,7 +239,7 @@ def encode_response(request: DecodedRequest, response: object) -> bytes:
     if isinstance(response, PreEncoded):
         body = response.body
         chunks = body if isinstance(body, tuple) else (body,)
-        size = sum(len(c) for c in chunks) if isinstance(body, tuple) else len(body)
+        size = sum(map(len, chunks)) if isinstance(body, tuple) else len(body)
         header = _HEADER.pack(size + (9 if flexible_header else 8) - 4, request.correlation_id)
         return b"".join((header, b"\x00" if flexible_header else b"", *chunks))
     buffer = io.BytesIO()

@@ -160,10 +160,6 @@ class Admin:
                 ) from None
         return out
 
-    def ensure_topic(self, topic: str) -> None:
-        """See ensure_topic(): the driver's check before any write task starts."""
-        ensure_topic(self._admin.list_topics, topic, self.bootstrap, self.timeout_s)
-
 
 def ensure_topic(list_topics, topic: str, bootstrap: str, timeout_s: float) -> None:
     """Make sure `topic` exists, as a Kafka producer would: by asking for it.
@@ -172,7 +168,7 @@ def ensure_topic(list_topics, topic: str, bootstrap: str, timeout_s: float) -> N
     auto.create.topics.enable create it (Spark's Kafka sink relies on the
     same); a broker that refuses answers UNKNOWN_TOPIC_OR_PARTITION, which
     becomes one clear error instead of a task stuck until its timeout.
-    `list_topics` is a client's list_topics (AdminClient or Producer).
+    `list_topics` is a client's list_topics (the task's Producer).
     """
     from confluent_kafka import KafkaError, KafkaException
 

@@ -301,7 +301,7 @@ def test_write_to_a_new_topic_auto_creates_it_or_fails_clearly(
 
     with start_kref_broker(tmp_path, {"auto.create.topics.enable": "false"}) as refusing:
         refused = "does not exist on kref broker .* the broker did not create it"
-        with pytest.raises(Exception, match=refused):  # the topic option: on the driver
+        with pytest.raises(Exception, match=refused):  # the topic option: in the task
             df.write.format("kref").option("kref.bootstrap.servers", refusing).option(
                 "topic", topic
             ).mode("append").save()
