@@ -56,7 +56,8 @@ clean:
 	rm -rf $(VENV) spec/states
 
 # Switch each catalogued bug (kref/mutations.py) into the cores and count what
-# the simulator catches: a table and `caught C of N mutations` (a few minutes).
+# catches it: the simulator's invariants, TLC on the seeds' traces (trace
+# validation) or the interaction scripts; a table and `caught C of N mutations`.
 .PHONY: mutation
 mutation: setup
 	nice -n 10 $(PY) -m kref.sim.mutation

@@ -49,8 +49,9 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable
 
 from kref.ports.clock import Clock, TrioClock
+from kref.protocol.errors import ErrorCode
 
-REQUEST_TIMED_OUT = 7
+REQUEST_TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 # Dead deadline-heap entries tolerated beyond the live ones before a compaction.
 COMPACT_SLACK = 64
 

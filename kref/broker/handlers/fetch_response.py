@@ -24,7 +24,8 @@ import struct
 import uuid
 from collections.abc import Sequence
 
-from kref.broker.handlers.produce_response import _count, _uvarint, topic_key
+from kref.broker.handlers.produce_response import topic_key
+from kref.protocol.wire import array_count as _count, uvarint as _uvarint
 
 _I32 = struct.Struct(">i")
 _TOP_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id

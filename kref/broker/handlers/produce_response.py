@@ -17,34 +17,23 @@ import struct
 import uuid
 from collections.abc import Iterable
 
+from kref.protocol.wire import array_count, uvarint
+
 _I32 = struct.Struct(">i")
 _PARTITION_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _string(value: str, flexible: bool) -> bytes:
     raw = value.encode()
-    return (_uvarint(len(raw) + 1) if flexible else struct.pack(">h", len(raw))) + raw
+    return (uvarint(len(raw) + 1) if flexible else struct.pack(">h", len(raw))) + raw
 
 
 def _nullable_string(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\x00" if flexible else b"\xff\xff"
     return _string(value, flexible)
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def topic_key(name: str | None, topic_id: uuid.UUID | None, by_id: bool, flexible: bool) -> bytes:
@@ -64,17 +53,17 @@ def encode_produce_response(
         raise ValueError(f"Produce v{api_version} is outside v3-v13")
     flexible = api_version >= 9
     topics = list(topics)
-    out = [_count(len(topics), flexible)]
+    out = [array_count(len(topics), flexible)]
     for name, topic_id, partitions in topics:
         out.append(topic_key(name, topic_id, api_version >= 13, flexible))
-        out.append(_count(len(partitions), flexible))
+        out.append(array_count(len(partitions), flexible))
         for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
             if api_version >= 5:
                 out.append(_PARTITION_V5.pack(index, error_code, base_offset, append_time, log_start_offset))
             else:
                 out.append(_PARTITION_V3.pack(index, error_code, base_offset, append_time))
             if api_version >= 8:
-                out.append(_count(0, flexible))  # record_errors
+                out.append(array_count(0, flexible))  # record_errors
                 out.append(_nullable_string(message, flexible))
             if flexible:
                 out.append(b"\x00")  # partition tagged fields
