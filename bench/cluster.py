@@ -31,6 +31,19 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   1000 records of each process, and the slowest samples with their time, so
   that a pause (a garbage collection, a blocking call) shows as a run of
   slow records sent 10 ms apart;
+- the cyclic garbage collector in every broker during each latency phase
+  (KREF_GC_STATS, kref/broker/gc_tuning.py): collections and pause time
+  per 1000 records per generation, and the phase's pauses of 2 ms or more
+  with their time, to match against the slowest samples;
+- with `--serial`: a latency phase sends each record only once the one
+  before it is acknowledged (at most the phase's rate): on a loaded machine
+  the open-loop phase's records queue and share requests, so its CPU per
+  record falls with the load; closed-loop, every request carries one
+  record, and CPU and sleeps per record measure one record's path whatever
+  the load (its latencies are not the open-loop percentiles);
+- with `--instructions`: each broker's retired instructions per record in
+  each latency phase (perf stat, user and kernel), net of its background
+  measured just before: per-record work that the load barely distorts;
 - with `--realtime`: each latency phase runs its broker processes and the
   client at SCHED_FIFO priority (root or CAP_SYS_NICE; only during the
   phase, whose CPU use is small), so the other work on a shared machine
@@ -75,7 +88,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.broker import start_kref_process  # noqa: E402
-from kref.controller import local_cluster, meta_properties  # noqa: E402
+from kref.broker.gc_tuning import GC_STATS_ENV, read_gc_stats  # noqa: E402
+from kref.node import local_cluster  # noqa: E402
+from kref.storage import meta_properties  # noqa: E402
 
 PHASE_DEADLINE_S = 120
 REALTIME_PRIORITY = 10  # SCHED_FIFO priority of --realtime (1-99; the kernel's own threads use 50 and up)
@@ -309,8 +324,85 @@ def summarize_profile(path: Path, top: int = 30) -> list[str]:
     return lines
 
 
+BACKGROUND_S = 2.0  # each latency phase's background CPU window, just before it (instructions: and after)
+class InstructionCounter:
+    """Instructions each process retires between start() and stop() (`perf stat -p`, user and kernel).
+
+    Far less sensitive to the machine's load than CPU time (cache misses and
+    waiting for a core stretch the time, not the count), so an A/B of
+    per-record work reads in instructions at load 20. None when perf is
+    missing or not permitted.
+    """
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self) -> None:
+        if shutil.which("perf") is None:
+            return
+        for name, pid in self.pids.items():
+            self.procs[name] = subprocess.Popen(
+                ["perf", "stat", "-x", ",", "-e", "instructions", "-p", str(pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.1)  # attached before the clock starts
+
+    def stop(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for name, proc in self.procs.items():
+            proc.send_signal(signal.SIGINT)
+            try:
+                _, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            out[name] = None
+            for line in err.splitlines():
+                fields = line.split(",")
+                if len(fields) > 2 and fields[2].startswith("instructions") and fields[0].strip().isdigit():
+                    out[name] = float(fields[0])
+        self.procs = {}
+        return out
+
+
+def background_instructions(pids: dict[str, int], seconds: float) -> dict[str, float | None]:
+    """Instructions per second each process retires with no records flowing."""
+    counter = InstructionCounter(pids)
+    counter.start()
+    time.sleep(seconds)
+    return {k: (v / seconds if v is not None else None) for k, v in counter.stop().items()}
+
+
+GC_STATS_SETTLE_S = 0.3  # a broker rewrites its gc stats at most every 0.1 s, after a collection
+
+
+def gc_stats(gc_prefix: str | None, pids: dict[str, int]) -> dict[str, dict | None]:
+    return {name: read_gc_stats(f"{gc_prefix}.{pid}") if gc_prefix else None for name, pid in pids.items()}
+
+
+def gc_lines(before: dict[str, dict | None], after: dict[str, dict | None], records: int, begun_mono: float,
+             ended_mono: float) -> list[str]:
+    """Per process: collections and pause ms per 1000 records by generation, and the phase's long pauses."""
+    out = []
+    per = 1000 / max(1, records)
+    for name, end in after.items():
+        start = before.get(name)
+        if end is None or start is None:
+            out.append(f"{name}: no gc stats")
+            continue
+        gens = "; ".join(
+            f"gen{g} {(end['collections'][g] - start['collections'][g]) * per:.0f} x "
+            f"{(end['pause_ms'][g] - start['pause_ms'][g]) * per:.1f} ms" for g in range(3))
+        long = [f"gen{g} {ms:.1f} ms at +{at - begun_mono:.2f} s" for g, ms, at in end["long_pauses"]
+                if begun_mono <= at <= ended_mono]
+        out.append(f"{name}: {gens}" + (f"; pauses >= 2 ms: {', '.join(long)}" if long else ""))
+    return out
+
+
 def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes,
-            pids: dict[str, int] | None = None, realtime: bool = False) -> tuple[float, float, int]:
+            pids: dict[str, int] | None = None, realtime: bool = False,
+            gc_prefix: str | None = None, serial: bool = False,
+            instructions: bool = False) -> tuple[float, float, int]:
     """(p50 ms, p99 ms, samples) of produce() -> delivery report at `rate` records/s.
 
     With `pids`, also prints each process's CPU and sleeps per 1000 records
@@ -334,22 +426,47 @@ def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, 
         print("    --realtime: not permitted here (needs CAP_SYS_NICE); measuring at normal priority")
         realtime = False
     try:
-        meter = CpuMeter(pids)
+        # Measured next to the phase (it moves with the load): the per-record figures net of it.
+        meter = CpuMeter(pids, background_cpu(pids, BACKGROUND_S) if pids else None)
+        idle_instructions = background_instructions(pids, BACKGROUND_S) if instructions and pids else {}
+        counter = InstructionCounter(pids if instructions else {})
+        counter.start()
+        collected = gc_stats(gc_prefix, pids)
         sleeps = {name: voluntary_switches(pid) for name, pid in pids.items()}
         meter.start()
-        begun = time.perf_counter()
-        _send_at_rate(producer, topic, value, rate, seconds, callback)
+        begun, begun_mono = time.perf_counter(), time.monotonic()
+        _send_at_rate(producer, topic, value, rate, seconds, callback, serial)
         cpu = meter.per_1000(len(samples))
         sleeps = {name: voluntary_switches(pid) - sleeps[name] for name, pid in pids.items()}
+        ended_mono = time.monotonic()
+        retired = counter.stop()
+        if instructions and pids:
+            # The background moves while a phase runs (timers fire late on a loaded box):
+            # the mean of a window before and one after the phase.
+            after_idle = background_instructions(pids, BACKGROUND_S)
+            idle_instructions = {k: (v + after_idle[k]) / 2 if v is not None and after_idle.get(k) is not None else None
+                                 for k, v in idle_instructions.items()}
     finally:
         if realtime:
             set_realtime([os.getpid(), *pids.values()], False)
+    if retired and samples:
+        per = 1000 / len(samples)
+        elapsed = ended_mono - begun_mono
+        print(f"    instructions per record ({len(samples)} records), net of background (background M/s): " + ", ".join(
+            f"{name} {(n - (idle_instructions.get(name) or 0) * elapsed) * per / 1e6 / 1000:.2f} M "
+            f"({(idle_instructions.get(name) or 0) / 1e6:.0f})" if n is not None else f"{name} n/a"
+            for name, n in retired.items()))
+    if gc_prefix and pids:
+        time.sleep(GC_STATS_SETTLE_S)
+        for line in gc_lines(collected, gc_stats(gc_prefix, pids), len(samples), begun_mono, ended_mono):
+            print(f"    gc per 1000 records, {line}")
     if not samples:
         return float("nan"), float("nan"), 0
     if pids:
         per = 1000 / len(samples)
         print("    per 1000 records: " + ", ".join(
-            f"{name} CPU {cpu[name][0] * 1000:.0f} ms, sleeps {sleeps[name] * per:.0f}" for name in pids)
+            f"{name} CPU {cpu[name][0] * 1000:.0f} ms (net of background {cpu[name][2] * 1000:.0f}), "
+            f"sleeps {sleeps[name] * per:.0f}" for name in pids)
               + f", client CPU {cpu['client'][0] * 1000:.0f} ms")
         slowest = sorted(samples, reverse=True)[:5]
         print("    slowest: " + ", ".join(f"{ms:.1f} ms at +{at - begun:.2f} s" for ms, at in slowest))
@@ -357,11 +474,16 @@ def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, 
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], len(ordered)
 
 
-def _send_at_rate(producer, topic: str, value: bytes, rate: float, seconds: float, callback) -> None:
+def _send_at_rate(producer, topic: str, value: bytes, rate: float, seconds: float, callback,
+                  serial: bool = False) -> None:
+    """`rate` records/s for `seconds`; `serial`: each record only once the one
+    before it was acknowledged (so at most `rate`/s, and never two in flight)."""
     interval, next_at, end = 1.0 / rate, time.perf_counter(), time.perf_counter() + seconds
     while time.perf_counter() < end:
         producer.produce(topic, value, on_delivery=callback(time.perf_counter()))
         producer.poll(0)
+        while serial and len(producer) and time.perf_counter() < end:
+            producer.poll(0.001)
         next_at += interval
         while (delay := next_at - time.perf_counter()) > 0:
             producer.poll(min(delay, 0.001))
@@ -453,8 +575,18 @@ def latency_phases(args, rates: list[float], single: str, bootstrap: str, value:
                         for n in sorted(placement["replicas"], key=lambda n: n != placement["leader"])}
         rows = []
         for i in range(args.rounds):
-            cl = latency(bootstrap, topic, "all", rate, args.seconds, value, cluster_pids, args.realtime)
-            si = latency(single, topic, "1", rate, args.seconds, value, pids["single"], args.realtime)
+            def cluster_phase():
+                return latency(bootstrap, topic, "all", rate, args.seconds, value, cluster_pids, args.realtime,
+                               args.gc_prefix, args.serial, args.instructions)
+            if args.cprofile is not None and i == 0:
+                # The first round's cluster phase under cProfile (its figures carry the profiler's cost).
+                got: list = []
+                profile_run(args.cprofile, "cluster", cluster_pids, lambda: got.append(cluster_phase()))
+                cl = got[0]
+            else:
+                cl = cluster_phase()
+            si = latency(single, topic, "1", rate, args.seconds, value, pids["single"], args.realtime,
+                         args.gc_prefix, args.serial, args.instructions)
             rows.append((si, cl))
             print(f"  {rate:g}/s round {i + 1}: single acks=1 p50 {si[0]:.2f} p99 {si[1]:.2f} ms; "
                   f"cluster acks=all p50 {cl[0]:.2f} p99 {cl[1]:.2f} ms ({cl[2]} samples, load {os.getloadavg()[0]:.1f}"
@@ -477,13 +609,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each latency phase")
     parser.add_argument("--catchup-mb", type=int, default=20)
     parser.add_argument("--cprofile", type=Path, default=None, metavar="DIR",
-                        help="after the rounds, one more throughput run of each setup with cProfile in every broker")
+                        help="after the rounds, one more throughput run of each setup with cProfile in every broker; "
+                             "and the first round's cluster latency phase")
     parser.add_argument("--only-throughput", action="store_true",
                         help="the paired throughput rounds (and --cprofile) only: no latency, acks=1, catch-up")
     parser.add_argument("--only-latency", action="store_true",
                         help="the latency phases only: no throughput rounds, acks=1 or catch-up")
     parser.add_argument("--realtime", action="store_true",
                         help="latency phases at SCHED_FIFO priority (brokers and client; needs CAP_SYS_NICE)")
+    parser.add_argument("--serial", action="store_true",
+                        help="latency phases send each record once the previous one is acknowledged (one record "
+                             "per request at any load: CPU and sleeps per record are one record's path)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="latency phases also count each broker's instructions per record (perf stat), "
+                             "net of its background: per-record work that load barely distorts")
     parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
     args = parser.parse_args()
@@ -501,8 +640,13 @@ def main() -> int:
     try:
         if args.cprofile is not None:
             args.cprofile.mkdir(parents=True, exist_ok=True)
-        single_env = {"KREF_CPROFILE": str(args.cprofile.resolve() / "single")} if args.cprofile else None
-        cluster_env = {"KREF_CPROFILE": str(args.cprofile.resolve() / "cluster")} if args.cprofile else None
+        # Every broker measures its garbage collector (files under `base`; read in the latency phases).
+        args.gc_prefix = str(base / "gc")
+        single_env = {GC_STATS_ENV: args.gc_prefix}
+        cluster_env = {GC_STATS_ENV: args.gc_prefix}
+        if args.cprofile:
+            single_env["KREF_CPROFILE"] = str(args.cprofile.resolve() / "single")
+            cluster_env["KREF_CPROFILE"] = str(args.cprofile.resolve() / "cluster")
         with start_kref_process(single_env) as (single, single_proc), \
                 start_cluster(base, cluster_env) as (specs, processes, restart):
             bootstrap = local_cluster.bootstrap_servers(specs)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kref.controller.local_cluster import bootstrap_servers  # noqa: E402
-from tests.controller.test_quorum_processes import running_cluster, wait_until  # noqa: E402
+from kref.node.local_cluster import bootstrap_servers  # noqa: E402
+from tests.clusterkit import running_cluster, wait_until  # noqa: E402
 
 SETTINGS = {
     "controller.quorum.election.timeout.ms": "1000",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import signal
 import statistics
 import sys
@@ -42,10 +43,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kref.controller import local_cluster, meta_properties  # noqa: E402
+from kref.node import local_cluster  # noqa: E402
+from kref.storage import meta_properties  # noqa: E402
 from kref.protocol.client import WireClient  # noqa: E402
 from kref.protocol.codec import request_class  # noqa: E402
-from tests.controller.test_quorum_processes import describe_quorum  # noqa: E402
+from tests.clusterkit import describe_quorum  # noqa: E402
 
 TOPIC = "scale"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -118,11 +120,69 @@ def leaders(port: int, topic: str) -> dict[int, int] | None:
     return out if out and all(leader >= 0 for leader in out.values()) else None
 
 
-def logs_created(spec, topic: str) -> int:
+LOOP_LINE = re.compile(r"loop steps in [0-9.]+ s: (\d+), longest ([0-9.]+) ms \((.*); CPU ([0-9.]+) ms\); "
+                       r">50 ms: (\d+), "
+                       r">100 ms: (\d+), >500 ms: (\d+), >1000 ms: (\d+)")
+
+
+def log_offsets(specs) -> dict[int, int]:
+    return {s.node_id: s.log_file.stat().st_size if s.log_file.exists() else 0 for s in specs}
+
+
+def loop_steps(specs, since: dict[int, int]) -> str:
+    """The nodes' KREF_LOOP_STEPS reports since `since` (log offsets): the longest event-loop step per node,
+    its task, and how many steps ran over 100 / 500 / 1000 ms."""
+    out = []
+    for s in specs:
+        with open(s.log_file, "rb") as f:
+            f.seek(since.get(s.node_id, 0))
+            text = f.read().decode(errors="replace")
+        longest, task, cpu, over = 0.0, "", 0.0, [0, 0, 0]
+        for m in LOOP_LINE.finditer(text):
+            if float(m.group(2)) > longest:
+                longest, task, cpu = float(m.group(2)), m.group(3), float(m.group(4))
+            for i in range(3):
+                over[i] += int(m.group(6 + i))
+        out.append(f"node {s.node_id} longest {longest:.0f} ms ({task.rsplit('.', 1)[-1]}, CPU {cpu:.0f} ms), "
+                   f">100/500/1000 ms: {over[0]}/{over[1]}/{over[2]}")
+    return "; ".join(out)
+
+
+def quorum_epoch(specs) -> int:
+    """The highest leader epoch any node's DescribeQuorum reports (-1: none answers)."""
+    epochs = [p.leader_epoch for p in (describe_quorum(s.controller_port) for s in specs) if p is not None]
+    return max(epochs, default=-1)
+
+
+def idle_phase(specs, processes, idle_s: float) -> None:
+    """A quiet cluster holding the partitions: does the quorum stay put (no election), what does idling cost?"""
+    since = log_offsets(specs)
+    cpu0 = {s.node_id: cpu_s(processes[s.node_id].pid) for s in specs}
+    epoch0 = quorum_epoch(specs)
+    time.sleep(idle_s)
+    epoch1 = quorum_epoch(specs)
+    cpu = {s.node_id: round((cpu_s(processes[s.node_id].pid) - cpu0[s.node_id]) / idle_s, 2) for s in specs}
+    print(f"idle {idle_s:.0f} s: quorum epoch {epoch0} -> {epoch1} ({'stable' if epoch0 == epoch1 else 'RE-ELECTED'}); "
+          f"CPU s per s per node {cpu}; loop steps: {loop_steps(specs, since)}; {load()}", flush=True)
+
+
+def logs_created(spec, prefix: str) -> int:
+    """Partition directories of the bench's topics (`prefix`, `prefix`000, ...) on a broker."""
+    plain = re.compile(re.escape(prefix) + r"\d*-\d+")
     try:
-        return sum(1 for e in os.scandir(spec.data_dir) if e.name.startswith(topic + "-") and e.is_dir())
+        return sum(1 for e in os.scandir(spec.data_dir) if plain.fullmatch(e.name) and e.is_dir())
     except OSError:
         return 0
+
+
+def all_leaders(port: int, topics: list[str]) -> dict[tuple[str, int], int] | None:
+    out = {}
+    for topic in topics:
+        led = leaders(port, topic)
+        if led is None:
+            return None
+        out.update({(topic, p): leader for p, leader in led.items()})
+    return out
 
 
 def produce_acks_all(bootstrap: str, topic: str, partition: int, timeout_s: float) -> bool:
@@ -136,32 +196,45 @@ def produce_acks_all(bootstrap: str, topic: str, partition: int, timeout_s: floa
     return bool(delivered) and delivered[0] is None
 
 
-def scale_phase(specs, processes, partitions: int, timeout_s: float) -> None:
+def topic_names(topics: int) -> list[str]:
+    return [TOPIC] if topics <= 1 else [f"{TOPIC}{i:03d}" for i in range(topics)]
+
+
+def scale_phase(specs, processes, partitions: int, timeout_s: float, topics: int = 1) -> None:
     cpu0 = {s.node_id: cpu_s(processes[s.node_id].pid) for s in specs}
-    print(f"creating {partitions} partitions (RF 3); {load()}", flush=True)
+    since = log_offsets(specs)
+    epoch0 = quorum_epoch(specs)
+    names = topic_names(topics)
+    each = partitions // len(names)
+    print(f"creating {partitions} partitions (RF 3) as {len(names)} topic(s) of {each}, one CreateTopics each in "
+          f"turn; quorum epoch {epoch0}; {load()}", flush=True)
     start = time.monotonic()
-    why: list = []
-    if not create_topic(specs[0].client_port, TOPIC, partitions, 3, timeout_s=min(timeout_s, 300), why=why):
-        # The broker forwards with a bounded wait (15 s): a big topic may be
-        # committed after the answer gave up. TOPIC_ALREADY_EXISTS (36) says it was.
-        print(f"  CreateTopics answered {why[-1]} after {time.monotonic() - start:.1f} s; asking again", flush=True)
-        if not wait_until(lambda: create_topic(specs[0].client_port, TOPIC, partitions, 3, 60, why) or why[-1][0] == 36,
-                          "the topic", timeout_s, poll_s=2):
-            raise SystemExit(f"CreateTopics of {partitions} partitions failed: {why}")
+    for name in names:
+        why: list = []
+        if not create_topic(specs[0].client_port, name, each, 3, timeout_s=min(timeout_s, 300), why=why):
+            # The broker forwards with a bounded wait (15 s): a big topic may be
+            # committed after the answer gave up. TOPIC_ALREADY_EXISTS (36) says it was.
+            print(f"  CreateTopics {name} answered {why[-1]} after {time.monotonic() - start:.1f} s; asking again",
+                  flush=True)
+            if not wait_until(lambda: create_topic(specs[0].client_port, name, each, 3, 60, why) or why[-1][0] == 36,
+                              "the topic", timeout_s, poll_s=2):
+                raise SystemExit(f"CreateTopics of {each} partitions failed: {why}")
     answered = time.monotonic() - start
     print(f"  CreateTopics answered after {answered:.1f} s", flush=True)
     last = [-1.0]
+    partitions = each * len(names)
 
     def progress() -> bool:
         counts = [logs_created(s, TOPIC) for s in specs]
         if time.monotonic() - last[0] > 10:
             last[0] = time.monotonic()
-            print(f"  logs created per node: {counts} ({time.monotonic() - start:.0f} s; {load()})", flush=True)
+            print(f"  logs created per node: {counts} ({time.monotonic() - start:.0f} s; quorum epoch "
+                  f"{quorum_epoch(specs)}; {load()})", flush=True)
         return all(c >= partitions for c in counts)
 
     wait_until(progress, f"every broker creating its {partitions} logs", timeout_s, poll_s=0.5)
     created = time.monotonic() - start
-    led = wait_until(lambda: leaders(specs[0].client_port, TOPIC), "every partition led", timeout_s)
+    led = wait_until(lambda: all_leaders(specs[0].client_port, names), "every partition led", timeout_s)
     done = time.monotonic() - start
     cpu = {s.node_id: cpu_s(processes[s.node_id].pid) - cpu0[s.node_id] for s in specs}
     per_node = {n: sum(1 for leader in led.values() if leader == n) for n in sorted(cpu)}
@@ -169,9 +242,10 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float) -> None:
         f"created {partitions} partitions (RF 3): answered {answered:.1f} s, every broker's logs {created:.1f} s, "
         f"every partition led {done:.1f} s; leaders per node {per_node}; CPU s per node "
         f"{ {n: round(c, 1) for n, c in cpu.items()} } ({sum(cpu.values()) / (3 * partitions) * 1000:.2f} ms CPU "
-        f"per partition replica); {load()}",
+        f"per partition replica); quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}",
         flush=True,
     )
+    print(f"  loop steps during creation: {loop_steps(specs, since)}", flush=True)
 
 
 def metadata_phase(specs, processes, requests: int) -> None:
@@ -195,7 +269,8 @@ def metadata_phase(specs, processes, requests: int) -> None:
     )
 
 
-def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: float) -> tuple[float, float | None]:
+def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: float,
+                   topic: str = TOPIC) -> tuple[float, float | None]:
     leader = wait_until(
         lambda: next((s.node_id for s in specs if describe_quorum(s.controller_port)), None), "a leader", timeout_s
     )
@@ -207,9 +282,9 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
                "a warm-up CreateTopics", timeout_s, 1)
     victim_partition = None
     if partitions:
-        led = leaders(survivor.client_port, TOPIC) or {}
+        led = leaders(survivor.client_port, topic) or {}
         victim_partition = next((p for p, n in sorted(led.items()) if n == leader), None)
-        if victim_partition is not None and not produce_acks_all(bootstrap, TOPIC, victim_partition, 30):
+        if victim_partition is not None and not produce_acks_all(bootstrap, topic, victim_partition, 30):
             raise SystemExit(f"produce before the kill failed (partition {victim_partition})")
     results: dict[str, float] = {}
 
@@ -224,7 +299,7 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
     def timed_produce() -> None:
         deadline = start + timeout_s
         while time.monotonic() < deadline:
-            if produce_acks_all(bootstrap, TOPIC, victim_partition, max(1.0, deadline - time.monotonic())):
+            if produce_acks_all(bootstrap, topic, victim_partition, max(1.0, deadline - time.monotonic())):
                 results["produce"] = time.monotonic() - start
                 return
 
@@ -276,8 +351,15 @@ def main() -> int:
     parser.add_argument("--fetch-ms", type=int, default=2000)
     parser.add_argument("--partitions", type=int, default=0, help="first create a topic of this many partitions (RF 3)")
     parser.add_argument("--metadata-requests", type=int, default=5)
+    parser.add_argument("--topics", type=int, default=1,
+                        help="spread --partitions over this many topics (one CreateTopics each, in turn)")
     parser.add_argument("--timeout-s", type=float, default=600, help="bound on each wait")
+    parser.add_argument("--idle-s", type=float, default=60, help="with --partitions: a quiet spell after creation")
+    parser.add_argument("--loop-steps-s", type=float, default=10,
+                        help="nodes report their longest event-loop step this often (KREF_LOOP_STEPS; 0: off)")
     args = parser.parse_args()
+    if args.loop_steps_s > 0:
+        os.environ["KREF_LOOP_STEPS"] = str(args.loop_steps_s)
     settings = {
         "controller.quorum.election.timeout.ms": str(args.election_ms),
         "controller.quorum.fetch.timeout.ms": str(args.fetch_ms),
@@ -294,10 +376,13 @@ def main() -> int:
             wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers", 120)
             wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers", 120)
             if args.partitions:
-                scale_phase(specs, processes, args.partitions, args.timeout_s)
+                scale_phase(specs, processes, args.partitions, args.timeout_s, args.topics)
+                if args.idle_s > 0:
+                    idle_phase(specs, processes, args.idle_s)
                 metadata_phase(specs, processes, args.metadata_requests)
             for round_ in range(args.rounds):
-                create_s, produce_s = failover_round(round_, specs, processes, by_id, args.partitions, args.timeout_s)
+                create_s, produce_s = failover_round(round_, specs, processes, by_id, args.partitions, args.timeout_s,
+                                                     topic_names(args.topics)[0])
                 creates.append(create_s)
                 if produce_s is not None:
                     produces.append(produce_s)

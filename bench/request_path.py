@@ -5,6 +5,9 @@ one kind of request):
   produce: confluent-kafka sends --requests single-record produces (acks=1,
            linger.ms=0, one flush per record, --value-bytes values), as
            bench/broker.py's single-record figure does;
+  fetch-behind: the same fetch from offset 0, a consumer far behind: each
+           answer holds up to 1 MiB of the --requests one-record batches
+           (the case where the log's read used to walk every batch header);
   fetch:   a raw Fetch (kref.protocol.client.WireClient, v12 by topic name,
            max_wait_ms 0, 1 MiB per partition) --requests times at the last
            offset of a topic holding --requests one-record batches: a
@@ -19,7 +22,7 @@ Python call, so read its figures as shares), printed as the share of the
 profiled CPU under each stage of the request path. The machine is shared:
 CPU per request, not wall time, is the figure; the load is printed.
 
-    .venv/bin/python bench/request_path.py [--requests 3000] [--phase produce|fetch]
+    .venv/bin/python bench/request_path.py [--requests 3000] [--phase produce|fetch|fetch-behind]
 """
 
 from __future__ import annotations
@@ -52,9 +55,12 @@ STAGES = [
     ("    framing check of the records", "framing_validation.py", "validate_records_framing"),
     ("    append (Log.append_as_leader)", "log.py", "append_as_leader"),
     ("  fetch handler", "fetch.py", "fetch"),
+    ("    log read (Log.read)", "storage/log.py", "read"),
     ("encode response (codec.encode_response)", "codec.py", "encode_response"),
     ("send (trio send_all -> send syscall)", "_highlevel_socket.py", "send_all"),
+    ("send (a lone response's one write())", "~", "<built-in method posix.write>"),
     ("receive wait (trio receive_some)", "_highlevel_socket.py", "receive_some"),
+    ("receive (server.receive: wait_readable + read())", "server.py", "receive"),
 ]
 
 
@@ -78,7 +84,7 @@ def fill(bootstrap: str, topic: str, requests: int, value: bytes) -> None:
     produce_phase(bootstrap, topic, requests, value)  # one batch per record
 
 
-def fetch_phase(bootstrap: str, topic: str, requests: int) -> None:
+def fetch_phase(bootstrap: str, topic: str, requests: int, *, behind: bool = False) -> None:
     from kref.protocol.client import WireClient
     from kref.protocol.codec import request_class
     from kref.protocol.messages import build, nested
@@ -88,7 +94,8 @@ def fetch_phase(bootstrap: str, topic: str, requests: int) -> None:
     host, port = bootstrap.split(":")
     with WireClient(host, int(port)) as client:
         for _ in range(requests):
-            part = build(part_type, partition=0, current_leader_epoch=-1, fetch_offset=requests - 1,
+            offset = 0 if behind else requests - 1
+            part = build(part_type, partition=0, current_leader_epoch=-1, fetch_offset=offset,
                          last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20)
             request = build(cls, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20,
                             isolation_level=0, session_id=0, session_epoch=-1,
@@ -97,7 +104,7 @@ def fetch_phase(bootstrap: str, topic: str, requests: int) -> None:
             response = client.request(request)
             records = response.responses[0].partitions[0].records
             if not records:
-                raise RuntimeError(f"fetch at offset {requests - 1} returned no records")
+                raise RuntimeError(f"fetch at offset {offset} returned no records")
 
 
 def stage_table(path: str) -> list[tuple[str, float]]:
@@ -117,9 +124,10 @@ def run_phase(phase: str, args) -> None:
     with start_kref_process({"KREF_CPROFILE": prefix}) as (bootstrap, proc):
         topic = f"path-{phase}"
         create_topic(bootstrap, topic)
-        if phase == "fetch":
+        if phase in ("fetch", "fetch-behind"):
             fill(bootstrap, topic, args.requests, value)
-            work = lambda: fetch_phase(bootstrap, topic, args.requests)  # noqa: E731
+            behind = phase == "fetch-behind"
+            work = lambda: fetch_phase(bootstrap, topic, args.requests, behind=behind)  # noqa: E731
         else:
             produce_phase(bootstrap, topic, 200, value)  # connect, learn metadata, warm up
             work = lambda: produce_phase(bootstrap, topic, args.requests, value)  # noqa: E731
@@ -127,35 +135,44 @@ def run_phase(phase: str, args) -> None:
         cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
         work()
         cpu, wall = cpu_seconds(proc.pid) - cpu0, time.perf_counter() - t0
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.2)
-        work()
-        proc.send_signal(signal.SIGUSR2)
-        dump = f"{prefix}.{proc.pid}"
-        deadline = time.monotonic() + 30
-        while not os.path.exists(dump) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)  # the dump is written by the signal handler; let it finish
+        if not args.no_profile:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.2)
+            work()
+            proc.send_signal(signal.SIGUSR2)
+            dump = f"{prefix}.{proc.pid}"
+            deadline = time.monotonic() + 30
+            while not os.path.exists(dump) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)  # the dump is written by the signal handler; let it finish
     load = max(load, os.getloadavg()[0])
     print(f"\n{phase}: {args.requests} requests, broker CPU {cpu / args.requests * 1e6:.0f} us/request "
           f"(wall {wall / args.requests * 1e6:.0f} us/request), load {load:.1f}")
+    if args.no_profile:
+        return
     print(f"  {'stage (cumulative, share of profiled broker CPU)':<56} share")
     for label, share in stage_table(dump):
         print(f"  {label:<56} {share * 100:5.1f}%")
     if args.top:
         pstats.Stats(dump).sort_stats("tottime").print_stats(args.top)
-    os.unlink(dump)
+    if args.keep_profile:
+        os.replace(dump, f"{args.keep_profile}.{phase}")
+    else:
+        os.unlink(dump)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--phase", choices=("produce", "fetch"), default=None)
+    parser.add_argument("--phase", choices=("produce", "fetch", "fetch-behind"), default=None)
     parser.add_argument("--top", type=int, default=0, help="also print the N functions with most own time")
+    parser.add_argument("--no-profile", action="store_true", help="only the unprofiled CPU per request")
+    parser.add_argument("--keep-profile", metavar="PREFIX", default=None,
+                        help="keep each phase's cProfile dump as PREFIX.<phase> (for pstats)")
     args = parser.parse_args()
     args.requests = max(1, min(args.requests, MAX_REQUESTS))
-    for phase in (args.phase,) if args.phase else ("produce", "fetch"):
+    for phase in (args.phase,) if args.phase else ("produce", "fetch", "fetch-behind"):
         run_phase(phase, args)
 
 

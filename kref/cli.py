@@ -20,10 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     from kref.broker.main import add_arguments as add_broker_arguments
 
     add_broker_arguments(sub.add_parser("broker", help="run a kref broker (Kafka protocol)"))
-    from kref.controller.storage_tool import add_arguments as add_storage_arguments
+    from kref.node.storage_tool import add_arguments as add_storage_arguments
 
     add_storage_arguments(sub.add_parser("storage", help="format log dirs, make cluster ids (kafka-storage.sh)"))
-    from kref.controller.local_cluster import add_arguments as add_cluster_arguments
+    from kref.node.local_cluster import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub.add_parser("cluster", help="run a local KRaft cluster (3 combined nodes by default)"))
     from kref.sim.cli import add_arguments as add_sim_arguments
@@ -48,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_broker(args)
     if args.command == "cluster":
-        from kref.controller.local_cluster import run as run_cluster
+        from kref.node.local_cluster import run as run_cluster
 
         return run_cluster(args)
     if args.command == "storage":
-        from kref.controller.storage_tool import run as run_storage
+        from kref.node.storage_tool import run as run_storage
 
         return run_storage(args)
     if args.command == "trace":

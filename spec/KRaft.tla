@@ -6,7 +6,13 @@
 (* membership it maintains, as a pull-based Raft:                          *)
 (*                                                                         *)
 (*  - a voter whose election timer fires bumps the epoch and asks for      *)
-(*    votes (RequestVote); voters grant at most one vote per epoch and     *)
+(*    votes (RequestVote); with KIP-996 pre-vote (PreVoteEnabled) it first *)
+(*    becomes Prospective in its own epoch (PreVote) and stands only once a *)
+(*    majority would vote for it (GrantPreVote: no leader it follows, a log *)
+(*    no newer than the prospective's); a pre-vote changes no durable     *)
+(*    state, so a node cut off from the quorum no longer bumps the epoch   *)
+(*    and, on its return, deposes nobody (PreVoteStability);               *)
+(*    voters grant at most one vote per epoch and                          *)
 (*    only to a candidate whose log is at least as up to date as theirs    *)
 (*    (last epoch first, then end offset) (GrantVote);                     *)
 (*  - a candidate with a majority becomes the active controller, writes a  *)
@@ -64,10 +70,12 @@ CONSTANTS
     Brokers,           \* node ids of the brokers that register with the quorum
     Nil,               \* "no node": no vote cast, no known leader
     CheckLogUpToDate,  \* TRUE in Kafka; FALSE only in the must-fail variant
-    CommitOnlyOwnEpoch \* TRUE in Kafka; FALSE: Raft's Figure-8 bug (must fail)
+    CommitOnlyOwnEpoch, \* TRUE in Kafka; FALSE: Raft's Figure-8 bug (must fail)
+    PreVoteEnabled     \* KIP-996 (Kafka 4, kref): TRUE; FALSE: elections as in KIP-595 alone
 
 ASSUME CheckLogUpToDate \in BOOLEAN
 ASSUME CommitOnlyOwnEpoch \in BOOLEAN
+ASSUME PreVoteEnabled \in BOOLEAN
 ASSUME Nil \notin Voters
 
 Unattached == "Unattached"
@@ -75,7 +83,8 @@ Candidate  == "Candidate"
 Leader     == "Leader"
 Follower   == "Follower"
 Resigned   == "Resigned"
-States     == {Unattached, Candidate, Leader, Follower, Resigned}
+Prospective == "Prospective"  \* KIP-996: asking for pre-votes, epoch not bumped
+States     == {Unattached, Candidate, Leader, Follower, Resigned, Prospective}
 
 \* Record types in the metadata log.  LeaderChange is the control record a
 \* new leader writes at the start of its epoch (KIP-595); RegisterBroker,
@@ -98,6 +107,7 @@ VARIABLES
     high_watermark,     \* [Voters -> Nat]
     end_offsets,        \* [Voters -> [Voters -> Nat]] leader's view of followers' fetch offsets
     votes_granted,      \* [Voters -> SUBSET Voters]   candidate's votes in its epoch
+                        \* (a prospective's: the pre-votes granted to it)
     broker_sessions,    \* [Voters -> SUBSET Brokers]  brokers whose heartbeat session is live at this controller
     \* --- persistent per voter: snapshots (KIP-630; the .checkpoint files and the log's start)
     log_start_offset,   \* [Voters -> Nat] first offset the log still holds as records (0: all)
@@ -236,9 +246,11 @@ Init ==
 \* The election timer of c fires (no fetch response from a leader, or a
 \* failed election): c becomes a candidate in the next epoch, votes for
 \* itself and sends Vote requests.  A disruptive action: MCKRaft bounds it.
+\* With pre-vote, only a prospective that a majority would vote for stands.
 RequestVote(c) ==
     /\ Live(c)
     /\ state[c] # Leader
+    /\ PreVoteEnabled => state[c] = Prospective /\ votes_granted[c] \in Quorums
     /\ leader_epoch' = [leader_epoch EXCEPT ![c] = @ + 1]
     /\ voted_for' = [voted_for EXCEPT ![c] = c]
     /\ leader_id' = [leader_id EXCEPT ![c] = Nil]
@@ -247,6 +259,50 @@ RequestVote(c) ==
     /\ log' = log
     /\ high_watermark' = high_watermark
     /\ end_offsets' = end_offsets
+    /\ UNCHANGED snapshot_vars
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* KIP-996: the election timer of c fires (or a pre-vote round failed) and
+\* c becomes Prospective: it asks the voters whether they would vote for it
+\* (Vote with pre_vote, carrying its current epoch), counting itself.
+\* Nothing durable changes: not the epoch, not the vote, not the known
+\* leader (a prospective that hears from its leader follows it again).
+PreVote(c) ==
+    /\ PreVoteEnabled
+    /\ Live(c)
+    /\ state[c] # Leader
+    /\ state' = [state EXCEPT ![c] = Prospective]
+    \* A new round keeps what the last one counted: a grant still in flight is
+    \* counted when it arrives (Kafka's and kref's prospective do not tell
+    \* rounds apart; a pre-vote is advisory, no vote).
+    /\ votes_granted' = [votes_granted EXCEPT ![c] = IF state[c] = Prospective THEN @ ELSE {c}]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, high_watermark, end_offsets>>
+    /\ UNCHANGED snapshot_vars
+    /\ UNCHANGED env_vars
+    /\ UNCHANGED history_vars
+
+\* Voter v would vote for prospective c: same epoch (a pre-vote of a higher
+\* epoch first moves v there, BecomeUnattached; one of a lower is refused),
+\* c's log at least as up to date, and v has no leader it follows or is:
+\* a Follower (kref refuses in that state; Kafka once it fetched from its
+\* leader) and a Leader refuse, and so a leader every other voter follows
+\* cannot be voted out by one voter that lost touch.  Whether v voted for
+\* someone in the epoch does not matter: a pre-vote is no vote.
+PreVoteGrantable(v, c) ==
+    /\ v # c
+    /\ Live(v) /\ Live(c)
+    /\ state[c] = Prospective
+    /\ leader_epoch[c] = leader_epoch[v]
+    /\ state[v] \notin {Leader, Follower}
+    /\ CheckLogUpToDate => LogUpToDate(c, v)  \* as for a vote
+
+\* v grants c's pre-vote; only c's count changes (v keeps no record of it,
+\* and may grant again in c's next round).
+GrantPreVote(v, c) ==
+    /\ PreVoteGrantable(v, c)
+    /\ votes_granted' = [votes_granted EXCEPT ![c] = @ \cup {v}]
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, state, high_watermark, end_offsets>>
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED env_vars
     /\ UNCHANGED history_vars
@@ -284,12 +340,16 @@ GrantVote(v, c) ==
 \* A node v learns a higher epoch from any RPC of w (a rejected vote, a
 \* fetch, a BeginQuorumEpoch it cannot act on yet) and moves to it,
 \* Unattached and without a vote.  This is how a candidate gives up and how
-\* a zombie leader finally steps down.
+\* a zombie leader finally steps down.  The RPC may have been sent long
+\* ago (a Vote request delivered late): v moves to any epoch above its own
+\* up to w's, not only to w's epoch of now.  v never was in such an epoch,
+\* so it holds no vote there, and votes stay one per voter and epoch.
 BecomeUnattached(v, w) ==
     /\ v # w
     /\ Live(v) /\ Live(w)
     /\ leader_epoch[w] > leader_epoch[v]
-    /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[w]]
+    /\ \E e \in (leader_epoch[v] + 1)..leader_epoch[w] :
+          leader_epoch' = [leader_epoch EXCEPT ![v] = e]
     /\ voted_for' = [voted_for EXCEPT ![v] = Nil]
     /\ leader_id' = [leader_id EXCEPT ![v] = Nil]
     /\ state' = [state EXCEPT ![v] = Unattached]
@@ -324,17 +384,19 @@ BecomeActiveController(c) ==
 
 \* The leader l tells voter v about its epoch (BeginQuorumEpoch RPC); v
 \* becomes its follower.  A voter in the same epoch that is still a
-\* candidate or unattached (possibly having voted for someone else) learns
-\* who won.
+\* candidate, prospective or unattached (possibly having voted for someone
+\* else) learns who won.  The request may arrive late, after l moved on:
+\* any epoch l was elected in (elections) that v has not passed yet.
+LedEpochs(l) == {x.epoch : x \in {y \in elections : y.leader = l}}
 BeginQuorumEpoch(l, v) ==
     /\ v # l
     /\ Live(l) /\ Live(v)
-    /\ state[l] = Leader
-    /\ \/ leader_epoch[l] > leader_epoch[v]
-       \/ /\ leader_epoch[l] = leader_epoch[v]
-          /\ state[v] \in {Unattached, Candidate}
-    /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[l]]
-    /\ voted_for' = [voted_for EXCEPT ![v] = IF leader_epoch[l] > leader_epoch[v] THEN Nil ELSE @]
+    /\ \E e \in LedEpochs(l) :
+       /\ \/ e > leader_epoch[v]
+          \/ /\ e = leader_epoch[v]
+             /\ state[v] \in {Unattached, Candidate, Prospective}
+       /\ leader_epoch' = [leader_epoch EXCEPT ![v] = e]
+       /\ voted_for' = [voted_for EXCEPT ![v] = IF e > leader_epoch[v] THEN Nil ELSE @]
     /\ leader_id' = [leader_id EXCEPT ![v] = l]
     /\ state' = [state EXCEPT ![v] = Follower]
     /\ votes_granted' = [votes_granted EXCEPT ![v] = {}]
@@ -659,7 +721,7 @@ EndQuorumEpoch(l, v) ==
     /\ state[l] = Resigned
     /\ state[v] = Follower /\ leader_id[v] = l
     /\ leader_epoch[v] = leader_epoch[l]
-    /\ RequestVote(v)
+    /\ IF PreVoteEnabled THEN PreVote(v) ELSE RequestVote(v)
 
 \* The process continues where it stopped, unaware of the time that passed:
 \* every broker's heartbeat session at v has timed out.
@@ -682,7 +744,7 @@ ControllerWrite(l) ==
                          \/ ExpireBrokerSession(l, b) \/ ControlledShutdown(l, b)
 
 ProtocolNext ==
-    \/ \E v, c \in Voters : GrantVote(v, c) \/ BecomeUnattached(v, c)
+    \/ \E v, c \in Voters : GrantVote(v, c) \/ BecomeUnattached(v, c) \/ GrantPreVote(v, c)
     \/ \E c \in Voters : BecomeActiveController(c)
     \/ \E l, v \in Voters : BeginQuorumEpoch(l, v)
     \/ \E f, l \in Voters : FetchFromLeader(f, l) \/ TruncateToEpochEndOffset(f, l)
@@ -698,7 +760,7 @@ SnapshotNext ==
     \/ \E f, l \in Voters : InstallSnapshot(f, l)
 
 Next ==
-    \/ \E v \in Voters : RequestVote(v) \/ Crash(v) \/ Pause(v) \/ Resign(v)
+    \/ \E v \in Voters : RequestVote(v) \/ PreVote(v) \/ Crash(v) \/ Pause(v) \/ Resign(v)
                         \/ ControllerWrite(v)
     \/ \E l, v \in Voters : EndQuorumEpoch(l, v)
     \/ ProtocolNext
@@ -709,6 +771,7 @@ Next ==
 \* possible eventually happens.  No fairness on disruptive steps.
 Fairness ==
     /\ \A v, c \in Voters : WF_vars(GrantVote(v, c)) /\ WF_vars(BecomeUnattached(v, c))
+                            /\ WF_vars(GrantPreVote(v, c))
     /\ \A c \in Voters : WF_vars(BecomeActiveController(c))
     /\ \A l, v \in Voters : WF_vars(BeginQuorumEpoch(l, v))
     /\ \A f, l \in Voters : WF_vars(FetchFromLeader(f, l)) /\ WF_vars(TruncateToEpochEndOffset(f, l))
@@ -812,5 +875,22 @@ NoZombieWrite ==
         /\ w.offset < LogEndOffset(v)
         /\ log[v][w.offset + 1].epoch = w.epoch
         => high_watermark[v] <= w.offset
+
+\* KIP-996's point: while leader l is live and every other voter follows it
+\* in its epoch, one voter c whose timer fired (cut off from l: a network
+\* partition, a long pause) cannot raise any epoch; it stays Prospective
+\* in l's epoch and follows l again once it hears from it.  Without
+\* pre-vote (PreVoteEnabled = FALSE) c's RequestVote breaks it at once, and
+\* c's higher epoch would then depose l on c's return (MCKRaftNoPreVote).
+ServedByAllBut(l, c) ==
+    /\ Live(l) /\ state[l] = Leader
+    /\ \A v \in Voters \ {l} :
+          /\ leader_epoch[v] = leader_epoch[l]
+          /\ leader_id[v] = l
+          /\ \/ state[v] = Follower
+             \/ v = c /\ state[v] = Prospective /\ votes_granted[v] = {v}
+PreVoteStability ==
+    [][\A l, c \in Voters :
+          ServedByAllBut(l, c) => \A v \in Voters : leader_epoch'[v] = leader_epoch[v]]_vars
 
 =============================================================================

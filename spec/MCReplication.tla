@@ -14,10 +14,18 @@ EXTENDS Replication, TLC
 
 CONSTANTS MaxCrashes, MaxIsrShrinks, MaxPreferredElections
 
+\* Fencings of a broker that is up (Replication's LiveBrokerFencing): none
+\* unless a .cfg says `MaxLiveFences <- One` (or Two; a definition, so that the
+\* configurations that predate it need no new constant).
+MaxLiveFences == 0
+One == 1
+Two == 2
+
 FaultBudget ==
     /\ faults.crash <= MaxCrashes
     /\ faults.shrink <= MaxIsrShrinks
     /\ faults.preferred <= MaxPreferredElections
+    /\ faults.live_fence <= MaxLiveFences
 
 \* Replicas and values are interchangeable: the spec never orders them or
 \* picks one by name (Init has no leader yet; CHOOSE is used on numbers

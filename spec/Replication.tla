@@ -20,7 +20,9 @@
 (*   the leader, the leader epoch, the partition epoch and that added      *)
 (*   replicas are not fenced (CommitAlterPartition), and the leader applies *)
 (*   the answer (HandleAlterPartitionResponse).  While a change is pending *)
-(*   the leader acts on the maximal ISR: committed ISR \cup proposed ISR.  *)
+(*   the leader acts on the maximal ISR: committed ISR \cup proposed ISR;   *)
+(*   a lost answer is resent (AlterPartitionLost), and a stale-epoch error *)
+(*   keeps the proposal pending until the metadata replaces it.            *)
 (* - high watermark = min log end offset over the maximal ISR, advanced    *)
 (*   only by the leader, never while the committed ISR is smaller than     *)
 (*   min.insync.replicas (KAFKA-15583), and never decreasing there;        *)
@@ -36,7 +38,14 @@
 (*   session expired), elects a new leader from the unfenced ISR with a    *)
 (*   new leader epoch, moves leadership to a preferred replica, and (only  *)
 (*   when UncleanLeaderElectionEnable) elects a replica outside the ISR.   *)
-(*   A restarted broker is unfenced once it registers again.               *)
+(*   A restarted broker is unfenced once it registers again.  With         *)
+(*   LiveBrokerFencing a broker that is up may be fenced too (a pause or a *)
+(*   cut link past broker.session.timeout.ms); it acts on its old          *)
+(*   registration until it applies the new one.                            *)
+(* - Each replica keeps a leader-epoch cache (KIP-101): its log's epochs,  *)
+(*   plus the epoch it became leader of at its log end offset, kept (after *)
+(*   it stops leading) until it appends or truncates: its last fetched     *)
+(*   epoch may be one with no record in its log.                           *)
 (* - Epochs are numbered as in Kafka: a partition's first leader epoch and *)
 (*   partition epoch are 0; -1 is "none known".                            *)
 (* - Last Replica Standing (KIP-966): with LastReplicaStandingFaults the   *)
@@ -73,6 +82,17 @@ CONSTANTS
 LastReplicaStandingFaults == FALSE
 \* TRUE: KIP-966 eligible leader replicas (eligible.leader.replicas.enable).
 EligibleLeaderReplicasEnable == FALSE
+\* TRUE: the controller's answer to an AlterPartition may be lost and the
+\* leader resends (AlterPartitionLost in Next).  Off by default: it grows
+\* every model by half; MCReplicationAlterPartitionLost.cfg checks it.
+\* Trace validation takes the step whatever this says.
+AlterPartitionAnswersLost == FALSE
+\* TRUE: the controller may fence a broker that is up (its heartbeats did not
+\* reach it for broker.session.timeout.ms: a pause, a cut link, a starved
+\* process), not only a crashed one. Off in the models that predate it
+\* (their state spaces stay as they were); trace validation turns it on, as
+\* real fault runs do it, and MCReplicationLiveFence checks it.
+LiveBrokerFencing == FALSE
 
 ASSUME /\ NoLeader \notin Replicas
        /\ MinInsyncReplicas \in 1..Cardinality(Replicas)
@@ -84,6 +104,11 @@ VARIABLES
     role,                  \* "Leader" | "Follower" | "Online" (restarted, no
                            \* metadata applied yet) | "Offline" (crashed)
     log,                   \* Seq of [offset, leader_epoch, value]
+    epoch_cache_tail,      \* the leader-epoch cache's last entry when it has
+                           \* no record yet: the epoch r assigned at its log
+                           \* end offset on becoming its leader (Kafka's
+                           \* maybeAssignEpochStartOffset), -1 = none; every
+                           \* other entry is the log's (see KnownEpochs)
     high_watermark,        \* the replica's high watermark
     leader_epoch,          \* leader epoch of the metadata the replica applied
     partition_epoch,       \* partition epoch of that metadata (leader uses it
@@ -96,7 +121,8 @@ VARIABLES
     fetch,                 \* [follower -> its one in-flight fetch: request or
                            \*  response, or [type |-> "None"]]
     alter_partition,       \* [leader -> its one in-flight AlterPartition:
-                           \*  request or response, or [type |-> "None"]]
+                           \*  request or response, a proposal awaiting
+                           \*  metadata, or [type |-> "None"]]
     \* ---- the controller: the committed partition registration ----
     controller,            \* [leader, leader_epoch, partition_epoch, isr,
                            \*  fenced: brokers whose registration is fenced]
@@ -112,12 +138,12 @@ VARIABLES
                            \* clean-shutdown marker tells at restart, KIP-966)
                            \* taken so far, bounded by MCReplication
 
-vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+vars == <<role, log, epoch_cache_tail, high_watermark, leader_epoch, partition_epoch, isr,
           remote_log_end_offset, remote_broker_epoch, fetch, alter_partition,
           controller, produced,
           acks_all, acked, consumed, faults>>
 
-replica_vars == <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+replica_vars == <<role, log, epoch_cache_tail, high_watermark, leader_epoch, partition_epoch, isr,
                   remote_log_end_offset, remote_broker_epoch, fetch,
                   alter_partition>>
 ghost_vars == <<produced, acks_all, acked, consumed>>
@@ -135,9 +161,14 @@ NoAlterPartition == [type |-> "None"]
 \* The log end offset: the offset the next appended entry will get.
 log_end_offset(r) == Len(log[r])
 
-\* The epoch of the last entry, -1 for an empty log (what FollowerFetch sends
-\* as last_fetched_epoch).
-LastEpoch(r) == IF log[r] = << >> THEN -1 ELSE log[r][Len(log[r])].leader_epoch
+\* The latest epoch of r's leader-epoch cache (what FollowerFetch sends as
+\* last_fetched_epoch): an epoch r led without writing a record in it
+\* stays there until r truncates or appends (Kafka's cache, not the log,
+\* is what the fetcher reads); else the epoch of the last entry, -1 for an
+\* empty log.
+LastEpoch(r) ==
+    IF epoch_cache_tail[r] # -1 THEN epoch_cache_tail[r]
+    ELSE IF log[r] = << >> THEN -1 ELSE log[r][Len(log[r])].leader_epoch
 
 \* Prefix of a log with n entries (truncation keeps offsets < n).
 Prefix(s, n) == SubSeq(s, 1, n)
@@ -160,11 +191,18 @@ AcksModes == {"all", "1"}
 \* offset of epoch x is the number of entries with epoch <= x.
 KnownEpochs(r) ==
     {log[r][i].leader_epoch : i \in 1..Len(log[r])}
+    \cup (IF epoch_cache_tail[r] # -1 THEN {epoch_cache_tail[r]} ELSE {})
     \cup (IF role[r] = "Leader" THEN {leader_epoch[r]} ELSE {})
 
+\* An epoch older than every epoch r knows ends where r's earliest one
+\* starts (offset 0: the spec's logs start there): Kafka answers that
+\* epoch itself and that offset (LeaderEpochFileCache.endOffsetFor), so a
+\* follower asking from offset 0 is not diverging.  Knowing no epoch at
+\* all, r answers -1.
 EndOffsetForEpoch(r, e) ==
     LET below == {x \in KnownEpochs(r) : x <= e}
-    IN  IF below = {} THEN [epoch |-> -1, end_offset |-> 0]
+    IN  IF below = {} THEN [epoch |-> IF KnownEpochs(r) = {} THEN -1 ELSE e,
+                             end_offset |-> 0]
         ELSE LET x == Max(below)
              IN  [epoch |-> x,
                   end_offset |-> Cardinality({i \in 1..Len(log[r]) :
@@ -233,6 +271,7 @@ ElectableFromElr(r) ==
 Init ==
     /\ role = [r \in Replicas |-> "Online"]
     /\ log = [r \in Replicas |-> << >>]
+    /\ epoch_cache_tail = [r \in Replicas |-> -1]
     /\ high_watermark = [r \in Replicas |-> 0]
     /\ leader_epoch = [r \in Replicas |-> -1]
     /\ partition_epoch = [r \in Replicas |-> -1]
@@ -248,7 +287,8 @@ Init ==
     /\ acks_all = {}
     /\ acked = {}
     /\ consumed = {}
-    /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {}]
+    /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {},
+                  live_fence |-> 0]
 
 -----------------------------------------------------------------------------
 (* Leader actions                                                          *)
@@ -264,6 +304,7 @@ LeaderAppend(l, batch, acks) ==
                  @ \o [i \in DOMAIN batch |-> [offset |-> Len(@) + i - 1,
                                                leader_epoch |-> leader_epoch[l],
                                                value |-> batch[i]]]]
+    /\ epoch_cache_tail' = [epoch_cache_tail EXCEPT ![l] = -1]
     /\ produced' = produced \cup Range(batch)
     /\ acks_all' = IF acks = "all" THEN acks_all \cup Range(batch) ELSE acks_all
     /\ UNCHANGED <<role, high_watermark, leader_epoch, partition_epoch, isr,
@@ -315,7 +356,7 @@ LeaderHandleFetch(l, f) ==
                      [type |-> "FetchResponse",
                       records |-> SubSeq(log[l], req.fetch_offset + 1, upto),
                       high_watermark |-> high_watermark[l]]]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    alter_partition, controller, ghost_vars, faults>>
 
 \* Leader l moves its high watermark to the min log end offset over its
@@ -340,7 +381,7 @@ AdvanceHighWatermark(l) ==
           \* whatever its epoch or acks.
           /\ consumed' = consumed \cup
                          {log[l][i] : i \in high_watermark[l] + 1 .. new_hw}
-    /\ UNCHANGED <<role, log, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, role, log, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, fetch, alter_partition, controller,
                    produced, acks_all, faults>>
 
@@ -355,7 +396,7 @@ ShrinkIsr(l, out) ==
     /\ out # {} /\ out \subseteq isr[l] \ {l}
     /\ \A f \in out : remote_log_end_offset[l][f] < Len(log[l])
     /\ SendAlterPartition(l, isr[l] \ out)
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, fetch, controller, ghost_vars>>
     /\ faults' = [faults EXCEPT !.shrink = @ + 1]
 
@@ -368,13 +409,19 @@ ExpandIsr(l, f) ==
     /\ remote_log_end_offset[l][f] >= high_watermark[l]
     /\ remote_log_end_offset[l][f] >= EpochStartOffset(l)
     /\ SendAlterPartition(l, isr[l] \cup {f})
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, fetch, controller, ghost_vars, faults>>
 
-\* Leader l applies the controller's answer.  A committed change is taken
-\* only if it is newer than the partition epoch l already applied (the
-\* same change may have reached l as metadata first); an error leaves the
-\* ISR as l last applied it, and l may try again.
+\* Leader l applies the controller's answer, as Kafka's Partition does
+\* (handleAlterPartitionUpdate / handleAlterPartitionError).  A committed
+\* change is taken only if it is newer than the partition epoch l already
+\* applied (the same change may have reached l as metadata first).  On
+\* INELIGIBLE_REPLICA the controller says it applied nothing: l drops the
+\* proposal.  On FENCED_LEADER_EPOCH or INVALID_UPDATE_VERSION l's
+\* registration is stale and l cannot tell whether an earlier send of the
+\* same proposal was committed (its answer may have been lost): the
+\* proposal stays pending (MaximalIsr counts it, no other ISR change
+\* starts) until the metadata replaces it (BecomeLeader, BecomeFollower).
 HandleAlterPartitionResponse(l) ==
     /\ alter_partition[l].type = "AlterPartitionResponse"
     /\ LET resp == alter_partition[l]
@@ -385,23 +432,24 @@ HandleAlterPartitionResponse(l) ==
            THEN /\ isr' = [isr EXCEPT ![l] = resp.isr]
                 /\ partition_epoch' = [partition_epoch EXCEPT ![l] = resp.partition_epoch]
            ELSE UNCHANGED <<isr, partition_epoch>>
-    /\ alter_partition' = [alter_partition EXCEPT ![l] = NoAlterPartition]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, remote_log_end_offset, remote_broker_epoch,
+    /\ alter_partition' = [alter_partition EXCEPT ![l] =
+          IF @.error \in {"FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION"}
+          THEN [type |-> "AwaitMetadata", new_isr |-> @.new_isr]
+          ELSE NoAlterPartition]
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, remote_log_end_offset, remote_broker_epoch,
                    fetch, controller, ghost_vars, faults>>
 
-\* Leader l's AlterPartition request is lost before the controller handled
-\* it (the controller moved: NOT_CONTROLLER; the connection broke; it timed
-\* out): l drops it, keeps the ISR it applied, and may propose again.
-\* kref's leader gives up on such an error and proposes again later;
-\* Kafka's AlterPartitionManager resends the same request.  Neither is a
-\* change the controller made.  (An answer lost *after* the controller
-\* committed is not this step: the leader must then keep acting on the
-\* maximal ISR until it applies the committed registration, which Kafka's
-\* resending does; docs/spec.md.)
+\* The controller's answer to leader l is lost (a broken connection, a
+\* timeout, the controller moved): l cannot know whether its change was
+\* committed, so it keeps counting the proposed ISR and sends the same
+\* request again (Kafka's AlterPartitionManager).  A request lost before
+\* the controller handled it is resent as it was: the same state, no step.
+\* If the controller had committed it, the resend finds a newer partition
+\* epoch (INVALID_UPDATE_VERSION) and l waits for the metadata.
 AlterPartitionLost(l) ==
-    /\ alter_partition[l].type = "AlterPartitionRequest"
-    /\ alter_partition' = [alter_partition EXCEPT ![l] = NoAlterPartition]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ alter_partition[l].type = "AlterPartitionResponse"
+    /\ alter_partition' = [alter_partition EXCEPT ![l] = alter_partition[l].request]
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, fetch, controller,
                    ghost_vars, faults>>
 
@@ -421,7 +469,7 @@ FollowerFetch(f) ==
                     last_fetched_epoch |-> LastEpoch(f),
                     current_leader_epoch |-> leader_epoch[f],
                     broker_epoch |-> controller.broker_epoch[f]]]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
                    faults>>
 
@@ -434,7 +482,7 @@ FetchError(f) ==
     /\ ~\E l \in Replicas : role[l] = "Leader"
                             /\ leader_epoch[l] = fetch[f].current_leader_epoch
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
                    faults>>
 
@@ -447,6 +495,10 @@ FollowerAppend(f) ==
        IN /\ log' = [log EXCEPT ![f] = new_log]
           /\ high_watermark' = [high_watermark EXCEPT ![f] =
                                    Min2(fetch[f].high_watermark, Len(new_log))]
+    \* Records appended at the tail's start offset replace the tail entry
+    \* (Kafka's cache drops entries a newer assignment makes non-monotonic).
+    /\ epoch_cache_tail' = IF fetch[f].records = << >> THEN epoch_cache_tail
+                           ELSE [epoch_cache_tail EXCEPT ![f] = -1]
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
@@ -471,6 +523,9 @@ TruncateToEpochEndOffset(f) ==
     /\ LET to == TruncationOffset(f, fetch[f].epoch, fetch[f].end_offset)
        IN /\ log' = [log EXCEPT ![f] = Prefix(@, to)]
           /\ high_watermark' = [high_watermark EXCEPT ![f] = Min2(@, to)]
+    \* Kafka's truncateTo drops cache entries from the log end even when no
+    \* record goes (UnifiedLog.truncateTo): the tail never survives.
+    /\ epoch_cache_tail' = [epoch_cache_tail EXCEPT ![f] = -1]
     /\ fetch' = [fetch EXCEPT ![f] = NoFetch]
     /\ UNCHANGED <<role, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, alter_partition, controller, ghost_vars,
@@ -497,9 +552,14 @@ BecomeLeader(r) ==
     /\ partition_epoch' = [partition_epoch EXCEPT ![r] = controller.partition_epoch]
     /\ isr' = [isr EXCEPT ![r] = controller.isr]
     /\ IF role[r] = "Leader" /\ leader_epoch[r] = controller.leader_epoch
-       THEN UNCHANGED <<remote_log_end_offset, remote_broker_epoch>>
+       THEN UNCHANGED <<remote_log_end_offset, remote_broker_epoch, epoch_cache_tail>>
        ELSE /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
             /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
+            \* A new term: its epoch starts at the log end offset in the cache
+            \* (before KIP-101 there is no cache).
+            /\ epoch_cache_tail' = IF TruncateToHighWatermarkOnBecomeFollower
+                                   THEN epoch_cache_tail
+                                   ELSE [epoch_cache_tail EXCEPT ![r] = controller.leader_epoch]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
     /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     /\ UNCHANGED <<log, high_watermark, controller, ghost_vars, faults>>
@@ -520,6 +580,11 @@ BecomeFollower(r) ==
     /\ log' = IF TruncateToHighWatermarkOnBecomeFollower
               THEN [log EXCEPT ![r] = Prefix(@, high_watermark[r])]
               ELSE log
+    \* Since KIP-101 the cache is kept: an epoch r led without a record is
+    \* its last fetched epoch until the first answer makes it truncate.
+    /\ epoch_cache_tail' = IF TruncateToHighWatermarkOnBecomeFollower
+                           THEN [epoch_cache_tail EXCEPT ![r] = -1]
+                           ELSE epoch_cache_tail
     /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
     /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
@@ -561,8 +626,9 @@ CommitAlterPartition(l) ==
                  [type |-> "AlterPartitionResponse", new_isr |-> req.new_isr,
                   error |-> error, leader_epoch |-> req.leader_epoch,
                   isr |-> controller'.isr,
-                  partition_epoch |-> controller'.partition_epoch]]
-    /\ UNCHANGED <<role, log, high_watermark, leader_epoch, partition_epoch, isr,
+                  partition_epoch |-> controller'.partition_epoch,
+                  request |-> req]]
+    /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, fetch, ghost_vars, faults>>
 
 \* Elect an unfenced ISR member when the partition has no leader, with a
@@ -616,7 +682,7 @@ CanElect(c) ==
            \/ EligibleLeaderReplicasEnable /\ s \in c.elr /\ c.isr \subseteq c.fenced
            \/ UncleanLeaderElectionEnable /\ c.isr \subseteq c.fenced /\ s \notin c.isr
 
-\* The session of crashed broker r expires: the controller fences it,
+\* The session of broker r expires: the controller fences it,
 \* removes it from the ISR unless it is the last member (without KIP-966
 \* the ISR is never empty; with it, r joins the ELR instead) and clears
 \* the leader if r led, with a new partition epoch.  A leader that goes to
@@ -628,8 +694,16 @@ CanElect(c) ==
 \* the ElectLeader that follows bumps it, and the leaderless state between
 \* the two steps keeps the old epoch (trace_check marks the pair
 \* "after_fence").
+\* With LiveBrokerFencing r may be up (Kafka fences on the session alone):
+\* nothing tells r at once, so a fenced leader goes on as a zombie of its
+\* epoch (appends, answers fetches of followers still in that epoch) until
+\* it applies the new registration; its high watermark still needs every
+\* member of its ISR, the new leader included, so it acknowledges nothing
+\* the new leader lacks.  A fenced follower keeps fetching (KIP-903 keeps
+\* it out of the ISR until UnfenceBroker).  Its heartbeats resume with
+\* the same broker epoch, and the controller unfences it once caught up.
 FenceBroker(r) ==
-    /\ role[r] = "Offline"
+    /\ role[r] = "Offline" \/ LiveBrokerFencing
     /\ r \notin controller.fenced
     /\ LET new_isr == IF controller.isr = {r} /\ ~EligibleLeaderReplicasEnable
                       THEN controller.isr
@@ -646,7 +720,9 @@ FenceBroker(r) ==
                     !.partition_epoch = IF new_isr = controller.isr
                                                /\ controller.leader # r
                                         THEN @ ELSE @ + 1]
-    /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
+    /\ faults' = IF role[r] = "Offline" THEN faults
+                 ELSE [faults EXCEPT !.live_fence = @ + 1]
+    /\ UNCHANGED <<replica_vars, ghost_vars>>
 
 \* Restarted broker r registered again and caught up with the metadata:
 \* the controller unfences it (it may rejoin the ISR and be elected).
@@ -690,6 +766,9 @@ Crash(r) ==
                 /\ CrashKeeps(r, keep, checkpoint)
                 /\ log' = [log EXCEPT ![r] = Prefix(@, keep)]
                 /\ high_watermark' = [high_watermark EXCEPT ![r] = checkpoint]
+                \* Loading the log truncates the cache at the recovered log
+                \* end offset: the tail entry does not survive a restart.
+                /\ epoch_cache_tail' = [epoch_cache_tail EXCEPT ![r] = -1]
                 /\ faults' = [faults EXCEPT
                                  !.crash = @ + 1,
                                  !.unclean = IF ~EligibleLeaderReplicasEnable THEN @
@@ -733,7 +812,7 @@ Restart(r) ==
     \* A request of the old process still on the wire is dropped here (a
     \* simplification: one the leader takes after the restart is not modelled).
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
-    /\ UNCHANGED <<log, high_watermark, leader_epoch, partition_epoch, isr,
+    /\ UNCHANGED <<epoch_cache_tail, log, high_watermark, leader_epoch, partition_epoch, isr,
                    remote_log_end_offset, remote_broker_epoch, alter_partition,
                    ghost_vars, faults>>
 
@@ -751,7 +830,7 @@ Next ==
     \/ \E l, f \in Replicas : ExpandIsr(l, f)
     \/ \E l \in Replicas : CommitAlterPartition(l)
     \/ \E l \in Replicas : HandleAlterPartitionResponse(l)
-    \/ \E l \in Replicas : AlterPartitionLost(l)
+    \/ AlterPartitionAnswersLost /\ \E l \in Replicas : AlterPartitionLost(l)
     \/ \E f \in Replicas : FollowerFetch(f)
     \/ \E f \in Replicas : FetchError(f)
     \/ \E f \in Replicas : FollowerAppend(f)
@@ -784,24 +863,30 @@ FetchMessage ==
     \cup [type : {"FetchResponse"}, records : Seq(Entry), high_watermark : Nat]
     \cup [type : {"DivergingEpoch"}, epoch : Int, end_offset : Nat]
 
+AlterPartitionRequestMessage ==
+    [type : {"AlterPartitionRequest"}, new_isr : SUBSET Replicas,
+     leader_epoch : Nat, partition_epoch : Nat,
+     \* (a finite range so that TLC can test membership; a model's
+     \* broker epochs stay far below it: one per restart)
+     broker_epochs : UNION {[S -> 0..Cardinality(Replicas) * 9] :
+                              S \in SUBSET Replicas}]
+
 AlterPartitionMessage ==
          {NoAlterPartition}
-    \cup [type : {"AlterPartitionRequest"}, new_isr : SUBSET Replicas,
-          leader_epoch : Nat, partition_epoch : Nat,
-          \* (a finite range so that TLC can test membership; a model's
-          \* broker epochs stay far below it: one per restart)
-          broker_epochs : UNION {[S -> 0..Cardinality(Replicas) * 9] :
-                                   S \in SUBSET Replicas}]
+    \cup AlterPartitionRequestMessage
     \cup [type : {"AlterPartitionResponse"}, new_isr : SUBSET Replicas,
           error : {"NONE", "FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION",
                    "INELIGIBLE_REPLICA"},
-          leader_epoch : Nat, isr : SUBSET Replicas, partition_epoch : Nat]
+          leader_epoch : Nat, isr : SUBSET Replicas, partition_epoch : Nat,
+          request : AlterPartitionRequestMessage]
+    \cup [type : {"AwaitMetadata"}, new_isr : SUBSET Replicas]
 
 \* Every variable holds a value of the expected shape; catches spec typos
 \* early and documents the state the trace events carry.
 TypeOK ==
     /\ role \in [Replicas -> {"Leader", "Follower", "Online", "Offline"}]
     /\ log \in [Replicas -> Seq(Entry)]
+    /\ epoch_cache_tail \in [Replicas -> Nat \cup {-1}]
     /\ \A r \in Replicas : \A i \in 1..Len(log[r]) : log[r][i].offset = i - 1
     /\ high_watermark \in [Replicas -> Nat]
     /\ leader_epoch \in [Replicas -> Nat \cup {-1}]
@@ -823,7 +908,7 @@ TypeOK ==
     /\ acked \subseteq Entry
     /\ consumed \subseteq Entry
     /\ faults \in [crash : Nat, shrink : Nat, preferred : Nat,
-                   unclean : SUBSET Replicas]
+                   unclean : SUBSET Replicas, live_fence : Nat]
 
 \* The elected leader is always an ISR member, and a leader's own view of
 \* the ISR contains itself: elections and AlterPartition never break this,

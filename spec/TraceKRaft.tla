@@ -30,6 +30,12 @@
 (* record where the leader's logged log end offset grew by them, right     *)
 (* after that leader's previous step.                                      *)
 (*                                                                         *)
+(* KIP-996 pre-votes are PreVote (a prospective's round) and GrantPreVote  *)
+(* (a voter's grant, its own state unchanged); a RequestVote then needs   *)
+(* the grants of a majority.  PreVoteEnabled is TRUE for a trace whose     *)
+(* RequestVote events say the core pre-voted (pre_vote), FALSE for older   *)
+(* traces and cores configured without it.                                 *)
+(*                                                                         *)
 (* Snapshots are the actions of their names (CreateSnapshot,             *)
 (* AdvanceLogStart, InstallSnapshot): a follower's install is taken from  *)
 (* the leader it names, whose log must start past the follower's fetch    *)
@@ -93,6 +99,21 @@ AsLogged(v) ==
 TRequestVote == RequestVote(Ev.replica) /\ AsLogged(Ev.replica)
 
 TGrantVote == GrantVote(Ev.replica, Ev.candidate) /\ AsLogged(Ev.replica)
+
+\* KIP-996: the prospective's round (its post-state is its pre-state but for
+\* state and the votes it counts), and a voter's pre-vote grant (its own
+\* state unchanged, as logged; the prospective counts it).
+TPreVote == PreVote(Ev.replica) /\ AsLogged(Ev.replica)
+
+TGrantPreVote ==
+    \/ GrantPreVote(Ev.replica, Ev.candidate) /\ AsLogged(Ev.replica)
+    \* The spec hands a grant to its prospective at once; on the wire it travels,
+    \* and a round can end before it lands (the prospective heard from its leader
+    \* again and follows, or stood): that grant joins no count and changes nothing.
+    \/ /\ state[Ev.candidate] # Prospective
+       /\ state[Ev.replica] \notin {Leader, Follower}
+       /\ UNCHANGED vars
+       /\ AsLogged(Ev.replica)
 
 TBecomeUnattached == BecomeUnattached(Ev.replica, Ev.source) /\ AsLogged(Ev.replica)
 
@@ -187,6 +208,8 @@ TRestart == Restart(Ev.replica)
 TraceStep ==
     /\ tl <= Len(TraceLog)
     /\ CASE Ev.type = "RequestVote"              -> TRequestVote
+         [] Ev.type = "PreVote"                  -> TPreVote
+         [] Ev.type = "GrantPreVote"             -> TGrantPreVote
          [] Ev.type = "GrantVote"                -> TGrantVote
          [] Ev.type = "BecomeUnattached"         -> TBecomeUnattached
          [] Ev.type = "BecomeActiveController"   -> TBecomeActiveController

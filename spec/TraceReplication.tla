@@ -55,6 +55,13 @@ Traces == TraceLogs
 TraceLog == Traces[ti]
 Ev == TraceLog[tl]
 
+\* The partition-epoch shift of the event (see ElectionShift).  A replica may
+\* log a registration older than the latest shift: a fenced leader still up
+\* (LiveBrokerFencing) acts on the partition epoch it had; trace_check then
+\* gives the event its own shift (`pe_shift`: the after_fence elections up
+\* to that partition epoch).
+Shift == IF "pe_shift" \in DOMAIN Ev THEN Ev.pe_shift ELSE pe_shift
+
 \* Fresh record values for a batch of n: values are 1..Len(produced), in order.
 FreshBatch(n) == [k \in 1..n |-> Cardinality(produced) + k]
 
@@ -92,6 +99,7 @@ TLeaderHandleFetch ==
     /\ fetch[f].type = "FetchRequest"
     /\ fetch[f].fetch_offset = Ev.fetch_offset
     /\ fetch[f].last_fetched_epoch = Ev.last_fetched_epoch
+    /\ "broker_epoch" \in DOMAIN Ev => fetch[f].broker_epoch = Ev.broker_epoch
     /\ LeaderHandleFetch(l, f)
     /\ IF fetch'[f].type = "None" THEN TRUE  \* f crashed after sending it: no answer
        ELSE IF Ev.diverging_epoch = -1 /\ Ev.diverging_end_offset = -1
@@ -105,15 +113,15 @@ TLeaderHandleFetch ==
        ELSE /\ fetch'[f].type = "DivergingEpoch"
             /\ \/ /\ fetch'[f].epoch = Ev.diverging_epoch
                   /\ fetch'[f].end_offset = Ev.diverging_end_offset
-               \* A last fetched epoch older than every epoch the leader knows
-               \* (an unclean election's leader that never had it): Kafka's
-               \* leader answers that epoch and the start offset of its own
-               \* earliest one (0 here: the spec's logs start at 0), the spec's
-               \* -1 and 0. The follower has that epoch (its last), so it
-               \* truncates to 0 either way: the same step.
-               \/ /\ fetch'[f].epoch = -1
+               \* A last fetched epoch older than every epoch the leader knows:
+               \* the spec answers as Kafka does, that epoch and the start of
+               \* the leader's earliest one (0 here); kref's replica core may
+               \* refuse it with OFFSET_OUT_OF_RANGE, logged as epoch -1 and
+               \* end offset 0 (session 8). The follower has that epoch (its
+               \* last), so it truncates to 0 either way: the same step.
+               \/ /\ fetch'[f].epoch = Ev.last_fetched_epoch
                   /\ fetch'[f].end_offset = 0
-                  /\ Ev.diverging_epoch = Ev.last_fetched_epoch
+                  /\ Ev.diverging_epoch = -1
                   /\ Ev.diverging_end_offset = 0
 
 TFollowerFetch ==
@@ -122,6 +130,7 @@ TFollowerFetch ==
     /\ fetch'[f].fetch_offset = Ev.fetch_offset
     /\ fetch'[f].last_fetched_epoch = Ev.last_fetched_epoch
     /\ fetch'[f].current_leader_epoch = Ev.leader_epoch
+    /\ "broker_epoch" \in DOMAIN Ev => fetch'[f].broker_epoch = Ev.broker_epoch
 
 TFetchError ==
     FetchError(Ev.replica)
@@ -144,17 +153,23 @@ TShrinkIsr ==
 TExpandIsr ==
     /\ ExpandIsr(Ev.replica, Ev.added)
     /\ alter_partition'[Ev.replica].new_isr = Ev.isr
+    /\ "broker_epoch" \in DOMAIN Ev =>
+          alter_partition'[Ev.replica].broker_epochs[Ev.added] = Ev.broker_epoch
 
 \* An answer that is no controller's decision (NOT_CONTROLLER, a timeout:
-\* trace_check marks it `lost`) is the spec's AlterPartitionLost: the
-\* request never got a decision, the leader keeps the isr it applied.
+\* trace_check marks it `lost`): the leader keeps its proposal and sends it
+\* again.  Either the controller had answered and the answer was lost (the
+\* spec's AlterPartitionLost), or the request itself never got there and
+\* the resend is the same request (no spec step changes anything).
 THandleAlterPartitionResponse ==
     LET l == Ev.replica IN
     /\ IF "lost" \in DOMAIN Ev
-       THEN AlterPartitionLost(l)
+       THEN \/ AlterPartitionLost(l)
+            \/ /\ alter_partition[l].type = "AlterPartitionRequest"
+               /\ UNCHANGED vars
        ELSE HandleAlterPartitionResponse(l)
     /\ isr'[l] = Ev.isr
-    /\ partition_epoch'[l] = Ev.partition_epoch + pe_shift
+    /\ partition_epoch'[l] = Ev.partition_epoch + Shift
 
 TBecomeLeader ==
     LET r == Ev.replica IN
@@ -163,7 +178,7 @@ TBecomeLeader ==
     /\ leader_epoch'[r] = Ev.leader_epoch
     \* (trace_check infers an isr-only BecomeLeader that kref does not log,
     \* marked same_term, with only what the next event of the leader shows)
-    /\ "partition_epoch" \in DOMAIN Ev => partition_epoch'[r] = Ev.partition_epoch + pe_shift
+    /\ "partition_epoch" \in DOMAIN Ev => partition_epoch'[r] = Ev.partition_epoch + Shift
     /\ "same_term" \in DOMAIN Ev => role[r] = "Leader" /\ leader_epoch[r] = Ev.leader_epoch
     /\ isr'[r] = Ev.isr
 
@@ -177,7 +192,7 @@ TFollowerMetadata ==
     /\ role[r] = "Follower"
     /\ leader_epoch[r] = Ev.leader_epoch
     /\ Len(log[r]) = Ev.log_end_offset
-    /\ Ev.partition_epoch + pe_shift <= controller.partition_epoch
+    /\ Ev.partition_epoch + Shift <= controller.partition_epoch
     /\ UNCHANGED vars
 
 TBecomeFollower ==
@@ -192,9 +207,9 @@ TBecomeFollower ==
     \* (leader and leader epoch: both compared above), differing in the isr
     \* only. The spec's step applies the latest: no follower action reads
     \* a follower's isr or partition epoch, so the two are the same step.
-    /\ \/ /\ partition_epoch'[r] = Ev.partition_epoch + pe_shift
+    /\ \/ /\ partition_epoch'[r] = Ev.partition_epoch + Shift
           /\ isr'[r] = Ev.isr
-       \/ Ev.partition_epoch + pe_shift < controller.partition_epoch
+       \/ Ev.partition_epoch + Shift < controller.partition_epoch
 
 \* kref, like Kafka, fences a leader and elects its successor in one
 \* PartitionChangeRecord: one new partition epoch. The spec takes two steps
@@ -216,8 +231,19 @@ TElectLeader == ElectLeader(Ev.leader) /\ ElectedAsLogged
 TElectPreferredLeader == ElectPreferredLeader(Ev.leader) /\ ElectedAsLogged
 TUncleanElectLeader == UncleanElectLeader(Ev.leader) /\ ElectedAsLogged
 
-TFenceBroker == FenceBroker(Ev.broker)
-TUnfenceBroker == UnfenceBroker(Ev.broker)
+\* Real runs fence brokers that are up (a pause, a cut link): trace
+\* validation checks against the spec with Replication's LiveBrokerFencing
+\* on (TraceRun.cfg: `LiveBrokerFencing <- TLiveBrokerFencing`).
+TLiveBrokerFencing == TRUE
+\* KIP-903 broker epochs, wherever kref logs one (trace_check numbers them
+\* as the spec does: 0 for the incarnation registered when the partition
+\* began, one more per registration of that broker since): the fencing and
+\* unfencing are of the controller's current registration, a fetch carries
+\* its sender's, and an ISR expansion the one of the fetch that justified it.
+BrokerEpochAsLogged(b) ==
+    "broker_epoch" \in DOMAIN Ev => controller.broker_epoch[b] = Ev.broker_epoch
+TFenceBroker == FenceBroker(Ev.broker) /\ BrokerEpochAsLogged(Ev.broker)
+TUnfenceBroker == UnfenceBroker(Ev.broker) /\ BrokerEpochAsLogged(Ev.broker)
 \* What the crash kept, when trace_check could tell (docs/trace-validation.md):
 \* the log end offset and high watermark the replica had when it came back,
 \* or everything for a replica that never came back (keep_all).

@@ -93,6 +93,7 @@ class KRaftSteps:
     origin: list[str] = field(default_factory=list)  # per step: "file:line" of its event, or "inferred: ..."
     skipped: dict[str, int] = field(default_factory=dict)
     moved: int = 0  # events taken earlier than their timestamp (late deliveries)
+    pre_vote: bool = False  # KIP-996: the cores pre-voted (spec: PreVoteEnabled)
 
     spec = "spec/KRaft.tla"
 
@@ -105,7 +106,7 @@ class KRaftSteps:
     trace_spec = "TraceKRaft.tla"
 
     def batch_key(self) -> tuple:
-        return "kraft", tuple(self.voters), tuple(self.brokers)
+        return "kraft", tuple(self.voters), tuple(self.brokers), self.pre_vote
 
     def batch_module_text(self, batch: list[KRaftSteps]) -> str:
         return "\n".join([
@@ -126,6 +127,7 @@ class KRaftSteps:
             "    Brokers <- GenBrokers",
             "    CheckLogUpToDate = TRUE",
             "    CommitOnlyOwnEpoch = TRUE",
+            f"    PreVoteEnabled = {'TRUE' if self.pre_vote else 'FALSE'}",
             "INIT TraceInit",
             "NEXT TraceNext",
             "CONSTRAINT TraceProgress",
@@ -183,7 +185,7 @@ def _configured_voters(events) -> set[int] | None:
     carry them; None when no event does (traces written before they did). Events that disagree
     are refused: one quorum has one voter set (KIP-853's changes are not in the spec)."""
     sets = {frozenset(e["voters"]) for e, _ in events
-            if e.get("topic") == METADATA_TOPIC and e["type"] in ("RequestVote", "BecomeActiveController")
+            if e.get("topic") == METADATA_TOPIC and e["type"] in ("RequestVote", "PreVote", "BecomeActiveController")
             and e.get("voters")}
     if len(sets) > 1:
         raise TraceError(f"the events name different voter sets {sorted(map(sorted, sets))}: "
@@ -202,10 +204,10 @@ def _voters(events) -> set[int]:
         kind = e["type"]
         if e.get("topic") != METADATA_TOPIC or kind not in KRAFT_EVENT_TYPES:
             continue
-        if kind in ("RequestVote", "GrantVote", "BecomeActiveController", "Resign"):
+        if kind in ("RequestVote", "PreVote", "GrantVote", "GrantPreVote", "BecomeActiveController", "Resign"):
             found.add(e["replica"])
         found.update(e.get("votes_granted") or ())
-        if kind == "GrantVote":
+        if kind in ("GrantVote", "GrantPreVote"):
             found.add(e["candidate"])
         found.update(int(v) for v in (e.get("end_offsets") or {}))
         if e.get("state") in ("Candidate", "Leader", "Resigned") or e.get("voted_for", NIL) != NIL:
@@ -245,7 +247,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
     ordered, moved = _linearise(mine)
     brokers = sorted({e["broker"] for e, _ in mine if e["type"] in MEMBERSHIP})
     out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None and configured is None, brokers=brokers,
-                     skipped=skipped, moved=moved)
+                     skipped=skipped, moved=moved, pre_vote=uses_pre_vote(events))
     for e, origin in ordered:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition",
                                                           "end_offsets", "restored")}
@@ -258,6 +260,12 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
         raise TraceError(f"{len(out.steps)} quorum steps: more than {MAX_STEPS} for one TLC run "
                          "(check a shorter run)")
     return out
+
+
+def uses_pre_vote(events) -> bool:
+    """Whether the cores ran with KIP-996 pre-vote: a pre-vote round was logged, or a RequestVote says so."""
+    return any(e.get("topic") == METADATA_TOPIC and (e["type"] in ("PreVote", "GrantPreVote") or e.get("pre_vote"))
+               for e, _ in events)
 
 
 def _learnt_through_observer(e, origin, mine):
@@ -347,6 +355,8 @@ def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
     kind = e["type"]
     if kind == "GrantVote":
         return e["candidate"], e["leader_epoch"], frozenset({"Candidate"})
+    if kind == "GrantPreVote":
+        return e["candidate"], e["leader_epoch"], frozenset({"Prospective"})
     if kind == "BecomeUnattached":
         return e["source"], e["leader_epoch"], None
     if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset", "InstallSnapshot"):
@@ -414,8 +424,10 @@ def _same_step(prev: dict[str, Any], e: dict[str, Any]) -> bool:
     if prev.get("time_ms") is None or prev.get("time_ms") != e.get("time_ms"):
         return False
     pair = (prev["type"], e["type"])
-    if pair == ("BecomeUnattached", "GrantVote"):
+    if pair in (("BecomeUnattached", "GrantVote"), ("BecomeUnattached", "GrantPreVote")):
         return e["candidate"] == prev["source"]
+    if pair == ("PreVote", "RequestVote"):
+        return True  # a single voter's pre-vote is its own majority
     if pair in (("BecomeUnattached", "BeginQuorumEpoch"), ("BeginQuorumEpoch", "FetchFromLeader"),
                 ("BeginQuorumEpoch", "TruncateToEpochEndOffset")):
         return e["leader_epoch"] == prev["leader_epoch"]

@@ -200,6 +200,39 @@ def _infer_crashes(merged, lives):
     return sorted(merged + inserted, key=lambda t: t[0])
 
 
+# A controller's events about its own writes (emitted when it writes them, before they commit).
+CONTROLLER_WRITES = BROKER_EVENTS | ELECTIONS | {"RegisterBroker", "ControlledShutdown"}
+
+
+def _uncommitted_controller_writes(events) -> set[str]:
+    """The origins of controller events whose records the metadata log lost.
+
+    The active controller logs FenceBroker, an election, ... when it writes
+    the record, not when the quorum commits it. A controller cut off from
+    the quorum (a proxy partition, SIGSTOP) goes on writing in its epoch
+    until it resigns; a new controller never sees those records, and the
+    deposed one truncates them when it follows (KRaft's
+    TruncateToEpochEndOffset, its metadata log's end offset after). Neither
+    spec step happened. A write's offset is at least the metadata log end
+    offset its node logged last before it, so a write is lost when the
+    first truncation of that node's metadata log after it goes to that
+    offset or below (committed records are never truncated); a write no
+    truncation reached is kept.
+    """
+    log_end: dict[int, int] = {}  # node -> its metadata log end offset, as its last quorum event said
+    pending: dict[int, list[tuple[int, str]]] = {}  # node -> (offset at least, origin) of writes not yet judged
+    lost: set[str] = set()
+    for e, origin in events:
+        node = e.get("replica")
+        if e.get("topic") == METADATA_TOPIC and "state" in e and "log_end_offset" in e:
+            if e["type"] == "TruncateToEpochEndOffset":
+                lost.update(o for at_least, o in pending.pop(node, ()) if at_least >= e["log_end_offset"])
+            log_end[node] = e["log_end_offset"]
+        elif e["type"] in CONTROLLER_WRITES and node in log_end:
+            pending.setdefault(node, []).append((log_end[node], origin))
+    return lost
+
+
 def _partitions(events) -> set[tuple[str, int]]:
     return {(e["topic"], e["partition"]) for e, _ in events
             if e["type"] in SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS and "topic" in e
@@ -227,16 +260,22 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
 
     mine: list[tuple[dict[str, Any], str]] = []
     skipped: dict[str, int] = {}
+    never_committed = _uncommitted_controller_writes(events)
     started = False
     fenced: dict[int, bool] = {}  # broker -> fenced, as the controller's events since the partition began say
     down_at_start: dict[int, list[tuple[dict[str, Any], str]]] = {}  # broker -> its Crash (and fencing) before
     for e, origin in events:
         kind = e["type"]
+        if origin in never_committed:
+            key = f"{kind} of a controller write never committed (truncated from the metadata log)"
+            skipped[key] = skipped.get(key, 0) + 1
+            continue
         if kind == "RegisterBroker" and started and fenced.get(e["broker"]) is False:
             # A new incarnation registers while the old one was never fenced (its session ran out
             # but no tick had fenced it yet): the registration fences the old one, in the same
             # write that moves its partitions away. The spec's FenceBroker is that step.
-            e = {**e, "type": "FenceBroker"}
+            # (its broker_epoch is the new incarnation's, not the fenced one's: not compared)
+            e = {k: v for k, v in e.items() if k != "broker_epoch"} | {"type": "FenceBroker"}
             origin = f"{origin} (RegisterBroker of a new incarnation: fences the old one)"
             kind = "FenceBroker"
         if kind in BROKER_EVENTS:
@@ -303,10 +342,9 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             break
     mine = _restart_when_it_counts(mine)
     mine = _lives_never_registered(mine, skipped)
-    mine, live = _until_a_live_broker_is_fenced(mine, skipped)
-    stopped = live or stopped  # the live fencing, if any, is the earlier: the steps were cut there
     mine = _same_leader_updates(mine)
     mine = _alter_partition_answers(mine, skipped)
+    mine = _taken_after_the_error(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
@@ -314,11 +352,13 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _answer_sizes(mine)
     mine = _what_crashes_kept(mine)
     mine = _creation_as_election(mine, sorted(replicas))
+    mine = _spec_broker_epochs(events, mine, (topic, partition), skipped)
 
     out = Steps(topic=topic, partition=partition, replicas=sorted(replicas), values=0,
                 unclean=any(e["type"] == "UncleanElectLeader" for e, _ in mine), skipped=skipped,
                 stopped=stopped)
     previous: dict[str, Any] = {}
+    shifted_at: list[int] = []  # kref partition epochs of the after_fence elections so far (TraceReplication's pe_shift)
     for e, origin in mine:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition")}
         if (e["type"] in ("ElectLeader", "UncleanElectLeader") and previous.get("type") == "FenceBroker"
@@ -326,9 +366,20 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             # One controller write fenced the leader and elected its successor: one partition epoch in
             # kref (and Kafka), two steps in the spec (TraceReplication's pe_shift).
             step["after_fence"] = True
+            shifted_at.append(e["partition_epoch"])
+        elif "partition_epoch" in step and e["type"] not in ELECTIONS:
+            # A registration older than a shift (a fenced leader still up acting on its old one) gets the
+            # shift of its own partition epoch, not the running one.
+            own = sum(1 for p in shifted_at if p <= step["partition_epoch"])
+            if own != len(shifted_at):
+                step["pe_shift"] = own
         previous = e
         if e["type"] == "LeaderAppend":
             out.values += e["last_offset"] - e["first_offset"] + 1
+            if "acks" in step:
+                # kref logs the produce's acks as Kafka numbers it (-1 = all); the spec's AcksModes are
+                # "all" and "1" (acks=0 is admitted like acks=1 and promises even less).
+                step["acks"] = "all" if step["acks"] == -1 else "1"
         out.steps.append(step)
         out.origin.append(origin)
     if len(out.steps) > MAX_STEPS:
@@ -392,30 +443,45 @@ def _lives_never_registered(mine, skipped):
     return [x for i, x in enumerate(mine) if i not in drop]
 
 
-def _until_a_live_broker_is_fenced(mine, skipped):
-    """Cut the steps at the first FenceBroker of a replica that is not down: (steps, why or "").
+def _spec_broker_epochs(events, mine, tp, skipped):
+    """Number the KIP-903 broker epochs of the steps as the spec does.
 
-    A broker whose session runs out while its process lives (SIGSTOPped, cut
-    from the controller, or its heartbeats starved on a loaded machine,
-    longer than broker.session.timeout.ms) is fenced and loses its
-    partitions alive, as in Kafka. spec/Replication.tla's FenceBroker needs
-    the broker Offline (docs/spec.md, "What the model does not cover"), so,
-    as for a controlled shutdown, the check covers the trace up to it and
-    says so. Runs after _restart_when_it_counts: a restarted process's
-    Restart is by then where its new life begins, after the fencing of the
-    old one.
+    kref's broker epoch is the offset of the broker's RegisterBrokerRecord
+    in the metadata log; the spec's is 0 for the incarnation registered
+    when the partition began (its Init) and one more per registration since
+    (its Restart). Each epoch a step logs becomes the count of that broker's
+    RegisterBroker events between the partition's start and the one that
+    gave it, so TraceReplication compares what the spec tracks: a fetch of
+    an old incarnation, or an expansion justified by one, carries a smaller
+    number than the controller's. An epoch whose registration the trace
+    does not hold is left out of the step (not compared) and counted.
     """
-    down: set[int] = set()
-    for i, (e, origin) in enumerate(mine):
-        kind = e["type"]
-        if kind == "Crash":
-            down.add(e["replica"])
-        elif kind == "Restart":
-            down.discard(e["replica"])
-        elif kind == "FenceBroker" and e["broker"] not in down:
-            skipped["everything from the FenceBroker of a live broker on"] = len(mine) - i
-            return mine[:i], f"FenceBroker of live broker {e['broker']} at {origin} (its session ran out)"
-    return mine, ""
+    order: dict[int, list[int]] = {}  # broker -> its registered epochs, in order
+    base: dict[int, int] = {}  # broker -> index in order of the incarnation at the partition's start
+    begun = False
+    for e, _ in events:
+        if not begun and (e.get("topic"), e.get("partition")) == tp and e["type"] in REPLICA_ACTIONS:
+            begun = True
+        if e["type"] == "RegisterBroker" and "broker_epoch" in e:
+            seen = order.setdefault(e["broker"], [])
+            if e["broker_epoch"] not in seen:
+                seen.append(e["broker_epoch"])
+            if not begun:
+                base[e["broker"]] = len(seen) - 1
+    out = []
+    for e, origin in mine:
+        if "broker_epoch" in e:
+            broker = {"LeaderHandleFetch": e.get("follower"), "ExpandIsr": e.get("added")}.get(
+                e["type"], e.get("broker", e.get("replica")))
+            seen = order.get(broker, [])
+            if e["broker_epoch"] in seen:
+                e = {**e, "broker_epoch": seen.index(e["broker_epoch"]) - base.get(broker, 0)}
+            else:
+                e = {k: v for k, v in e.items() if k != "broker_epoch"}
+                skipped["broker epochs not compared (registration not in the trace)"] = skipped.get(
+                    "broker epochs not compared (registration not in the trace)", 0) + 1
+        out.append((e, origin))
+    return out
 
 
 def _same_leader_updates(mine):
@@ -498,6 +564,43 @@ def _resets_fetch(e) -> bool:
     if e["type"] == "BecomeFollower":
         return not e.get("same_leader")
     return e["type"] in ("Restart", "BecomeLeader", "TruncateToEpochEndOffset")
+
+
+def _taken_after_the_error(mine, skipped):
+    """A FetchError the leader's LeaderHandleFetch of that very request follows: the error goes after it.
+
+    The follower gave up on the request (a cut link, a timeout) while it was
+    still on its way or being served; the leader took it later (its state
+    shows the follower's offset from then on). Before the follower sends its
+    next fetch, that is the spec's FollowerFetch, LeaderHandleFetch and an
+    answer that never arrived (_lost_answers): the same steps, the error
+    taken as the answer's loss. A late take after the follower's next fetch
+    or a reset of its fetching is left as it is (the spec has one request
+    in flight per follower).
+    """
+    out = list(mine)
+    moved = 0
+    i = 0
+    while i < len(out):
+        e = out[i][0]
+        if e["type"] == "FetchError":
+            f = e["replica"]
+            sent = next((x for x, _ in reversed(out[:i]) if x["type"] == "FollowerFetch" and x["replica"] == f), None)
+            for k in range(i + 1, len(out)):
+                later = out[k][0]
+                if later.get("replica") == f and (later["type"] == "FollowerFetch" or _resets_fetch(later)):
+                    break
+                if (sent is not None and later["type"] == "LeaderHandleFetch" and later["follower"] == f
+                        and (later["fetch_offset"], later["last_fetched_epoch"], later["leader_epoch"])
+                        == (sent["fetch_offset"], sent["last_fetched_epoch"], sent["leader_epoch"])):
+                    out.insert(k, out.pop(i))  # k: the pop shifted the take left, the error goes after it
+                    moved += 1
+                    i -= 1
+                    break
+        i += 1
+    if moved:
+        skipped["FetchError moved after the leader's late take of that request"] = moved
+    return out
 
 
 def _drop_failed_fetches(mine, skipped):

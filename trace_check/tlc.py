@@ -148,6 +148,7 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         f"    UncleanLeaderElectionEnable = {'TRUE' if batch[0].unclean else 'FALSE'}",
         "    TruncateToHighWatermarkOnBecomeFollower = FALSE",
         "    CrashKeeps <- TCrashKeeps",
+        "    LiveBrokerFencing <- TLiveBrokerFencing",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from typing import Callable
 
 import trio
@@ -118,7 +117,7 @@ class LogDirMover:
             key, destination, tuple(manager.log_dirs),
             destination_usable=destination in manager.log_dirs and self.usable(destination),
             current_dir=_parent(current.dir) if current is not None and not current.closed else None,
-            unique_id=uuid.uuid4().hex,
+            unique_id=manager.ids.uuid().hex,  # the ids port (the LogManager's)
         )
         code = ErrorCode.UNKNOWN_SERVER_ERROR
         for effect in self.core.step(event, self.now_ms()):
@@ -188,7 +187,7 @@ class LogDirMover:
                 future = self.futures.pop(key, None)
                 if future is not None:
                     log.info("node %d: move of %s-%d abandoned: %s", self.node_id, key[0], key[1], effect.reason)
-                    remove_future_log(self.manager.fs, future)
+                    remove_future_log(self.manager.fs, future, self.manager.ids)
             elif isinstance(effect, c.CopyRecords):
                 current, future = self.manager.get_log(*key), self.futures[key]
                 data = current.read(effect.from_offset, effect.max_bytes, min_one_message=True)

@@ -42,6 +42,7 @@ from kref.metadata.image import MetadataDelta, MetadataImage
 from kref.metadata.local_source import LocalMetadataSource, MetadataSourceError, restart_leadership
 from kref.ports.clock import Clock, SystemClock
 from kref.ports.fs import FileHandle
+from kref.ports.ids import SYSTEM_IDS, Ids
 from kref.replication import replica as core
 from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NdjsonTraceSink, NullTraceSink, TraceSink
@@ -59,7 +60,7 @@ from kref.protocol.errors import ErrorCode
 if TYPE_CHECKING:
     from kref.broker.group_area import GroupArea
     from kref.broker.group_coordinator import GroupCoordinatorDriver
-    from kref.coordinator.producer_id_driver import ProducerIdManager
+    from kref.broker.producer_id_driver import ProducerIdManager
 
 __all__ = [
     "Broker",
@@ -119,9 +120,14 @@ def validate_topic_name(name: str | None) -> None:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, trace_file: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, *, trace_file: str | None = None, clock: Clock | None = None,
+        ids: Ids = SYSTEM_IDS,
+    ) -> None:
         # The clock port: the real clock here, a ManualClock in tests and the simulator.
         self.clock: Clock = clock if clock is not None else SystemClock()
+        # The ids port: the single broker's topic ids and the storage's unique dir names.
+        self.ids: Ids = ids
         self.config = config  # the effective config: static + dynamic broker configs
         self.static_config = config
         self.dynamic_configs = DynamicBrokerConfigs(config)
@@ -231,6 +237,7 @@ class Broker:
             producer_state_factory=self.group_area.producer_state_factory if self.group_area else None,
             fs=REAL_FILE_SYSTEM,  # the storage's file-system port (kref/ports/fs.py)
             high_watermark_of=self._core_high_watermark,  # the checkpoint reads the cores
+            ids=self.ids,
         )
         self.log_manager.load_logs(now, self._log_config_of_topic)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, self._new_partition, self._log_config_of_topic)
@@ -310,7 +317,7 @@ class Broker:
             await trio.sleep_until(min(next_cleanup, next_checkpoint, next_isr_check))
             now = trio.current_time()
             if now >= next_isr_check:
-                self.replica_manager.tick(self.now_ms())
+                await self.replica_manager.tick_in_slices(self.now_ms)  # thousands of partitions: sliced
                 next_isr_check = now + isr_check_every
             if now >= next_cleanup:
                 # Each replica core admits its partition's new log start offset
@@ -319,7 +326,9 @@ class Broker:
                                          owned_retention=self._partition_retention)
                 next_cleanup = now + cleanup_every
             if now >= next_checkpoint:
-                self.log_manager.checkpoint()
+                # Taken on the loop, written (three fsyncs a log dir) in a worker thread.
+                files = self.log_manager.checkpoint_files()
+                await trio.to_thread.run_sync(self.log_manager.write_checkpoint_files, files)
                 next_checkpoint = now + checkpoint_every
 
     # --- topic metadata (a view of the image) ---------------------------------
@@ -402,7 +411,7 @@ class Broker:
                 f"The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.",
             )
         topic_configs = self.validate_topic_configs(dict(configs or {}))
-        topic = TopicMetadata(name, topic_id or uuid.uuid4(), num_partitions, topic_configs)
+        topic = TopicMetadata(name, topic_id or self.ids.uuid(), num_partitions, topic_configs)
         if validate_only:
             return topic
         me = (self.node_id,)
@@ -655,10 +664,10 @@ class Broker:
             raise
 
     def _load_or_write_meta_properties(self) -> str:
-        """Kafka's meta.properties in every log dir (kref/controller/meta_properties.py):
+        """Kafka's meta.properties in every log dir (kref/storage/meta_properties.py):
         a node configured with process.roles needs `kref storage format` first;
         the single-node broker formats its own dirs."""
-        from kref.controller import meta_properties
+        from kref.storage import meta_properties
         from kref.controller.settings import all_log_dirs
 
         return meta_properties.ensure_formatted(

@@ -176,6 +176,16 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = _prop("replica.fetch.response.max.bytes", _int(0, _I32), "10485760")
     replica_fetch_backoff_ms: int = _prop("replica.fetch.backoff.ms", _int(0, _I32), "1000")
     replica_socket_timeout_ms: int = _prop("replica.socket.timeout.ms", _int(1, _I32), "30000")
+    # KIP-73 replication quotas (kref/replication/quota.py): bytes/s per broker for
+    # the partitions the topics' *.replication.throttled.replicas name; unbounded by default.
+    leader_replication_throttled_rate: int = _prop(
+        "leader.replication.throttled.rate", _int(0, _I64), str(_I64), dynamic=True
+    )
+    follower_replication_throttled_rate: int = _prop(
+        "follower.replication.throttled.rate", _int(0, _I64), str(_I64), dynamic=True
+    )
+    replication_quota_window_num: int = _prop("replication.quota.window.num", _int(1, _I32), "11")
+    replication_quota_window_size_seconds: int = _prop("replication.quota.window.size.seconds", _int(1, _I32), "1")
     # KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector lets consumers
     # with client.rack fetch from a follower in their rack; unset: the leader only.
     replica_selector_class: str | None = _prop("replica.selector.class", _string, None)

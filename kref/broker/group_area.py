@@ -58,7 +58,7 @@ from kref.broker.handlers.metadata import brokers_of
 from kref.coordinator import group as g
 from kref.coordinator.offsets_format import partition_for
 from kref.coordinator.producer_id import LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE, grant_block
-from kref.coordinator.producer_id_driver import ProducerIdManager, read_legacy_file
+from kref.broker.producer_id_driver import ProducerIdManager, read_legacy_file
 from kref.metadata.records import ProducerIdsRecord
 from kref.ports.fs import RealFileSystem
 from kref.protocol.errors import ErrorCode
@@ -341,7 +341,7 @@ async def coordinator_for(broker, key: str, key_type: int, listener_name: str = 
 def producer_id_manager(broker) -> ProducerIdManager:
     """The single broker is its own controller: blocks are ProducerIdsRecords in
     its local metadata log (a KRaft node installs a manager that asks the
-    active controller instead, kref/controller/node.py)."""
+    active controller instead, kref/node/node.py)."""
     if broker.producer_id_manager is None:
         _migrate_producer_id_file(broker)
 

@@ -88,8 +88,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = BrokerConfig.load(args.config, args.override, log=log.info)
         if config.process_roles is not None:
-            # A KRaft node (kref/controller/node.py): runs the roles it names.
-            from kref.controller.node import run as run_node
+            # A KRaft node (kref/node/node.py): runs the roles it names.
+            from kref.node.node import run as run_node
 
             return run_node(args, config)
         broker = Broker(config, trace_file=args.trace_file)

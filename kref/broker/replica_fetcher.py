@@ -26,12 +26,25 @@ partition backs off are the core's (kref/replication/follower.py). The
 fetcher only moves bytes and bounds them: one request in flight per loop,
 a response frame at most replica.fetch.response.max.bytes plus headroom, a
 socket timeout of replica.socket.timeout.ms.
+
+The socket timeout is kept by a watchdog task per loop (`RequestWatchdog`),
+not a trio timeout around every request: a trio timeout is a cancel scope
+entered and closed per request, and on the acks=all path every record costs
+each follower one fetch round trip, with the scope's exit between the
+answer's arrival and the append, and its entry between the append and the
+next fetch. The watchdog sleeps until the request in flight is overdue
+(it looks again when the deadline it slept for has passed: about once per
+timeout while fetches are answered) and then closes the connection, which
+fails the pending send or receive as the timeout would; connecting keeps
+its own timeout.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
+import math
 import sys
 import zlib
 from typing import Any
@@ -39,9 +52,11 @@ from typing import Any
 import trio
 
 from kref.broker.fetch_session import FetchPlan, FetcherSession
+from kref.broker.loop_steps import StepBudget
 from kref.protocol.codec import decode_response, encode_request, request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder, FrameError
+from kref.broker import replication_quota
 from kref.replication.follower import SendFetch
 from kref.replication.replica import Role
 
@@ -59,8 +74,11 @@ RECEIVE_BYTES = 64 * 1024
 RECEIVE_MAX_BYTES = 4 * 1024 * 1024
 
 
+@functools.lru_cache(maxsize=1 << 17)
 def fetcher_index(key: tuple[str, int], fetchers: int) -> int:
-    """Which of a source broker's fetchers serves a partition (stable across processes)."""
+    """Which of a source broker's fetchers serves a partition (stable across processes).
+
+    Cached (bounded): the manager asks it for every hosted partition on every scan and round."""
     return zlib.crc32(f"{key[0]}-{key[1]}".encode()) % max(1, fetchers)
 
 
@@ -89,6 +107,48 @@ class _Unchanged:
         self.log_start_offset = log_start_offset
 
 
+class RequestWatchdog:
+    """replica.socket.timeout.ms for one fetcher loop's request in flight (see the module doc)."""
+
+    __slots__ = ("deadline", "stream", "stopped", "_sleeping_until", "_wake")
+
+    def __init__(self) -> None:
+        self.deadline = math.inf  # trio time when the request in flight is overdue
+        self.stream: trio.SocketStream | None = None
+        self.stopped = False
+        self._sleeping_until = math.inf
+        self._wake = trio.Event()
+
+    def request(self, seconds: float) -> RequestWatchdog:
+        """`with watchdog.request(s):` around one request's send and answer."""
+        self.deadline = trio.current_time() + seconds
+        return self
+
+    def __enter__(self) -> None:
+        if self.deadline < self._sleeping_until:
+            self._wake.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.deadline = math.inf
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        while not self.stopped:
+            self._sleeping_until = self.deadline
+            self._wake = trio.Event()
+            with trio.move_on_at(self._sleeping_until):
+                await self._wake.wait()
+            if trio.current_time() >= self.deadline and self.stream is not None:
+                # Overdue: fail the pending send/receive, as a timeout would.
+                self.deadline = math.inf
+                stream, self.stream = self.stream, None
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+
+
 class ReplicaFetcherManager:
     def __init__(self, broker: Any, view: Any) -> None:
         self.broker = broker
@@ -103,35 +163,43 @@ class ReplicaFetcherManager:
         lifecycle = getattr(self.view, "lifecycle", None)
         return int(lifecycle.broker_epoch) if lifecycle is not None else -1
 
-    def _followed(self) -> set[tuple[int, int]]:
+    async def _followed(self) -> set[tuple[int, int]]:
+        """(leader, fetcher index) of every partition followed here; a scan of every hosted
+        partition, so in slices (kref/broker/loop_steps.py)."""
         fetchers = self.broker.config.num_replica_fetchers
         out = set()
+        budget = StepBudget()
         for key, part in list(self.broker.partitions.items()):
+            await budget.spend()
             c = part.core
             if c.role is Role.FOLLOWER and c.leader >= 0 and c.leader != self.broker.node_id:
                 out.add((c.leader, fetcher_index(key, fetchers)))
         return out
 
-    def _partitions_of(self, leader: int, index: int) -> list[Any]:
+    async def _partitions_of(self, leader: int, index: int) -> list[Any]:
         fetchers = self.broker.config.num_replica_fetchers
-        return [
-            part
-            for key, part in list(self.broker.partitions.items())
-            if part.core.role is Role.FOLLOWER and part.core.leader == leader and fetcher_index(key, fetchers) == index
-        ]
+        out = []
+        budget = StepBudget()
+        for key, part in list(self.broker.partitions.items()):
+            await budget.spend()
+            if part.core.role is Role.FOLLOWER and part.core.leader == leader and fetcher_index(key, fetchers) == index:
+                out.append(part)
+        return out
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with trio.open_nursery() as nursery:
             while True:
-                for leader, index in sorted(self._followed() - self.running):
+                for leader, index in sorted(await self._followed() - self.running):
                     self.running.add((leader, index))
-                    nursery.start_soon(self.fetcher_loop, leader, index)
+                    watchdog = RequestWatchdog()
+                    nursery.start_soon(watchdog.run)
+                    nursery.start_soon(self.fetcher_loop, leader, index, watchdog)
                 with trio.move_on_after(1.0):
                     await self.view.changed.wait()
                 await trio.sleep(SCAN_INTERVAL_S)
 
-    async def fetcher_loop(self, leader: int, index: int) -> None:
+    async def fetcher_loop(self, leader: int, index: int, watchdog: RequestWatchdog) -> None:
         config = self.broker.config
         name = f"kref-replica-fetcher-{self.broker.node_id}-{leader}-{index}"
         stream: trio.SocketStream | None = None
@@ -143,13 +211,20 @@ class ReplicaFetcherManager:
         session = FetcherSession()
         try:
             while True:
-                parts = self._partitions_of(leader, index)
+                parts = await self._partitions_of(leader, index)
                 if not parts:
                     return
                 now = self.broker.now_ms()
                 broker_epoch = self._broker_epoch()
                 wanted: list[tuple[Any, SendFetch]] = []
+                budget = StepBudget()
                 for part in parts:
+                    if await budget.spend():
+                        now = self.broker.now_ms()
+                    if self.broker.partitions.get(part.key) is not part:
+                        continue  # deleted or replaced while the loop was given back
+                    if replication_quota.follower_holds_back(self.broker, part, now):
+                        continue  # KIP-73: asked before the core begins a FollowerFetch for it
                     due = part.follower_fetch_due(now, broker_epoch)
                     if isinstance(due, SendFetch):
                         wanted.append((part, due))
@@ -163,9 +238,12 @@ class ReplicaFetcherManager:
                 plan = session.plan({(part.topic, part.partition): _fetch_data(due, config) for part, due in wanted})
                 body = self._request(wanted, plan)
                 try:
-                    with trio.fail_after(config.replica_socket_timeout_ms / 1000 + config.replica_fetch_wait_max_ms / 1000):
+                    timeout_s = config.replica_socket_timeout_ms / 1000 + config.replica_fetch_wait_max_ms / 1000
+                    with watchdog.request(timeout_s):
                         if stream is None:
-                            stream = await trio.open_tcp_stream(*endpoint)
+                            with trio.fail_after(timeout_s):
+                                stream = await trio.open_tcp_stream(*endpoint)
+                            watchdog.stream = stream
                             decoder = FrameDecoder(max_frame)
                         correlation_id += 1
                         await stream.send_all(encode_request(body, correlation_id, name))
@@ -182,7 +260,8 @@ class ReplicaFetcherManager:
                         raise ConnectionError(f"undecodable fetch response: {exc}") from None
                     if got != correlation_id:
                         raise ConnectionError(f"correlation id {got}, expected {correlation_id}")
-                except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
+                except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                        FrameError) as exc:
                     log.info("%s: fetch from broker %d failed: %s", name, leader, exc)
                     session.on_failure()
                     # Each partition's core learns its fetch failed (the spec's FetchError: the
@@ -204,8 +283,9 @@ class ReplicaFetcherManager:
                     if code not in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
                         await trio.sleep(backoff_s)
                     continue
-                self._apply(wanted, response, session, plan)
+                await self._apply(wanted, response, session, plan)
         finally:
+            watchdog.stop()
             self.running.discard((leader, index))
             if stream is not None:
                 with trio.CancelScope(shield=True):
@@ -248,8 +328,11 @@ class ReplicaFetcherManager:
             rack_id="",
         )
 
-    def _apply(self, wanted: list[tuple[Any, SendFetch]], response: Any, session: FetcherSession,
-               plan: FetchPlan) -> None:
+    async def _apply(self, wanted: list[tuple[Any, SendFetch]], response: Any, session: FetcherSession,
+                     plan: FetchPlan) -> None:
+        """Each partition's answer to its core, in slices (kref/broker/loop_steps.py): between
+        them other tasks run, so each partition is looked up again before its delivery."""
+        budget = StepBudget()
         config = self.broker.config
         sent = {(part.topic, part.partition): (part, due) for part, due in wanted}
         names = {self.topic_ids.get(part.topic): part.topic for part, _ in wanted}
@@ -263,6 +346,8 @@ class ReplicaFetcherManager:
                     continue
                 answered.add(key)
                 session.told(key, int(p.high_watermark), int(p.log_start_offset))
+                if await budget.spend():
+                    now = self.broker.now_ms()
                 part, due = entry
                 if self.broker.partitions.get(part.key) is not part:
                     continue  # deleted or replaced meanwhile
@@ -287,6 +372,8 @@ class ReplicaFetcherManager:
             # high watermark and log start), which the core hears as such.
             for key, (part, due) in sent.items():
                 told = session.last_told(key) if key not in answered else None
+                if told is not None and await budget.spend():
+                    now = self.broker.now_ms()
                 if told is None or self.broker.partitions.get(part.key) is not part:
                     continue
                 self._deliver(part, due, _Unchanged(told[0], told[1]), ErrorCode.NONE, -1, -1, None, now)
@@ -313,3 +400,5 @@ class ReplicaFetcherManager:
             now_ms=now,
             backoff_ms=self.broker.config.replica_fetch_backoff_ms,
         )
+        if code == ErrorCode.NONE:
+            replication_quota.follower_answered(self.broker, part, int(p.high_watermark), records, now)

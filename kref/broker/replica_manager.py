@@ -34,6 +34,30 @@ once, as before. Until its turn a partition has no local replica and the
 handlers answer for it as for any partition this broker does not host
 (NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION), as a Kafka broker
 does before it has applied the delta.
+
+Deletion is sliced the same way (Kafka's asyncDelete). A deleted topic's
+partitions leave `partitions` at once (an in-memory step: from then on the
+handlers answer for them as for any partition not hosted here) and go into
+`pending_deletions` (one entry per partition, bounded likewise); the drain
+task retires them first, a slice at a time: close the log and rename its
+directory `-delete` (`LogManager.retire_log`). The renamed directories are
+removed by their own task in a worker thread, FLUSH_BATCH at a time, and the
+offset checkpoints are written once when the slices are done, not once per
+log. A partition whose deletion is pending is retired before it is created
+again (a topic deleted and re-created under the same name never reopens the
+old files). A node stopped or killed in between leaves logs the image no
+longer names (stray, deleted at the next start) or `-delete` directories
+(removed at the next start).
+
+A log dir that fails (an OSError creating a log: disk full, no permission,
+the directory gone) is taken offline (KIP-112, `LogManager.mark_offline`)
+instead of the error ending the node: the partitions whose logs lived there
+leave `partitions` (their replicas are offline on this broker), later
+partitions go to the dirs still online, and a partition that cannot be
+created anywhere stays unhosted (answered as any partition not hosted
+here) and is logged. What Kafka does next, reporting the dir in
+BrokerHeartbeat (KIP-858) so that the controller moves leadership away,
+is not done yet: the controller learns of it only if the broker is fenced.
 """
 
 from __future__ import annotations
@@ -46,10 +70,12 @@ from collections.abc import Callable
 
 import trio
 
+from kref.broker.loop_steps import StepBudget
 from kref.broker.partition import Partition
 from kref.metadata.image import MetadataDelta, MetadataImage, PartitionImage
 from kref.storage.config import LogConfig
-from kref.storage.log_manager import LogManager
+from kref.storage.errors import KafkaStorageError
+from kref.storage.log_manager import LogDirFailure, LogManager
 from kref.storage.segment import open_segment_files
 
 __all__ = ["ReplicaManager"]
@@ -83,6 +109,11 @@ class ReplicaManager:
         # Partitions a delta changed, not applied yet (insertion order; one entry
         # per partition, so at most the image's partition count).
         self.pending: dict[tuple[str, int], None] = {}
+        # Partitions of deleted topics whose logs are still to be retired (same bound).
+        self.pending_deletions: dict[tuple[str, int], None] = {}
+        # Retired (-delete) directories not removed yet: at most the retired logs.
+        self.retired: list[str] = []
+        self._removing = False
         self._image: MetadataImage | None = None
         # Set by the Broker: start a task in its nursery (RuntimeError when it is
         # not running) and its clock; without them every delta is applied at once.
@@ -109,23 +140,36 @@ class ReplicaManager:
             raise
 
     def drop_logs(self, name: str, partitions) -> None:
-        with open_segment_files.spares():  # removing a directory takes descriptors
-            for p in partitions:
-                if self.partitions.pop((name, p), None) is not None:
-                    self._tell_role(name, p, "none", -1)
-                try:
-                    self.log_manager.delete_log(name, p)
-                except OSError as exc:
-                    log.warning("cannot remove partition %s-%d: %s", name, p, exc)
+        """Delete these partitions' logs now (a few: a failed creation, replicas moved away)."""
+        for p in partitions:
+            self._stop_partition(name, p)
+        retired = [path for p in partitions if (path := self._retire(name, p)) is not None]
+        if retired:
+            with open_segment_files.spares():  # removing a directory takes descriptors
+                self.log_manager.remove_retired(retired)
+            self.log_manager.checkpoint()
+
+    def _stop_partition(self, name: str, p: int) -> None:
+        if self.partitions.pop((name, p), None) is not None:
+            self._tell_role(name, p, "none", -1)
+
+    def _retire(self, name: str, p: int) -> str | None:
+        self.pending_deletions.pop((name, p), None)
+        try:
+            return self.log_manager.retire_log(name, p)
+        except OSError as exc:
+            log.warning("cannot remove partition %s-%d: %s", name, p, exc)
+            return None
 
     # ------------------------------------------------------------ deltas
 
     def apply_delta(self, delta: MetadataDelta, image: MetadataImage, now_ms: int) -> None:
         self._image = image
         for name, topic in delta.deleted_topics.items():
-            for p in topic.partitions:
+            for p in sorted(topic.partitions):
                 self.pending.pop((name, p), None)
-            self.drop_logs(name, sorted(topic.partitions))
+                self._stop_partition(name, p)
+                self.pending_deletions[(name, p)] = None
         for key in sorted(delta.changed_partitions):
             self.pending[key] = None
         for resource_type, resource_name in delta.changed_configs:
@@ -137,13 +181,20 @@ class ReplicaManager:
                 part = self.partitions.get((resource_name, p))
                 if part is not None:
                     part.log.config = config
-        if not self.pending:
+        if not self.pending and not self.pending_deletions:
             return
         if self._draining:
             return  # the running drain takes them in turn
-        if len(self.pending) > APPLY_SLICE_PARTITIONS and self._start_drain():
+        if len(self.pending) + len(self.pending_deletions) > APPLY_SLICE_PARTITIONS and self._start_drain():
             return
+        if self.pending_deletions:
+            self.drop_logs_pending()
         self._apply_pending(now_ms, limit=None)
+
+    def drop_logs_pending(self) -> None:
+        """Every pending deletion now (a small delta, or no running loop)."""
+        for name, p in list(self.pending_deletions):
+            self.drop_logs(name, [p])
 
     def _start_drain(self) -> bool:
         if self.start_soon is None or self.now_ms is None:
@@ -157,20 +208,60 @@ class ReplicaManager:
         return True
 
     async def _drain(self) -> None:
-        total, started = len(self.pending), time.monotonic()
+        total, started = len(self.pending) + len(self.pending_deletions), time.monotonic()
         log.info("node %d: applying a metadata delta of %d partition(s) in slices", self.node_id, total)
         try:
-            while self.pending:
+            while self.pending or self.pending_deletions:
                 await trio.sleep(0)  # a checkpoint: signals, heartbeats and requests run between slices
+                if self.pending_deletions:
+                    self._retire_slice(APPLY_SLICE_PARTITIONS, APPLY_SLICE_MS)
+                    if not self.pending_deletions:
+                        self.log_manager.checkpoint()  # once, without every retired log
+                    continue
                 await self._lay_out_next_slice()
-                self._apply_pending(self.now_ms(), limit=APPLY_SLICE_PARTITIONS, budget_ms=APPLY_SLICE_MS)
+                # No await inside a slice: only its new leaders' epoch checkpoints defer their
+                # fsync to the flusher started right after (LogManager._defer_epoch_sync).
+                self.log_manager.deferring_epoch_syncs = True
+                try:
+                    self._apply_pending(self.now_ms(), limit=APPLY_SLICE_PARTITIONS, budget_ms=APPLY_SLICE_MS)
+                finally:
+                    self.log_manager.deferring_epoch_syncs = False
                 self._start_flusher()
         finally:
             self._draining = False
-            if not self.pending:
+            if not self.pending and not self.pending_deletions:
                 self.drained.set()
         log.info("node %d: metadata delta applied (%d partition(s) in %.1f s)",
                  self.node_id, total, time.monotonic() - started)
+
+    def _retire_slice(self, limit: int, budget_ms: float) -> None:
+        deadline = time.monotonic() + budget_ms / 1000
+        for name, p in list(itertools.islice(self.pending_deletions, limit)):
+            path = self._retire(name, p)
+            if path is not None:
+                self.retired.append(path)
+            if time.monotonic() >= deadline:
+                break
+        self._start_remover()
+
+    def _start_remover(self) -> None:
+        if self._removing or not self.retired:
+            return
+        try:
+            self.start_soon(self._remove_retired)
+        except RuntimeError:
+            return  # no running loop: the next start removes -delete directories
+        self._removing = True
+
+    async def _remove_retired(self) -> None:
+        """Retired directories removed in a worker thread, FLUSH_BATCH at a time (its own task,
+        so retiring never waits for the disk)."""
+        try:
+            while self.retired:
+                batch, self.retired = self.retired[:FLUSH_BATCH], self.retired[FLUSH_BATCH:]
+                await trio.to_thread.run_sync(self.log_manager.remove_retired, batch, abandon_on_cancel=True)
+        finally:
+            self._removing = False
 
     async def _lay_out_next_slice(self) -> None:
         """The disk work of the next slice's new logs (creating their files) in a
@@ -180,8 +271,9 @@ class ReplicaManager:
         for name, p in list(itertools.islice(self.pending, APPLY_SLICE_PARTITIONS)):
             topic = image.topic(name)
             after = topic.partitions.get(p) if topic is not None else None
-            if after is None or self.node_id not in after.replicas or (name, p) in self.partitions:
-                continue
+            if (after is None or self.node_id not in after.replicas or (name, p) in self.partitions
+                    or (name, p) in self.pending_deletions):
+                continue  # (a pending deletion is retired first, then the log created on the loop)
             path = manager.plan_new_log(name, p)
             if path is not None:
                 new_logs.append((path, topic.topic_id))
@@ -224,11 +316,13 @@ class ReplicaManager:
                 break
         if limit is None:
             self.log_manager.flush_partition_metadata()
-        if not self.pending:
+        if not self.pending and not self.pending_deletions:
             self.drained.set()
 
     def _apply_key(self, key: tuple[str, int], image: MetadataImage, now_ms: int) -> None:
         name, p = key
+        if key in self.pending_deletions:
+            self.drop_logs(name, [p])  # the deleted topic's old log goes before the new one
         topic = image.topic(name)
         after = topic.partitions.get(p) if topic is not None else None
         if after is None or self.node_id not in after.replicas:
@@ -236,7 +330,38 @@ class ReplicaManager:
             if after is not None:
                 self.drop_logs(name, [p])
             return  # (a deleted topic's logs were dropped with it)
-        self._apply_partition(name, p, topic.topic_id, after, now_ms)
+        try:
+            self._apply_partition(name, p, topic.topic_id, after, now_ms)
+        except LogDirFailure as exc:
+            self.log_dir_failed(exc.log_dir, str(exc))
+            self._retry_elsewhere(key, now_ms)
+        except KafkaStorageError as exc:  # every log dir is offline
+            log.error("node %d: partition %s-%d not hosted: %s", self.node_id, name, p, exc)
+
+    def _retry_elsewhere(self, key: tuple[str, int], now_ms: int) -> None:
+        """Once more, in a log dir still online (the failed one is offline now)."""
+        try:
+            self._apply_key_once(key, now_ms)
+        except (LogDirFailure, KafkaStorageError) as exc:
+            if isinstance(exc, LogDirFailure):
+                self.log_dir_failed(exc.log_dir, str(exc))
+            log.error("node %d: partition %s-%d not hosted: %s", self.node_id, key[0], key[1], exc)
+
+    def _apply_key_once(self, key: tuple[str, int], now_ms: int) -> None:
+        topic = self._image.topic(key[0]) if self._image is not None else None
+        after = topic.partitions.get(key[1]) if topic is not None else None
+        if after is not None and self.node_id in after.replicas:
+            self._apply_partition(key[0], key[1], topic.topic_id, after, now_ms)
+
+    def log_dir_failed(self, log_dir: str, reason: str) -> None:
+        """KIP-112: the dir goes offline; the replicas whose logs lived there go offline here."""
+        already = log_dir in self.log_manager.offline_dirs
+        keys = self.log_manager.mark_offline(log_dir, reason)
+        for name, p in keys:
+            self._stop_partition(name, p)
+        if not already:
+            log.error("node %d: log dir %s is offline (KIP-112): %s; %d replica(s) on it are offline here",
+                      self.node_id, log_dir, reason, len(keys))
 
     def _apply_partition(self, name: str, p: int, topic_id: uuid.UUID, after: PartitionImage, now_ms: int) -> None:
         part = self.partitions.get((name, p))
@@ -274,6 +399,17 @@ class ReplicaManager:
         """Kafka's isr-expiration task: every partition's core checks for lagging followers."""
         for part in list(self.partitions.values()):
             part.tick(now_ms)
+
+    async def tick_in_slices(self, now_ms: Callable[[], int]) -> None:
+        """`tick` a slice at a time (kref/broker/loop_steps.py): every hosted partition
+        once, the loop given back between slices, the clock read again after each."""
+        budget, now = StepBudget(), now_ms()
+        for key, part in list(self.partitions.items()):
+            if await budget.spend():
+                now = now_ms()
+                if self.partitions.get(key) is not part:
+                    continue  # deleted or replaced meanwhile
+            part.tick(now)
 
     def report_log_start_offsets(self, now_ms: int) -> None:
         """After a retention pass: each core hears where its log now starts."""

@@ -237,8 +237,11 @@ class CreatePartitions:
 
 @dataclass(frozen=True, slots=True)
 class DeleteTopic:
+    """DeleteTopics of one topic, by name or (v6+, `name` None) by topic id."""
+
     request_id: int
-    name: str
+    name: str | None
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +278,8 @@ class AlterTopicConfigs:
     request_id: int
     name: str
     configs: tuple[tuple[str, str], ...]
+    # AlterConfigs' validate_only: every check, no record.
+    validate_only: bool = False
 
 
 PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1  # ElectLeadersRequest.election_type
@@ -298,6 +303,7 @@ class AlterBrokerConfigs:
     request_id: int
     resource_name: str
     configs: tuple[tuple[str, str], ...]
+    validate_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,6 +479,9 @@ class ControllerCore:
     auto_leader_rebalance_enable: bool = False
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
+    # delete.topic.enable (the broker config; Kafka's default true): off, every
+    # DeleteTopics is refused with TOPIC_DELETION_DISABLED.
+    delete_topic_enable: bool = True
     # Kafka's unclean.leader.election.interval.ms (an internal config, 5 min).
     unclean_leader_election_interval_ms: int = 300_000
     tracing: bool = True
@@ -987,9 +996,16 @@ class ControllerCore:
         self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out)
 
     def _on_delete_topic(self, e: DeleteTopic, out: list[Effect]) -> None:
-        topic = self.topics.get(e.name)
+        name = e.name if e.name is not None else self.topics_by_id.get(e.topic_id)
+        if name is None:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_ID, "no topic with this id")))
+            return
+        if not self.delete_topic_enable:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled")))
+            return
+        topic = self.topics.get(name)
         if topic is None:
-            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {e.name}")))
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")))
             return
         self._write([r.RemoveTopicRecord(topic_id=topic.topic_id)], e.request_id,
                     TopicReply(ErrorCode.NONE, None, topic.topic_id), out)
@@ -1002,6 +1018,9 @@ class ControllerCore:
         topic = self.topics.get(e.name)
         if topic is None:
             out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {e.name}")))
+            return
+        if e.validate_only:  # the broker checked names and values; nothing is written
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
             return
         current = self.image.topic_configs(e.name)
         new = dict(e.configs)
@@ -1027,6 +1046,9 @@ class ControllerCore:
         if e.resource_name != "" and not (e.resource_name.isdigit() and int(e.resource_name) >= 0):
             out.append(Reply(e.request_id, TopicReply(
                 ErrorCode.INVALID_REQUEST, f"broker resource name {e.resource_name!r} is not a broker id or empty")))
+            return
+        if e.validate_only:
+            out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
             return
         key = (r.BROKER_RESOURCE, e.resource_name)
         current = self.image.configs.get(key, {})

@@ -30,9 +30,20 @@ bytes live in the driver's kref.storage Log; a leader answering a Fetch says
 Transitions and the spec actions they implement (trace events of the same
 name, kref/trace/kraft.py):
 
-- Tick, election timer expired      -> RequestVote (Candidate, epoch + 1,
-  votes for itself; a voter only). A follower's timer is
-  controller.quorum.fetch.timeout.ms without a successful Fetch response.
+- Tick, election timer expired      -> PreVote (KIP-996, `pre_vote` on, as in
+  Kafka 4): Prospective in its own epoch, nothing persisted; it asks the
+  voters with Vote(pre_vote=true) whether they would vote for it, and keeps
+  fetching from the leader it knew (an answer from it makes it a Follower
+  again: BeginQuorumEpoch). With a majority of pre-votes, or at once with
+  `pre_vote` off -> RequestVote (Candidate, epoch + 1, votes for itself; a
+  voter only). A follower's timer is controller.quorum.fetch.timeout.ms
+  without a successful Fetch response.
+- VoteRequest with pre_vote         -> GrantPreVote when this voter follows
+  no leader and leads nothing (Unattached, Voted, Candidate, Prospective,
+  Resigned) and the prospective's log is at least as up to date; a refusal
+  otherwise. No state of its own changes (a higher epoch in the request
+  first -> BecomeUnattached, as with any RPC). So one voter that lost touch
+  with a leader everyone else still follows cannot raise the epoch.
 - VoteRequest                       -> GrantVote (at most one per epoch, only
   for a voter whose log is at least as up to date: last epoch first, then
   end offset) or a refusal; a higher epoch first -> BecomeUnattached.
@@ -104,6 +115,7 @@ NO_EPOCH = -1
 class State(enum.Enum):
     UNATTACHED = "Unattached"
     VOTED = "Voted"  # the spec's Unattached with voted_for set
+    PROSPECTIVE = "Prospective"  # KIP-996: asking for pre-votes, epoch not bumped
     CANDIDATE = "Candidate"
     LEADER = "Leader"
     FOLLOWER = "Follower"
@@ -144,6 +156,9 @@ class QuorumConfig:
     # spec/KRaft.tla's CheckLogUpToDate: TRUE in Kafka; False only for the
     # must-fail test that shows the randomized schedules catch a lost commit.
     check_log_up_to_date: bool = True
+    # KIP-996 pre-vote (spec: PreVoteEnabled). Kafka 4 always pre-votes once
+    # every voter speaks Vote v2; False: KIP-595 elections alone.
+    pre_vote: bool = True
 
     @property
     def is_voter(self) -> bool:
@@ -157,10 +172,11 @@ class QuorumConfig:
 
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
-    candidate_epoch: int
+    candidate_epoch: int  # Kafka's replica_epoch: a prospective's own, unbumped epoch
     candidate_id: int
     last_offset_epoch: int
     last_offset: int  # the candidate's log end offset
+    pre_vote: bool = False  # KIP-996 (Vote v2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +185,8 @@ class VoteResponse:
     leader_id: int
     leader_epoch: int
     vote_granted: bool
+    # Not on the wire: the driver sets it from the request it answers.
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -807,7 +825,10 @@ class QuorumCore:
             self._leader_tick(now_ms, out)
             return
         if self.config.is_voter and now_ms >= self.election_deadline_ms:
-            self._request_vote(now_ms, out)
+            if self.config.pre_vote:
+                self._pre_vote(now_ms, out)
+            else:
+                self._request_vote(now_ms, out)
             return
         if not self.config.is_voter and self.state is State.FOLLOWER and now_ms >= self.election_deadline_ms:
             # An observer that lost its leader looks for the new one (a snapshot
@@ -840,7 +861,9 @@ class QuorumCore:
                 out.append(Send(voter, BeginQuorumEpochRequest(self.node_id, self.leader_epoch)))
 
     def _maybe_send_fetch(self, now_ms: int, out: list[Effect]) -> None:
-        if self.state not in (State.FOLLOWER, State.UNATTACHED):
+        if self.state is State.PROSPECTIVE and self.leader_id not in (NO_ID, self.node_id):
+            pass  # KIP-996: still fetching from the leader it knew, whose answer ends the pre-vote
+        elif self.state not in (State.FOLLOWER, State.UNATTACHED):
             return
         if self.state is State.UNATTACHED and self.config.is_voter:
             return
@@ -851,7 +874,7 @@ class QuorumCore:
                 return
         elif now_ms < self.fetch_due_ms:
             return
-        if self.state is State.FOLLOWER:
+        if self.state in (State.FOLLOWER, State.PROSPECTIVE):
             destination = self.leader_id
         else:
             voters = sorted(self.config.voters)
@@ -885,6 +908,29 @@ class QuorumCore:
 
     # ------------------------------------------------------------ election
 
+    def _pre_vote(self, now_ms: int, out: list[Effect]) -> None:
+        """KIP-996: ask whether a majority would vote for this node before raising the epoch."""
+        self._abandon_snapshot_fetch()
+        self.state = State.PROSPECTIVE
+        self.votes_granted = {self.node_id}
+        self.election_attempt += 1
+        self._reset_election_timer(now_ms)
+        if self.fetch_in_flight is None and self.leader_id not in (NO_ID, self.node_id):
+            self.fetch_due_ms = now_ms
+        self._announce(out)
+        self._emit(out, trace.PreVote, now_ms, votes_granted=frozenset(self.votes_granted),
+                   voters=frozenset(self.config.voters))
+        request = VoteRequest(self.leader_epoch, self.node_id, self.last_epoch, self.log_end_offset, pre_vote=True)
+        for voter in sorted(self.config.voters):
+            if voter != self.node_id:
+                out.append(Send(voter, request))
+        self._maybe_stand(now_ms, out)
+        self._maybe_send_fetch(now_ms, out)
+
+    def _maybe_stand(self, now_ms: int, out: list[Effect]) -> None:
+        if self.state is State.PROSPECTIVE and len(self.votes_granted) >= self.majority():
+            self._request_vote(now_ms, out)
+
     def _request_vote(self, now_ms: int, out: list[Effect]) -> None:
         self._abandon_snapshot_fetch()
         self.leader_epoch += 1
@@ -899,7 +945,7 @@ class QuorumCore:
         self._persist(out)
         self._announce(out)
         self._emit(out, trace.RequestVote, now_ms, votes_granted=frozenset(self.votes_granted),
-                   voters=frozenset(self.config.voters))
+                   voters=frozenset(self.config.voters), pre_vote=self.config.pre_vote)
         request = VoteRequest(self.leader_epoch, self.node_id, self.last_epoch, self.log_end_offset)
         for voter in sorted(self.config.voters):
             if voter != self.node_id:
@@ -908,7 +954,7 @@ class QuorumCore:
 
     def _on_vote_request(self, source: int, r: VoteRequest, now_ms: int, out: list[Effect]) -> None:
         def refuse(code: int = ErrorCode.NONE) -> None:
-            out.append(Send(source, VoteResponse(code, self.leader_id, self.leader_epoch, False)))
+            out.append(Send(source, VoteResponse(code, self.leader_id, self.leader_epoch, False, pre_vote=r.pre_vote)))
 
         if not self.config.is_voter or r.candidate_id not in self.config.voters or r.candidate_id != source:
             refuse(ErrorCode.INCONSISTENT_VOTER_SET)
@@ -916,15 +962,18 @@ class QuorumCore:
         if r.candidate_epoch < self.leader_epoch:
             refuse(ErrorCode.FENCED_LEADER_EPOCH)
             return
+        if r.pre_vote and r.last_offset_epoch > r.candidate_epoch:
+            refuse(ErrorCode.INVALID_REQUEST)  # a prospective's log cannot hold a later epoch than its own
+            return
         if r.candidate_epoch > self.leader_epoch:
             self._become_unattached(r.candidate_epoch, source, now_ms, out)
+        if r.pre_vote:
+            self._on_pre_vote_request(source, r, now_ms, out)
+            return
         grantable = self.state is State.UNATTACHED or (self.state is State.VOTED and self.voted_for == r.candidate_id) or (
             _m.ACTIVE and _m.on("vote_twice") and self.state is State.VOTED
         )
-        up_to_date = (r.last_offset_epoch, r.last_offset) >= (self.last_epoch, self.log_end_offset) or (
-            not self.config.check_log_up_to_date
-        ) or (_m.ACTIVE and _m.on("vote_without_log_check"))
-        if not (grantable and up_to_date):
+        if not (grantable and self._log_up_to_date(r)):
             refuse()
             return
         if self.voted_for != r.candidate_id:
@@ -938,14 +987,41 @@ class QuorumCore:
             self._emit(out, trace.GrantVote, now_ms, candidate=r.candidate_id)
         out.append(Send(source, VoteResponse(ErrorCode.NONE, self.leader_id, self.leader_epoch, True)))
 
+    def _log_up_to_date(self, r: VoteRequest) -> bool:
+        return bool((r.last_offset_epoch, r.last_offset) >= (self.last_epoch, self.log_end_offset) or (
+            not self.config.check_log_up_to_date
+        ) or (_m.ACTIVE and _m.on("vote_without_log_check")))
+
+    def _on_pre_vote_request(self, source: int, r: VoteRequest, now_ms: int, out: list[Effect]) -> None:
+        # A voter that follows a leader (kref: in Follower state at all; Kafka:
+        # once it fetched from it) or leads refuses: the leader is alive as far
+        # as it knows. Nothing is persisted either way: a pre-vote is no vote.
+        granted = self.state not in (State.FOLLOWER, State.LEADER) and self._log_up_to_date(r)
+        if granted:
+            self._emit(out, trace.GrantPreVote, now_ms, candidate=r.candidate_id)
+        out.append(Send(source, VoteResponse(ErrorCode.NONE, self.leader_id, self.leader_epoch, granted, pre_vote=True)))
+
     def _on_vote_response(self, source: int, r: VoteResponse, now_ms: int, out: list[Effect]) -> None:
         if self._response_epoch_check(source, r.leader_id, r.leader_epoch, now_ms, out):
+            return
+        if r.pre_vote:
+            self._on_pre_vote_response(source, r, now_ms, out)
             return
         if self.state is not State.CANDIDATE or r.leader_epoch != self.leader_epoch:
             return
         if r.vote_granted and source in self.config.voters:
             self.votes_granted.add(source)
             self._maybe_become_leader(now_ms, out)
+
+    def _on_pre_vote_response(self, source: int, r: VoteResponse, now_ms: int, out: list[Effect]) -> None:
+        if self.state is not State.PROSPECTIVE or r.leader_epoch != self.leader_epoch or source not in self.config.voters:
+            return
+        if r.vote_granted:
+            self.votes_granted.add(source)
+            self._maybe_stand(now_ms, out)
+        elif self.leader_id == NO_ID and r.leader_id not in (NO_ID, self.node_id):
+            # Refused by a follower of a leader of our epoch we did not know: follow it.
+            self._become_follower(r.leader_id, r.leader_epoch, now_ms, out)
 
     def _maybe_become_leader(self, now_ms: int, out: list[Effect]) -> None:
         if self.state is not State.CANDIDATE or len(self.votes_granted) < self.majority():
@@ -982,7 +1058,9 @@ class QuorumCore:
         if r.leader_epoch < self.leader_epoch or r.leader_id != source:
             out.append(Send(source, BeginQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.leader_epoch)))
             return
-        if r.leader_epoch > self.leader_epoch or self.state in (State.UNATTACHED, State.VOTED, State.CANDIDATE):
+        if r.leader_epoch > self.leader_epoch or self.state in (
+            State.UNATTACHED, State.VOTED, State.CANDIDATE, State.PROSPECTIVE
+        ):
             self._become_follower(r.leader_id, r.leader_epoch, now_ms, out)
         elif self.leader_id != r.leader_id:
             raise InvariantViolation(
@@ -1189,18 +1267,18 @@ class QuorumCore:
             if (
                 r.leader_epoch == self.leader_epoch
                 and r.leader_id not in (NO_ID, self.node_id)
-                and self.state in (State.UNATTACHED, State.VOTED, State.CANDIDATE)
+                and self.state in (State.UNATTACHED, State.VOTED, State.CANDIDATE, State.PROSPECTIVE)
             ):
                 # Told who leads our epoch (by a voter we asked): follow it.
                 self._become_follower(r.leader_id, r.leader_epoch, now_ms, out)
                 return
-            if self.state in (State.FOLLOWER, State.UNATTACHED):
+            if self.state in (State.FOLLOWER, State.UNATTACHED, State.PROSPECTIVE):
                 self.fetch_due_ms = now_ms + self.config.retry_backoff_ms
             return
         if (
             r.leader_epoch == self.leader_epoch
             and source == r.leader_id
-            and self.state in (State.UNATTACHED, State.VOTED, State.CANDIDATE)
+            and self.state in (State.UNATTACHED, State.VOTED, State.CANDIDATE, State.PROSPECTIVE)
         ):
             self._become_follower(source, r.leader_epoch, now_ms, out, send_fetch=False)
         if self.state is not State.FOLLOWER or source != self.leader_id or r.leader_epoch != self.leader_epoch:

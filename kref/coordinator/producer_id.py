@@ -23,7 +23,7 @@ any controller, after any crash. kref does the same:
 - `ProducerIdBlock` is the broker's side, as a pure core: it hands out the
   ids of its current block, says when the block is used up, and accepts a
   new block only if it starts past every id already handed out.
-  `ProducerIdManager` (kref/coordinator/producer_id_driver.py) is its trio
+  `ProducerIdManager` (kref/broker/producer_id_driver.py) is its trio
   driver: it awaits `reserve()` (the controller RPC, or the single broker's
   local commit) when the core asks for a block, one reservation at a time.
   A crash wastes at most the rest of one block.

@@ -11,6 +11,10 @@ a real implementation and an in-memory one:
 - fs.py: the file operations storage needs, with explicit durability
   (`fsync`, `fsync_dir`); RealFileSystem, MemoryFileSystem (whose `crash()`
   drops every byte and rename not yet made durable, as a power cut does).
+- ids.py: fresh ids and seeds (`Ids.uuid()`, `Ids.seed()`): topic ids,
+  incarnation ids, directory ids, unique dir names, the election jitter's
+  seed; SystemIds (the machine's entropy), SeededIds (one seed, the same
+  values every run).
 
 Timers for trio drivers are trio's own clock (`trio.run(clock=...)`), which
 trio.testing.MockClock replaces for virtual time, so no timer port is added.
@@ -18,5 +22,7 @@ trio.testing.MockClock replaces for virtual time, so no timer port is added.
 
 from kref.ports.clock import Clock, ManualClock, SystemClock
 from kref.ports.fs import FileHandle, FileSystem, MemoryFileSystem, PowerCut, RealFileSystem
+from kref.ports.ids import Ids, SeededIds, SystemIds
 
-__all__ = ["Clock", "SystemClock", "ManualClock", "FileHandle", "FileSystem", "RealFileSystem", "MemoryFileSystem", "PowerCut"]
+__all__ = ["Clock", "SystemClock", "ManualClock", "FileHandle", "FileSystem", "RealFileSystem", "MemoryFileSystem",
+           "PowerCut", "Ids", "SystemIds", "SeededIds"]

@@ -1,4 +1,9 @@
-"""The clock port: wall-clock milliseconds for timestamps, monotonic for deadlines."""
+"""The clock port: wall-clock milliseconds for timestamps, monotonic for deadlines.
+
+Synchronous drivers (the `kref cluster` launcher, test harnesses) also wait
+through it: `sleep_ms` blocks on the real clock (SystemClock) or moves a
+virtual one (ManualClock), so a bounded wait runs its whole course at once
+in a test. Trio drivers sleep on trio's own clock instead (TrioClock reads it)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,12 @@ class SystemClock:
     def monotonic_ms(self) -> int:
         return time.monotonic_ns() // 1_000_000
 
+    def sleep_ms(self, ms: int) -> None:
+        time.sleep(ms / 1000)
+
+
+SYSTEM_CLOCK = SystemClock()
+
 
 class ManualClock:
     """A virtual clock that moves only when told (tests, the simulator)."""
@@ -37,6 +48,9 @@ class ManualClock:
             raise ValueError("a clock does not go back")
         self._now_ms += ms
         return self._now_ms
+
+    def sleep_ms(self, ms: int) -> None:
+        self.advance(ms)
 
 
 class TrioClock:

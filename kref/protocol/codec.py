@@ -44,6 +44,7 @@ from kio.serial.errors import SerialError
 
 from kref.protocol.bounds import check_body, skip_tagged_fields
 from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
+from kref.protocol.produce_request import decode_produce
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0  # read by produce_request.py when it has the plain shape
 _PREFIX = struct.Struct(">hhi")
 _HEADER = struct.Struct(">ii")  # frame size, correlation id
 _I16 = struct.Struct(">h")
@@ -161,8 +163,10 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
     header_version = _header_version(body_type.__header_schema__)
     try:
         client_id, header_size = _request_header_rest(frame, header_version)
-        check_body(body_type, frame, header_size)
-        body, _ = _reader(body_type)(frame, header_size)
+        body = decode_produce(frame, header_size, api_version) if api_key == PRODUCE_KEY else None
+        if body is None:
+            check_body(body_type, frame, header_size)
+            body, _ = _reader(body_type)(frame, header_size)
     except _DECODE_FAILURES as exc:
         raise RequestDecodeError(
             f"malformed API key {api_key} v{api_version} request: {type(exc).__name__}: {exc}"

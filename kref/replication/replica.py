@@ -57,7 +57,24 @@ ISR changes follow KIP-497: ShrinkIsr / ExpandIsr only propose a new isr
 partition_epoch change when the controller's AlterPartitionResponse commits
 them (HandleAlterPartitionResponse). Meanwhile the high watermark counts the
 maximal isr (committed | proposed), so a shrink cannot advance the HW before
-it is committed. The single broker's controller is its local metadata source
+it is committed.
+
+An answer is taken only if it answers the request in flight (the response
+names the AlterPartition it answers; Kafka compares the pending state it
+sent): a late answer to an older request changes nothing. What an error
+does follows Kafka's Partition.handleAlterPartitionError, because the
+leader cannot tell whether the controller committed the change when the
+answer is lost:
+- INELIGIBLE_REPLICA, OPERATION_NOT_ATTEMPTED: the controller says it did
+  not apply the change; back to the committed isr.
+- FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, UNKNOWN_TOPIC_OR_PARTITION,
+  INVALID_REQUEST, NEW_LEADER_ELECTED: the leader's registration is stale;
+  the proposed isr stays pending (the HW keeps counting it) until metadata
+  (BecomeLeader, BecomeFollower) replaces it.
+- anything else (REQUEST_TIMED_OUT, NOT_CONTROLLER, a broken connection: the
+  change may or may not have been committed): the proposed isr stays
+  pending and the same AlterPartition is sent again (AlterPartitionManager's
+  resend; the driver paces resends). The single broker's controller is its local metadata source
 (the Broker commits the change as a PartitionChangeRecord and answers).
 """
 
@@ -83,6 +100,16 @@ UNKNOWN_OFFSET = -1
 # A broker epoch nobody sent or knows (Fetch before v15, AlterPartition before
 # v3): KIP-903's checks skip it, as Kafka's do.
 NO_BROKER_EPOCH = -1
+
+# AlterPartition errors by what the leader does with its proposed isr (Kafka's
+# Partition.handleAlterPartitionError): the controller says it did not apply
+# the change -> back to the committed isr; the leader's registration is stale
+# -> keep it pending until metadata replaces it. Any other error: resend.
+_ALTER_PARTITION_NOT_APPLIED = frozenset({ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED})
+_ALTER_PARTITION_AWAIT_METADATA = frozenset({
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INVALID_REQUEST, ErrorCode.NEW_LEADER_ELECTED,
+})
 
 # ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
 LATEST_TIMESTAMP = -1
@@ -218,6 +245,9 @@ class AlterPartitionResponse:
     leader_epoch: int
     isr: frozenset[int]
     partition_epoch: int
+    # The AlterPartition effect this answers (the driver pairs them); None: the
+    # one in flight (scripts that answer at once).
+    request: AlterPartition | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +423,9 @@ class PartitionReplica(FollowerSide):
     # The isr this leader proposed in an AlterPartition still in flight (one at
     # a time); None when none is. The HW counts isr | pending_isr.
     pending_isr: frozenset[int] | None = None
+    # The AlterPartition whose answer the leader waits for; None when none is
+    # in flight (also while pending_isr waits for metadata after an error).
+    alter_partition_sent: AlterPartition | None = None
     # Follower side (kref/replication/follower.py): the epoch of the last
     # record in the local log, how the next request is built, and whether
     # the Fetch version has diverging epochs.
@@ -574,7 +607,7 @@ class PartitionReplica(FollowerSide):
         if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
             return self._on_same_term_registration(e, now_ms, out)
         self.role = Role.LEADER
-        self.pending_isr = None
+        self.pending_isr, self.alter_partition_sent = None, None
         self.leader = self.replica_id
         self.leader_epoch = e.leader_epoch
         self.partition_epoch = e.partition_epoch
@@ -634,7 +667,7 @@ class PartitionReplica(FollowerSide):
             return
         self.partition_epoch = e.partition_epoch
         self.isr = frozenset(e.isr)
-        self.pending_isr = None
+        self.pending_isr, self.alter_partition_sent = None, None
         self._emit_become_leader(now_ms, out)
         # A smaller isr may let the high watermark move (Kafka's makeLeader
         # tries to increment it too); the spec takes that as its own step.
@@ -644,7 +677,7 @@ class PartitionReplica(FollowerSide):
         if e.leader_epoch < self.leader_epoch:
             raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
         self.role = Role.FOLLOWER
-        self.pending_isr = None
+        self.pending_isr, self.alter_partition_sent = None, None
         self.leader = e.leader
         self.leader_epoch = e.leader_epoch
         self.partition_epoch = e.partition_epoch
@@ -698,6 +731,7 @@ class PartitionReplica(FollowerSide):
                 last_offset=e.last_offset,
                 log_end_offset=self.log_end_offset,
                 high_watermark=self.high_watermark,
+                acks=e.acks,
             )
             out.append(LogEndOffsetAdvanced(self.log_end_offset))
             self._maybe_advance_high_watermark(now_ms, out)
@@ -850,7 +884,8 @@ class PartitionReplica(FollowerSide):
         broker_epochs = tuple(
             (r, self.followers[r].broker_epoch if r in self.followers else NO_BROKER_EPOCH) for r in sorted(new_isr)
         )
-        out.append(AlterPartition(self.leader_epoch, self.partition_epoch, new_isr, broker_epochs))
+        self.alter_partition_sent = AlterPartition(self.leader_epoch, self.partition_epoch, new_isr, broker_epochs)
+        out.append(self.alter_partition_sent)
 
     def _maximal_isr(self) -> frozenset[int]:
         if _m.ACTIVE and _m.on("hw_committed_isr_only"):
@@ -858,17 +893,24 @@ class PartitionReplica(FollowerSide):
         return self.isr | self.pending_isr if self.pending_isr is not None else self.isr
 
     def _on_alter_partition_response(self, e: AlterPartitionResponse, now_ms: int, out: list[Effect]) -> None:
-        if self.pending_isr is None:
-            return  # not ours (a late answer after a new term)
-        if (
-            e.error_code == ErrorCode.NONE
-            and self.is_leader
-            and e.leader_epoch == self.leader_epoch
-            and e.partition_epoch > self.partition_epoch
-        ):
-            self.isr = frozenset(e.isr)
-            self.partition_epoch = e.partition_epoch
-        self.pending_isr = None
+        sent = self.alter_partition_sent
+        if sent is None or (e.request is not None and e.request != sent):
+            # Not the answer to the request in flight: one a BecomeLeader or
+            # BecomeFollower superseded, or an earlier send. Kafka ignores it.
+            return
+        self.alter_partition_sent = None
+        code = e.error_code
+        if code == ErrorCode.NONE:
+            if self.is_leader and e.leader_epoch == self.leader_epoch and e.partition_epoch > self.partition_epoch:
+                self.isr = frozenset(e.isr)
+                self.partition_epoch = e.partition_epoch
+            self.pending_isr = None
+        elif code in _ALTER_PARTITION_NOT_APPLIED:
+            self.pending_isr = None
+        elif code not in _ALTER_PARTITION_AWAIT_METADATA:
+            # The change may be committed or not: keep counting the proposed isr
+            # and ask again (Kafka's AlterPartitionManager resends).
+            self.alter_partition_sent = sent
         self._emit(
             out,
             trace.HandleAlterPartitionResponse,
@@ -876,9 +918,11 @@ class PartitionReplica(FollowerSide):
             leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch,
             isr=self.isr,
-            error_code=e.error_code,
+            error_code=code,
             high_watermark=self.high_watermark,
         )
+        if self.alter_partition_sent is not None:
+            out.append(sent)
         if self.is_leader:
             self._maybe_advance_high_watermark(now_ms, out)
 

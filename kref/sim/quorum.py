@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 `voters` nodes run kref/controller/quorum.py's `QuorumCore` (the same core
-kref/controller/raft_driver.py drives over trio) on a `World`. The
+kref/node/raft_driver.py drives over trio) on a `World`. The
 simulator carries out effects: PersistQuorumState and the log appends are
 durable when carried out (the core puts them before any Send of the same
 step, and the driver fsyncs), Send and SendFetchResponse go through the
@@ -127,7 +127,8 @@ class QuorumSim:
                     del node.log[e.log_end_offset:]
                 case q.Send():
                     m = e.message
-                    if isinstance(m, q.VoteResponse) and m.vote_granted and node.quorum_state[:2] != (m.leader_epoch, e.destination):
+                    if (isinstance(m, q.VoteResponse) and m.vote_granted and not m.pre_vote  # a pre-vote is no vote
+                            and node.quorum_state[:2] != (m.leader_epoch, e.destination)):
                         raise Violation("VoteDurableBeforeSent", f"node {n} grants epoch {m.leader_epoch} to "
                                         f"{e.destination} with quorum-state {node.quorum_state}")
                     w.send(n, e.destination, self._deliver, n, e.destination, m)

@@ -69,6 +69,8 @@ HW_PATH = "/data/t-0/replication-offset-checkpoint"
 RECORD = struct.Struct(">iqI")  # leader_epoch, record id, crc32 of the first 12 bytes
 MAX_FETCH_RECORDS = 50
 MAX_IN_FLIGHT_PRODUCES = 5
+# AlterPartition sends whose (possibly late) answers are still paired with their request.
+MAX_REMEMBERED_ALTER_PARTITIONS = 8
 
 
 KEY = (TOPIC, PARTITION)
@@ -136,6 +138,10 @@ class Broker:
     purgatory: Purgatory | None = None
     fetch_sent_ms: int | None = None
     alter_partition_request: int | None = None  # the controller request id of the AlterPartition in flight
+    # The AlterPartition each recent controller request id carried: an answer,
+    # even a late one to a send that timed out, goes to the core with the
+    # request it answers (the core takes only the one in flight).
+    alter_partitions: dict[int, rc.AlterPartition] = field(default_factory=dict)
     fetch_request: Any = None  # the SendFetch in flight (None: none, or an OffsetsForLeaderEpoch)
     dirty: bool = False
 
@@ -246,6 +252,7 @@ class ClusterSim:
                                      replica_lag_time_max_ms=self.s.replica_lag_time_max_ms, tracing=self.world.trace)
         b.purgatory, b.fetch_sent_ms = Purgatory("produce", clock=_WorldClock(self.world)), None
         b.alter_partition_request, b.fetch_request = None, None
+        b.alter_partitions = {}
         g = b.generation
         w = self.world
         for period, fn in ((self.s.heartbeat_interval_ms, self._heartbeat),
@@ -321,9 +328,13 @@ class ClusterSim:
                 b.lifecycle.step(lc.HeartbeatAnswered(core_request, reply.error_code, reply.is_caught_up,
                                                       reply.is_fenced, reply.should_shut_down), self.world.now_ms)
         elif isinstance(reply, cc.AlterPartitionReply):
-            b.alter_partition_request = None
+            request = b.alter_partitions.pop(request_id, None)
+            if request is None:
+                return  # a duplicate
+            if b.alter_partition_request == request_id:
+                b.alter_partition_request = None
             self._step(b, rc.AlterPartitionResponse(reply.error_code, reply.leader_epoch, frozenset(reply.isr),
-                                                    reply.partition_epoch))
+                                                    reply.partition_epoch, request))
 
     def _alter_partition_timed_out(self, node: int, generation: int, request_id: int, leader_epoch: int) -> None:
         b = self.brokers[node]
@@ -334,7 +345,9 @@ class ClusterSim:
                              request_id, leader_epoch)
             return
         b.alter_partition_request = None
-        self._step(b, rc.AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, leader_epoch, frozenset(), -1))
+        # The core keeps the change pending and asks to send it again.
+        self._step(b, rc.AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, leader_epoch, frozenset(), -1,
+                                                b.alter_partitions.get(request_id)))
 
     def _metadata_fetch(self, b: Broker) -> None:
         self.world.send(b.node_id, CONTROLLER, self._serve_metadata, b.node_id, b.metadata_offset, b.generation)
@@ -457,6 +470,9 @@ class ClusterSim:
                 case rc.AlterPartition():
                     self.request_ids += 1
                     b.alter_partition_request = self.request_ids
+                    b.alter_partitions[self.request_ids] = e
+                    while len(b.alter_partitions) > MAX_REMEMBERED_ALTER_PARTITIONS:
+                        del b.alter_partitions[next(iter(b.alter_partitions))]
                     self.world.after(self.s.alter_partition_timeout_ms, self._alter_partition_timed_out,
                                      b.node_id, b.generation, self.request_ids, e.leader_epoch)
                     with_epochs = e.isr_with_broker_epochs(b.node_id, b.broker_epoch)  # AlterPartition v3 (KIP-903)

@@ -20,6 +20,7 @@ segments (Kafka 4 offers internal.segment.bytes for the same purpose).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -84,6 +85,20 @@ _DEFS: tuple[_Def, ...] = (
 
 _BY_NAME: dict[str, _Def] = {d.name: d for d in _DEFS}
 
+# KIP-73: one "partitionId:brokerId" item of *.replication.throttled.replicas
+THROTTLED_REPLICA_PAIR = re.compile(r"^\d+:\d+$")
+
+
+def validate_throttled_replicas(items: tuple[str, ...]) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: "*" alone, or partitionId:brokerId pairs.
+    Returns what is wrong, or None."""
+    if items == ("*",) or not items:
+        return None
+    bad = [i for i in items if not THROTTLED_REPLICA_PAIR.match(i)]
+    if bad:
+        return f"must be '*' or a list of partitionId:brokerId pairs, not {', '.join(bad)}"
+    return None
+
 
 def _field(name: str) -> str:
     return name.replace(".", "_")
@@ -137,6 +152,10 @@ def _parse(d: _Def, raw: Any) -> Any:
                     raise bad(f"each item must be one of {', '.join(d.choices)}")
             if not items:
                 raise bad("the list must not be empty")
+        if d.name.endswith(".replication.throttled.replicas"):
+            problem = validate_throttled_replicas(items)
+            if problem is not None:
+                raise bad(problem)
         return items
     if not isinstance(raw, str):
         raise bad("expected a string")

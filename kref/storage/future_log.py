@@ -46,9 +46,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-import uuid
 from typing import Any, Callable
 
+from kref.ports.ids import SYSTEM_IDS, Ids
 from kref.storage.checkpoint import fsync_dir
 from kref.storage.config import LogConfig
 from kref.storage.log import Log, parse_partition_dir_name
@@ -78,8 +78,9 @@ def future_dir_name(topic: str, partition: int, unique_id: str) -> str:
     return f"{topic}-{partition}.{unique_id}{FUTURE_DIR_SUFFIX}"
 
 
-def delete_dir_name(topic: str, partition: int, unique_id: str | None = None) -> str:
-    return f"{topic}-{partition}.{unique_id or uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+def delete_dir_name(topic: str, partition: int, ids: Ids = SYSTEM_IDS) -> str:
+    """A unique name for a partition dir being removed (its random part from the ids port)."""
+    return f"{topic}-{partition}.{ids.uuid().hex}{DELETE_DIR_SUFFIX}"
 
 
 def parse_suffixed_dir_name(name: str) -> tuple[str, int, str] | None:
@@ -188,12 +189,12 @@ def truncate_future_log(future: Log, offset: int) -> None:
         log_loader._rebuild_producer_state(future)
 
 
-def remove_future_log(fs, future: Log) -> None:
+def remove_future_log(fs, future: Log, ids: Ids = SYSTEM_IDS) -> None:
     """Abandon a move: the future dir is renamed `-delete` (atomic) and removed."""
     if not future.closed:
         future.close_uncleanly()
     parent = os.path.dirname(os.path.normpath(future.dir))
-    doomed = os.path.join(parent, delete_dir_name(future.topic, future.partition))
+    doomed = os.path.join(parent, delete_dir_name(future.topic, future.partition, ids))
     fs.replace(future.dir, doomed)
     fsync_dir(parent, fs)
     fs.rmtree(doomed)
@@ -215,7 +216,7 @@ def swap_future_log(
     current.close_uncleanly()  # a -delete dir needs no flush; readers got copies
     step("future-closed")
     source_dir = os.path.dirname(os.path.normpath(current.dir))
-    doomed = os.path.join(source_dir, delete_dir_name(*key))
+    doomed = os.path.join(source_dir, delete_dir_name(*key, manager.ids))
     fs.replace(current.dir, doomed)  # step 2
     fsync_dir(source_dir, fs)
     step("current-renamed")

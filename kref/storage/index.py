@@ -232,6 +232,13 @@ class OffsetIndex(_Index):
             return self.base_offset, 0
         return self.base_offset + self._keys[-1], self._values[-1]
 
+    def batch_start_at_or_below(self, position: int) -> int:
+        """The position of the last indexed batch starting at or below `position`
+        (0 if none): positions grow with offsets, so the read path can jump to
+        near a byte bound instead of walking every batch header up to it."""
+        i = bisect.bisect_right(self._values, position) - 1
+        return self._values[i] if i >= 0 else 0
+
     def entries(self) -> list[tuple[int, int]]:
         return [(self.base_offset + k, v) for k, v in zip(self._keys, self._values)]
 

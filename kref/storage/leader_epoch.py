@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Callable
 
 from kref.ports.fs import FileSystem
 from kref.storage.checkpoint import (
@@ -37,6 +38,9 @@ class LeaderEpochFileCache:
     def __init__(self, path: str | None, entries: list[tuple[int, int]] | None = None, fs: FileSystem | None = None) -> None:
         self.path = path
         self.fs = fs  # the file-system port (None: the real disk)
+        # Set by the LogManager for logs it creates: asked before each synced write whether
+        # the fsync is deferred to its flusher (True: write now, fsync in a worker thread soon).
+        self.defer_sync: Callable[[str], bool] | None = None
         self._epochs: list[int] = []
         self._starts: list[int] = []
         for epoch, start in entries or []:
@@ -155,6 +159,8 @@ class LeaderEpochFileCache:
 
     def flush(self, *, sync: bool = True) -> None:
         if self.path is not None:
+            if sync and self.defer_sync is not None and self.defer_sync(self.path):
+                sync = False
             write_leader_epoch_checkpoint(self.path, self.entries(), sync=sync, fs=self.fs)
 
     def __repr__(self) -> str:

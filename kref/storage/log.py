@@ -333,15 +333,18 @@ class Log:
     # append
     # =====================================================================
 
-    def _validate(self, buf: bytearray, *, crc_verified: bool = False) -> list[BatchHeader]:
+    def _validate(self, buf: bytearray, *, crc_verified: bool = False, whole_append: bool = True) -> list[BatchHeader]:
         """Header, CRC and size checks on every batch of a produce or replica payload.
 
         `crc_verified`: the caller has already checked every batch's CRC-32C
         over these very bytes (the produce handler's framing validation);
         checking it again cost a second pass over the payload per produce.
+        `whole_append`: the append as a whole must fit segment.bytes (a produce);
+        a follower's append is split at rolls instead (_append_rolling_per_batch).
         """
         cfg = self.config
-        self._check_append_size(len(buf))
+        if whole_append:
+            self._check_append_size(len(buf))
         headers = []
         for h in iter_headers(buf, verify=not crc_verified, max_batch_size=MAX_APPEND_BYTES):
             if h.size_in_bytes > cfg.max_message_bytes:
@@ -420,7 +423,11 @@ class Log:
         for h in headers:
             set_base_offset(buf, h, next_offset)
             set_partition_leader_epoch(buf, h, leader_epoch)
-            h = dataclasses.replace(h, base_offset=next_offset, partition_leader_epoch=leader_epoch)
+            # Field by field: dataclasses.replace walks the fields reflectively,
+            # and that was a visible share of a single-record produce.
+            h = BatchHeader(h.position, next_offset, h.batch_length, leader_epoch, h.magic, h.crc, h.attributes,
+                            h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id,
+                            h.producer_epoch, h.base_sequence, h.records_count)
             if log_append_time:
                 crc = set_log_append_time(buf, h, now_ms)
                 h = dataclasses.replace(
@@ -446,7 +453,7 @@ class Log:
         if now_ms is not None:
             self._now_ms = now_ms
         buf = bytearray(records)
-        headers = self._validate(buf)
+        headers = self._validate(buf, whole_append=False)
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
         expected = self.log_end_offset
@@ -458,7 +465,51 @@ class Log:
             if h.base_offset < expected:
                 raise InvalidRecordError(f"batch offsets go backwards at {h.base_offset}")
             expected = h.next_offset
-        return self._append(buf, headers, self._now_ms)
+        return self._append_rolling_per_batch(buf, headers, self._now_ms)
+
+    def _append_rolling_per_batch(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
+        """A follower's append: segment.bytes holds per batch, as on the leader.
+
+        A fetch answer carries up to replica.fetch.max.bytes of the leader's
+        batches, which the leader wrote into segments of at most segment.bytes;
+        appended as one block it would overfill the follower's active segment.
+        So the batches go in runs that fit the active segment, and the next run
+        rolls (Kafka checks the roll per batch). A single batch larger than
+        segment.bytes still goes in whole, alone in its segment (KAFKA-17375).
+        The common case, an answer that fits, is one run with no copy.
+        """
+        segment_bytes = self.config.segment_bytes
+        runs: list[tuple[int, int]] = []
+        i, n = 0, len(headers)
+        room = segment_bytes - self.active_segment.size
+        while i < n:
+            total = headers[i].size_in_bytes
+            if total > room:
+                room = segment_bytes  # this run starts a new segment
+            j = i + 1
+            while j < n and total + headers[j].size_in_bytes <= room:
+                total += headers[j].size_in_bytes
+                j += 1
+            runs.append((i, j))
+            room = max(0, room - total)
+            i = j
+        if len(runs) == 1:
+            return self._append(buf, headers, now_ms)
+        infos = []
+        for i, j in runs:
+            start, end = headers[i].position, headers[j - 1].next_position
+            part = [dataclasses.replace(h, position=h.position - start) for h in headers[i:j]]
+            infos.append(self._append(buf[start:end], part, now_ms))
+        best = max(infos, key=lambda info: info.max_timestamp)
+        return AppendInfo(
+            first_offset=infos[0].first_offset,
+            last_offset=infos[-1].last_offset,
+            max_timestamp=best.max_timestamp,
+            offset_of_max_timestamp=best.offset_of_max_timestamp,
+            records_count=sum(info.records_count for info in infos),
+            log_start_offset=self.log_start_offset,
+            batches=[h for info in infos for h in info.batches],
+        )
 
     def _append(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
         first, last = headers[0].base_offset, headers[-1].last_offset
@@ -597,6 +648,14 @@ class Log:
         Returns None (the caller takes the careful path) unless at least one
         batch came out whole; one disk round trip per fetch instead of two
         matters on a cold cache.
+
+        Headers are walked only near the three places that need them, as
+        Kafka's LogSegment.read slices at indexed positions: from the index
+        entry to `target`, from the index entry at or below `limit` to the
+        batch holding it, and from the index entry at or below the byte
+        bound to the last batch that ends within it. Each walk is about one
+        index.interval.bytes long, whatever the fetch size (a 1 MiB fetch of
+        small batches walked thousands of headers before).
         """
         if known_position is not None and known_position <= seg.size:
             position = known_position  # a consumer reading on from where its last fetch ended
@@ -606,27 +665,46 @@ class Log:
             return None
         data = seg.read_at(position, min(budget + seg.lookup_chunk_size, seg.size - position))
         view = memoryview(data)
-        p = 0
         start = -1
-        first = next_offset = target
-        whole = False
-        for position_in_view, base_offset, last_offset, end in _frames(view, 0):
+        first = target
+        for position_in_view, base_offset, last_offset, _ in _frames(view, 0):
             if position_in_view == 0 and known_position is not None and base_offset != target:
                 return None  # a stale hint: take the careful path
-            if start < 0:
-                if last_offset < target:
-                    p = end
-                    continue
+            if last_offset >= target:
                 start, first = position_in_view, base_offset
-            if last_offset >= limit or end - start > budget:
                 break
-            p = end
-            next_offset = last_offset + 1
-            if position + p >= seg.size:
-                whole = True
-                break
-        if start < 0 or p == start:
+        if start < 0:
             return None
+        # Where the bytes may stop: the budget, the bytes read, and the start of
+        # the batch holding `limit` (the high watermark or the log end).
+        stop = min(start + budget, len(view))
+        if limit < seg.next_offset:
+            _, limit_position = seg.offset_index.lookup(limit)
+            for position_in_view, _, last_offset, _ in _frames(view, max(limit_position - position, start)):
+                if position_in_view >= stop:
+                    break
+                if last_offset >= limit:
+                    stop = position_in_view
+                    break
+        # The last whole batch ending within `stop`: jump to an indexed batch
+        # start at or below it and walk on; if that batch itself crosses
+        # `stop`, step back to the indexed start before it.
+        bound = position + stop
+        while True:
+            jump = max(seg.offset_index.batch_start_at_or_below(bound) - position, start)
+            p = jump
+            next_offset = None
+            for _, _, last_offset, end in _frames(view, jump):
+                if end > stop:
+                    break
+                p = end
+                next_offset = last_offset + 1
+            if next_offset is not None or jump == start:
+                break
+            bound = position + jump - 1
+        if next_offset is None:
+            return None  # not even the first batch fits: the careful path decides
+        whole = position + p >= seg.size
         # Remember where the next batch starts: sequential consumers ask for it next.
         self._read_hint = (next_offset, seg, position + p)
         if start == 0 and p == len(data):
@@ -739,9 +817,20 @@ class Log:
             self.log_start_offset = leo
         self.leader_epoch_cache.truncate_from_end(leo)
         if self.producer_state is not None:
-            self.producer_state.truncate_to(leo)
+            self._reload_producer_state()
         self._notify_truncated()
         return True
+
+    def _reload_producer_state(self) -> None:
+        """After a truncation: the hook goes back to a snapshot at or below the log end,
+        and the batches from there are replayed (Kafka's truncateAndReload). A hook
+        that does not say how far its state reaches (no map_end_offset) only truncates."""
+        if hasattr(self.producer_state, "map_end_offset"):
+            from kref.storage import log_loader
+
+            log_loader._rebuild_producer_state(self)
+        else:
+            self.producer_state.truncate_to(self.log_end_offset)
 
     def _notify_truncated(self) -> None:
         for listener in self.truncation_listeners:

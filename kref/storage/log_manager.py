@@ -15,6 +15,12 @@ Deleting a partition renames its directory to `<topic>-<partition>.<uuid>-delete
 first (atomic, readers of already-returned bytes are unaffected) and then
 removes it; leftovers of that kind are removed on the next start.
 
+A log dir that fails while a log is created in it (disk full, no permission,
+gone) goes offline, as in KIP-112 (`mark_offline`): its logs are closed and
+forgotten, no new log is placed in it, and the caller (the replica manager)
+takes the replicas that lived there offline instead of the process crashing.
+The next start finds out afresh whether the directory works.
+
 `lock_log_dir(dir)` takes Kafka's `.lock` file lock (an exclusive flock the
 kernel drops when the process dies, so a SIGKILL never leaves it behind):
 two processes appending to the same segments would corrupt them, so a second
@@ -31,13 +37,16 @@ RealFileSystem, crash tests pass MemoryFileSystem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import threading
 import uuid
 from typing import Any, Callable, Mapping
 
 from kref.ports.fs import FileHandle, FileSystem
+from kref.ports.ids import SYSTEM_IDS, Ids
 from kref.storage.checkpoint import (
     PARTITION_METADATA_FILE,
     fsync_dir,
@@ -66,12 +75,21 @@ from kref.storage.log import (
     Log,
     parse_partition_dir_name,
 )
-from kref.storage.future_log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, promote_orphan_future_dirs
+from kref.storage.errors import KafkaStorageError
+from kref.storage.future_log import DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, delete_dir_name, promote_orphan_future_dirs
 
 logger = logging.getLogger("kref.storage.log_manager")
 
 LOCK_FILE = ".lock"
 STRAY_DIR_SUFFIX = "-stray"
+
+
+class LogDirFailure(OSError):
+    """An OSError creating a log, with the log dir it happened in (KIP-112: that dir goes offline)."""
+
+    def __init__(self, log_dir: str, cause: OSError) -> None:
+        super().__init__(cause.errno, f"log dir {log_dir}: {cause.strerror or cause}")
+        self.log_dir = log_dir
 
 class LogDirInUseError(OSError):
     """Another process holds the log dir's `.lock`."""
@@ -101,8 +119,10 @@ class LogManager:
         producer_state_factory: Callable[[str, int, str], Any] | None = None,
         fs: FileSystem | None = None,
         high_watermark_of: Callable[[tuple[str, int]], int | None] | None = None,
+        ids: Ids = SYSTEM_IDS,
     ) -> None:
         self.fs: FileSystem = fs if fs is not None else REAL_FILE_SYSTEM
+        self.ids = ids  # the ids port: unique names of the dirs being deleted
         # The owning replica core's high watermark of a partition (None: no core
         # here): replication-offset-checkpoint is written from the cores, the
         # one live copy; a log with no core keeps the value it was loaded with.
@@ -113,6 +133,12 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self.producer_state_factory = producer_state_factory
         self._logs: dict[tuple[str, int], Log] = {}
+        self._checkpoint_lock = threading.Lock()
+        # While True (the replica manager's drain slices, which never await inside), a new
+        # log's leader-epoch-checkpoint fsync goes to the deferred flush with partition.metadata.
+        self.deferring_epoch_syncs = False
+        # KIP-112: log dirs taken offline by a failure, with the reason (until restart).
+        self.offline_dirs: dict[str, str] = {}
         # AlterReplicaLogDirs for a replica not hosted yet (Kafka's preferred log
         # dirs): where it is created when it comes; in memory, as in Kafka.
         self.preferred_log_dirs: dict[tuple[str, int], str] = {}
@@ -156,7 +182,7 @@ class LogManager:
                 if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
                     continue
                 if name == METADATA_PARTITION_DIR:
-                    continue  # the KRaft metadata log: kref/controller/metadata_log.py owns it
+                    continue  # the KRaft metadata log: kref/storage/metadata_log.py owns it
                 try:
                     key = parse_partition_dir_name(name)
                 except ValueError:
@@ -252,12 +278,14 @@ class LogManager:
                 had_clean_shutdown=True,
                 fs=self.fs,
             )
-        except BaseException:
+        except BaseException as exc:
             # Out of descriptors or space half-way: leave no directory
             # behind that the topic image does not account for.
             if not existed:
                 with open_segment_files.spares():  # listing a directory takes descriptors
                     self.fs.rmtree(path)
+            if isinstance(exc, OSError) and not isinstance(exc, LogDirFailure):
+                raise LogDirFailure(os.path.dirname(os.path.normpath(path)), exc) from exc
             raise
         if not existed:
             # No checkpointed high watermark, as for a log with no checkpoint entry
@@ -268,13 +296,29 @@ class LogManager:
                 if getattr(log, attribute, None) is not None:
                     setattr(log, attribute, None)
         log.truncation_listeners = self.truncation_listeners
+        if not existed:
+            log.leader_epoch_cache.defer_sync = self._defer_epoch_sync
         self._logs[(topic, partition)] = log
         return log
+
+    def _defer_epoch_sync(self, checkpoint_path: str) -> bool:
+        """A new log's BecomeLeader in a drain slice: the epoch checkpoint is written now and
+        fsynced by the deferred flush (a worker thread, right after the slice), as
+        partition.metadata is; one fsync on the loop per new leader was most of a slice's wall
+        time on a busy disk. A kill -9 loses nothing (the write is in the page cache); a power
+        cut before the flush loses what the unflushed segments lose too, and recovery rebuilds
+        the epochs of the batches it finds."""
+        if not self.deferring_epoch_syncs:
+            return False
+        self.unflushed_partition_metadata.append(os.path.dirname(checkpoint_path))
+        return True
 
     def _new_log_path(self, topic: str, partition: int) -> str:
         if not topic or "/" in topic or topic in (".", "..") or partition < 0:
             raise ValueError(f"invalid partition {topic!r}-{partition}")
-        log_dir = self.preferred_log_dirs.pop((topic, partition), None) or self._next_log_dir()
+        log_dir = self.preferred_log_dirs.pop((topic, partition), None)
+        if log_dir is None or log_dir in self.offline_dirs:
+            log_dir = self._next_log_dir()
         return os.path.join(log_dir, f"{topic}-{partition}")
 
     # -- creating many logs: the disk work in a worker thread ---------------
@@ -325,11 +369,14 @@ class LogManager:
         return batch
 
     def fsync_partition_metadata(self, dirs: list[str]) -> None:
-        """fsync each dir's partition.metadata and the dir (its rename); safe in a worker
-        thread. A dir deleted meanwhile is skipped."""
+        """fsync each dir's partition.metadata, its leader-epoch-checkpoint (deferred by
+        `_defer_epoch_sync`) and the dir (their renames); safe in a worker thread. A dir
+        deleted meanwhile is skipped."""
         for d in dirs:
             try:
                 self.fs.fsync(os.path.join(d, PARTITION_METADATA_FILE))
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.fsync(os.path.join(d, LEADER_EPOCH_CHECKPOINT_FILE))
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -344,7 +391,13 @@ class LogManager:
         self.fsync_partition_metadata(self.take_unflushed_partition_metadata())
 
     def _next_log_dir(self) -> str:
-        if len(self.log_dirs) == 1:
+        if self.offline_dirs:
+            online = [d for d in self.log_dirs if d not in self.offline_dirs]
+            if not online:
+                raise KafkaStorageError(f"every log dir is offline: {sorted(self.offline_dirs)}")
+            if len(online) == 1:
+                return online[0]
+        elif len(self.log_dirs) == 1:
             # The common case, and the counting below walks every log: creating
             # 10,000 partitions one by one was quadratic (minutes of CPU).
             return self.log_dirs[0]
@@ -353,44 +406,98 @@ class LogManager:
             parent = os.path.dirname(os.path.normpath(log.dir))
             if parent in counts:
                 counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        return min((d for d in self.log_dirs if d not in self.offline_dirs),
+                   key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def mark_offline(self, log_dir: str, reason: str) -> list[tuple[str, int]]:
+        """KIP-112: take a failed log dir offline; the partitions whose logs lived there (their
+        logs closed, as far as closing works, and forgotten). Idempotent."""
+        if log_dir in self.offline_dirs or log_dir not in self.log_dirs:
+            return []
+        self.offline_dirs[log_dir] = reason
+        for key, path in list(self._planned.items()):
+            if os.path.dirname(os.path.normpath(path)) == log_dir:
+                del self._planned[key]
+        keys = [k for k, log in self._logs.items() if os.path.dirname(os.path.normpath(log.dir)) == log_dir]
+        for key in keys:
+            log = self._logs.pop(key)
+            try:
+                log.close()
+            except Exception as exc:  # noqa: BLE001 - a failed disk may refuse even that
+                logger.warning("closing %s on offline log dir %s: %s", log.dir, log_dir, exc)
+        return keys
 
     def delete_log(self, topic: str, partition: int) -> bool:
+        doomed = self.retire_log(topic, partition)
+        if doomed is None:
+            return False
+        self.remove_retired([doomed])
+        self.checkpoint()
+        return True
+
+    def retire_log(self, topic: str, partition: int) -> str | None:
+        """The first half of a deletion (Kafka's asyncDelete): close the log and rename its
+        directory `<topic>-<partition>.<uuid>-delete`; the path to remove, None if there is
+        no such log. Removing the directory (`remove_retired`, file calls only, so a worker
+        thread may do it) and the checkpoint without the log are the caller's, once for many
+        logs: a -delete directory left by a crash is removed at the next start."""
         log = self._logs.pop((topic, partition), None)
         if log is None:
-            return False
+            return None
         if not log.closed:
             for seg in log.segments:
                 seg.close(trim=False)
             log.delete_pending_segments(self._now_ms, force=True)
             log.closed = True
         parent = os.path.dirname(os.path.normpath(log.dir))
-        doomed = os.path.join(parent, f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        doomed = os.path.join(parent, delete_dir_name(topic, partition, self.ids))
         self.fs.replace(log.dir, doomed)
-        self.fs.rmtree(doomed)
-        self.checkpoint()
-        return True
+        return doomed
+
+    def remove_retired(self, paths: list[str]) -> None:
+        """Remove retired (-delete) directories; file calls only (a worker thread may run it)."""
+        for path in paths:
+            self.fs.rmtree(path)
 
     # -- housekeeping --------------------------------------------------------
 
     def checkpoint(self) -> None:
         """Write recovery points, log start offsets and high watermarks of each log dir."""
+        self.write_checkpoint_files(self.checkpoint_files())
+
+    def checkpoint_files(self) -> list[tuple[str, dict[tuple[str, int], int]]]:
+        """What `checkpoint` writes, taken from the logs and cores now (on the loop): (path, offsets)
+        per file. `write_checkpoint_files` writes them (file calls only: a worker thread may, so that
+        the periodic checkpoint of thousands of logs never holds the loop through its fsyncs)."""
+        by_dir: dict[str, list] = {log_dir: [] for log_dir in self.log_dirs}
+        for k, log in self._logs.items():
+            by_dir.setdefault(os.path.dirname(os.path.normpath(log.dir)), []).append((k, log))
+        files = []
         for log_dir in self.log_dirs:
-            logs = [(k, log) for k, log in self._logs.items() if os.path.dirname(os.path.normpath(log.dir)) == log_dir]
-            write_offset_checkpoint(
-                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE), {k: log.recovery_point for k, log in logs}, fs=self.fs
-            )
-            write_offset_checkpoint(
-                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE), {k: log.log_start_offset for k, log in logs}, fs=self.fs
-            )
+            if log_dir in self.offline_dirs:
+                continue  # KIP-112: nothing is written to an offline dir
+            logs = by_dir[log_dir]
+            files.append((os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT_FILE),
+                          {k: log.recovery_point for k, log in logs}))
+            files.append((os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT_FILE),
+                          {k: log.log_start_offset for k, log in logs}))
             hws = {}
             for k, log in logs:
                 owned = self.high_watermark_of(k) if self.high_watermark_of is not None else None
                 hw = owned if owned is not None else log.recovered_high_watermark
                 if hw is not None:
                     hws[k] = hw
-            if hws or self.fs.exists(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)):
-                write_offset_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE), hws, fs=self.fs)
+            replication = os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)
+            if hws or self.fs.exists(replication):
+                files.append((replication, hws))
+        return files
+
+    def write_checkpoint_files(self, files: list[tuple[str, dict[tuple[str, int], int]]]) -> None:
+        # One writer at a time: the loop's own checkpoints and a worker thread's share
+        # the files' temporary names.
+        with self._checkpoint_lock:
+            for path, offsets in files:
+                write_offset_checkpoint(path, offsets, fs=self.fs)
 
     def cleanup(
         self,
@@ -432,4 +539,6 @@ class LogManager:
             log.close()
         self.checkpoint()
         for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue  # KIP-112: never marked clean; the next start recovers (or refuses) it
             write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), json.dumps({"version": 0, "brokerEpoch": -1}), fs=self.fs)

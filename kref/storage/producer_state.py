@@ -31,9 +31,11 @@ directory, version 1:
 A snapshot holds only each producer's last batch, as Kafka's does. On open the
 newest readable snapshot at or below the log end offset is loaded (corrupt
 ones are deleted), the log truncates it to its end offset and replays the
-batches after it (Log._rebuild_producer_state), rebuilding the rest. Truncation keeps each producer's batches below the truncation point; a
-producer left without any is forgotten, which Kafka also tolerates (an
-unknown producer's first sequence is accepted).
+batches after it (Log._rebuild_producer_state), rebuilding the rest.
+Truncation does the same, as Kafka's truncateAndReload: back to the newest
+snapshot at or below the truncation point, then the log replays up to it, so
+a producer whose retained batches all lie past the point keeps what the log
+still holds of it.
 """
 
 from __future__ import annotations
@@ -281,18 +283,24 @@ class ProducerStateManager:
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
 
     def truncate_to(self, offset: int) -> None:
-        """Forget batches at or above `offset` and snapshots that describe them."""
+        """Go back to the state as of `offset` (Kafka's truncateAndReload).
+
+        Snapshots past `offset` are deleted. If the state covers batches at or
+        above `offset`, it is reloaded from the newest snapshot at or below it
+        (empty, from offset 0, if none), and the log replays its batches from
+        `map_end_offset` up to `offset` (log_loader._rebuild_producer_state).
+        Cutting the retained batches instead would forget a producer whose last
+        five batches all lie past the point, though the log still holds its
+        earlier ones: a retry of one of those would be appended twice, and a
+        gap in its sequence accepted.
+        """
         for snapshot_offset, path in list_snapshots(self.log_dir, self.fs):
             if snapshot_offset > offset:
                 _unlink_if_exists(self.fs, path)
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.last_offset < offset]
-            if not kept:
-                del self.producers[pid]
-            elif len(kept) != len(entry.batches):
-                entry.batches = deque(kept, maxlen=NUM_BATCHES_TO_RETAIN)
-        self.map_end_offset = min(self.map_end_offset, offset)
+        if self.map_end_offset > offset:
+            self.producers = {}
+            self.map_end_offset = 0
+            self._load_latest_snapshot()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         for _, path in list_snapshots(self.log_dir, self.fs):

@@ -71,13 +71,16 @@ class BecomeFollower(TraceEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaderAppend(TraceEvent):
-    """The leader appended records [first_offset, last_offset] in its epoch."""
+    """The leader appended records [first_offset, last_offset] in its epoch, for a
+    produce with `acks` (0, 1 or -1 = all: trace validation checks that an
+    acks=all append was admitted with min.insync.replicas in the isr)."""
 
     leader_epoch: int
     first_offset: int
     last_offset: int
     log_end_offset: int
     high_watermark: int
+    acks: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

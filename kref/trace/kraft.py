@@ -8,8 +8,8 @@ the node that took the step. Field names are spec/KRaft.tla's variable names
 `votes_granted`, `end_offsets`), plus the log position that stands for the
 spec's `log[v]` (`log_end_offset` and `last_epoch`, the epoch of the last
 entry). `state` takes the spec's values ("Unattached", "Candidate", "Leader",
-"Follower", "Resigned"): kref's Voted state is the spec's Unattached with a
-`voted_for`.
+"Follower", "Resigned", "Prospective"): kref's Voted state is the spec's
+Unattached with a `voted_for`.
 
 The names collide on purpose with kref.trace.events for the two actions the
 two specs share (AdvanceHighWatermark, TruncateToEpochEndOffset): the spec
@@ -44,6 +44,22 @@ class RequestVote(QuorumEvent):
 
     votes_granted: frozenset[int]
     voters: frozenset[int] = frozenset()  # the configured voters (spec: Voters), what a majority is of
+    pre_vote: bool = False  # KIP-996 on (spec: PreVoteEnabled): it stood after a majority of pre-votes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreVote(QuorumEvent):
+    """KIP-996: the election timer fired: Prospective in leader_epoch (not bumped), asking for pre-votes."""
+
+    votes_granted: frozenset[int]
+    voters: frozenset[int] = frozenset()  # the configured voters (spec: Voters)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantPreVote(QuorumEvent):
+    """This voter would vote for prospective `candidate` in leader_epoch; its own state is unchanged."""
+
+    candidate: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +145,8 @@ KRAFT_EVENT_TYPES: dict[str, type[TraceEvent]] = {
     cls.__name__: cls
     for cls in (
         RequestVote,
+        PreVote,
+        GrantPreVote,
         GrantVote,
         BecomeUnattached,
         BecomeActiveController,

@@ -34,6 +34,7 @@ from kafka.structs import TopicPartitionReplica
 from kref.storage.config import LogConfig
 from kref.storage.log_manager import LogManager
 from tests.storage.batches import decode_values
+from tests.clusterkit import wait_until
 
 TOPIC = "moving"
 VALUE_PADDING = b"x" * 200
@@ -52,13 +53,7 @@ def _dirs_of(broker, topic: str) -> dict[str, list[str]]:
 
 
 def _wait(predicate, what: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return wait_until(predicate, what, timeout)
 
 
 class AckedProducer:

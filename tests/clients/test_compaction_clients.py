@@ -27,6 +27,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from kref.storage.cleaner import CLEANER_CHECKPOINT_FILE
 from kref.storage.checkpoint import read_offset_checkpoint_or_empty
+from tests.clusterkit import wait_until
 
 OVERRIDES = {"log.cleaner.backoff.ms": "100", "offsets.topic.segment.bytes": "2048"}
 TOPIC_CONFIG = {
@@ -38,13 +39,7 @@ TOPIC_CONFIG = {
 
 
 def wait_for(predicate, what: str, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(predicate, what, timeout_s)
 
 
 def cleaned_up_to(broker, topic: str, partition: int = 0) -> int:

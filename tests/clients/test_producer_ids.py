@@ -47,13 +47,13 @@ def test_single_broker_migrates_the_legacy_file_and_never_repeats(kref_broker_fa
 
 
 def test_cluster_brokers_hand_out_disjoint_producer_ids(tmp_path):
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
     from tests.controller.test_cluster_clients import SETTINGS
-    from tests.controller.test_quorum_processes import running_cluster, wait_until
+    from tests.clusterkit import running_cluster, wait_unfenced, wait_until
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_unfenced(specs, processes)
         ids = {}
         for server in servers:
             # COORDINATOR_LOAD_IN_PROGRESS (14) while no block can be had yet: retriable

@@ -60,6 +60,7 @@ class QuorumCluster:
         max_fetch_batches: int = 64,
         max_snapshot_chunk_bytes: int = 1024 * 1024,
         fetch_max_wait_ms: int = 0,
+        pre_vote: bool = False,
     ) -> None:
         self.now_ms = 0
         self.network: list[tuple[int, int, q.Message]] = []
@@ -80,6 +81,7 @@ class QuorumCluster:
                 max_fetch_batches=max_fetch_batches,
                 max_snapshot_chunk_bytes=max_snapshot_chunk_bytes,
                 fetch_max_wait_ms=fetch_max_wait_ms,
+                pre_vote=pre_vote,
             )
             self.nodes[node_id] = Node(config, q.QuorumCore.new(config, self.now_ms))
 
@@ -189,7 +191,8 @@ class QuorumCluster:
                         raise SafetyViolation(f"{node_id}: truncation to {effect.log_end_offset} below log start {node.log_start}")
                     del node.log[effect.log_end_offset :]
                 case q.Send():
-                    if isinstance(effect.message, q.VoteResponse) and effect.message.vote_granted:
+                    # A granted pre-vote (KIP-996) is no vote: nothing is persisted for it.
+                    if isinstance(effect.message, q.VoteResponse) and effect.message.vote_granted and not effect.message.pre_vote:
                         if node.quorum_state[:2] != (effect.message.leader_epoch, effect.destination):
                             raise SafetyViolation(f"{node_id}: vote for {effect.destination} sent before it was persisted")
                     self.network.append((node_id, effect.destination, effect.message))
@@ -307,7 +310,7 @@ class QuorumCluster:
 
 def random_schedule(
     seed: int, steps: int, voters: int = 3, observers: int = 1, check_log_up_to_date: bool = True,
-    snapshots: bool = False, fetch_max_wait_ms: int = 0,
+    snapshots: bool = False, fetch_max_wait_ms: int = 0, pre_vote: bool = False,
 ) -> QuorumCluster:
     """Drive a cluster with a seeded schedule of time, deliveries, drops,
     reorders, proposals, partitions, crashes, restarts and graceful shutdowns,
@@ -315,7 +318,7 @@ def random_schedule(
     rng = random.Random(seed)
     voter_ids = list(range(1, voters + 1))
     cluster = QuorumCluster(voter_ids, list(range(100, 100 + observers)), seed=seed, election_timeout_ms=300, fetch_timeout_ms=600,
-        check_log_up_to_date=check_log_up_to_date, fetch_max_wait_ms=fetch_max_wait_ms,
+        check_log_up_to_date=check_log_up_to_date, fetch_max_wait_ms=fetch_max_wait_ms, pre_vote=pre_vote,
     )
     payload = 0
     # Snapshots draw from their own stream: the schedules without them stay as they were.

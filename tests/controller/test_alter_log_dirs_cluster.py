@@ -17,8 +17,6 @@ producer writes at most MAX_RECORDS.
 
 from __future__ import annotations
 
-import signal
-import subprocess
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -27,18 +25,17 @@ from kafka.structs import TopicPartitionReplica
 
 from confluent_kafka.admin import AdminClient
 
-from kref.controller import local_cluster, meta_properties
+from kref.node import local_cluster
+from kref.storage import meta_properties
 from kref.storage.config import LogConfig
 from kref.storage.log_manager import LogManager
 from tests.clients.test_alter_replica_log_dirs_live import AckedProducer, _dirs_of, _read_all, _wait
 from tests.controller.test_reassignment_processes import _partition
 from tests.storage.batches import decode_values
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, stop_processes
 
 SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
+    **FAST_CLUSTER_SETTINGS,
     "replica.lag.time.max.ms": "10000",
     "replica.alter.log.dirs.io.max.bytes.per.second": "2000000",
 }
@@ -93,15 +90,7 @@ def test_both_replicas_move_under_acks_all(tmp_path):
         got = set(_read_all(servers, max(producer.acked) + 1).values())
         assert values <= got, f"{len(values - got)} acknowledged records unreadable after the moves"
     finally:
-        for p in processes.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in processes.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(processes)
         for spec in specs:
             if spec.log_file.exists():
                 print(f"--- node {spec.node_id} log ---\n{spec.log_file.read_text(errors='replace')[-6000:]}")

@@ -22,15 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from kref.controller.local_cluster import brokers_listed
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_listed
 
-SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
-}
+SETTINGS = FAST_CLUSTER_SETTINGS
 JS = Path(__file__).parents[1] / "clients" / "js" / "kafkajs_cluster.js"
 NODE_MODULES = Path(sys.prefix) / "node" / "node_modules"
 MESSAGES = 60
@@ -38,10 +32,10 @@ MESSAGES = 60
 
 @pytest.fixture(scope="module")
 def bootstrap(tmp_path_factory):
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path_factory.mktemp("cluster"), 3, 3, SETTINGS) as (specs, processes, start):
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         yield bootstrap_servers(specs)
 
 

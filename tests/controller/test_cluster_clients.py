@@ -18,25 +18,19 @@ import time
 
 import pytest
 
-from kref.controller.local_cluster import brokers_listed
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_listed
 
-SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
-}
+SETTINGS = FAST_CLUSTER_SETTINGS
 MESSAGES = 30
 
 
 @pytest.fixture
 def bootstrap(tmp_path):
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs)
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         yield servers
 
 

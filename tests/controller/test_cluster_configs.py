@@ -18,15 +18,9 @@ import pytest
 
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from kref.controller.local_cluster import brokers_listed
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_listed
 
-SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
-}
+SETTINGS = FAST_CLUSTER_SETTINGS
 TOPIC = "configured"
 
 
@@ -44,10 +38,10 @@ def topic_overrides(port: int) -> dict[str, str]:
 def test_incremental_alter_configs_reach_every_broker(tmp_path):
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic(TOPIC, 2, 3)])[TOPIC].result(timeout=30)
         wait_until(lambda: all(_has_topic(s.client_port) for s in specs), "the topic on every broker")
@@ -113,8 +107,8 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
     settings = {**SETTINGS, "auto.leader.rebalance.enable": "false"}
     with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
-        from kref.controller.local_cluster import bootstrap_servers
+        wait_listed(specs, processes)
+        from kref.node.local_cluster import bootstrap_servers
 
         creator = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         creator.create_topics([NewTopic(topic, 1, 2)])[topic].result(timeout=30)
@@ -147,7 +141,7 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
             if level == "topic":
                 kind, name = ConfigResource.Type.TOPIC, topic
             else:
-                from tests.controller.test_quorum_processes import describe_quorum
+                from tests.clusterkit import describe_quorum
 
                 active = wait_until(lambda: next((q.leader_id for s in specs if s.node_id != leader
                                                   and (q := describe_quorum(s.controller_port)) is not None

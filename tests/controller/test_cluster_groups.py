@@ -16,8 +16,7 @@ from __future__ import annotations
 import time
 
 from tests.controller.test_cluster_clients import SETTINGS
-from kref.controller.local_cluster import brokers_listed
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import running_cluster, wait_until, wait_listed
 
 TOPIC = "grouped"
 PARTITIONS = 6
@@ -45,11 +44,11 @@ def test_consumers_through_different_brokers_form_one_group(tmp_path):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": ",".join(servers)})
         admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(30)
         wait_until(lambda: all(TOPIC in AdminClient({"bootstrap.servers": s}).list_topics(timeout=10).topics
@@ -102,11 +101,11 @@ def test_kafka_python_commit_through_one_broker_is_listed_through_another(tmp_pa
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         nodes = {wait_until(lambda s=s: _coordinator_found(s, "g-kp"), "a coordinator") for s in servers}
         assert len(nodes) == 1
         admin = KafkaAdminClient(bootstrap_servers=servers[2], request_timeout_ms=30000)

@@ -1,4 +1,4 @@
-"""Controller RPCs over kept connections (kref/controller/controller_channel.py).
+"""Controller RPCs over kept connections (kref/node/controller_channel.py).
 
 A small trio server on 127.0.0.1 plays the controller: it decodes each
 BrokerHeartbeat with kref's codec and answers it, counting the connections it
@@ -17,7 +17,8 @@ import functools
 import pytest
 import trio
 
-from kref.controller.controller_channel import ControllerChannel
+from kref.node.controller_channel import ControllerChannel
+from kref.ports.clock import ManualClock
 from kref.protocol.codec import decode_request, encode_response, request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder
@@ -132,6 +133,24 @@ def test_a_timed_out_rpc_closes_its_connection():
     run(body)
 
 
+def test_a_kept_connection_idle_too_long_on_the_clock_port_is_not_reused():
+    """The idle timer reads the channel's Clock port: a virtual clock moved past
+    idle_close_s retires the kept connection, one moved less keeps it."""
+    async def body(controller, address):
+        clock = ManualClock(1_000)
+        channel = ControllerChannel(idle_close_s=1.0, clock=clock)
+        await channel.request(1, address, heartbeat(), 5.0, "c")
+        clock.advance(999)
+        await channel.request(1, address, heartbeat(), 5.0, "c")
+        assert channel.connects == 1  # idle 0.999 s: reused
+        clock.advance(1_000)
+        await channel.request(1, address, heartbeat(), 5.0, "c")
+        assert channel.connects == 2 and controller.answered == 3  # idle 1 s: closed, a new one opened
+        channel.close()
+
+    run(body)
+
+
 def test_concurrent_rpcs_are_bounded_per_destination():
     async def body(controller, address):
         channel = ControllerChannel(max_in_flight=3, max_idle=2)
@@ -155,7 +174,7 @@ def test_concurrent_rpcs_are_bounded_per_destination():
 
 
 def test_close_after_the_trio_run_ended():
-    """A node closes its channel after trio.run returned (kref/controller/node.py): no error."""
+    """A node closes its channel after trio.run returned (kref/node/node.py): no error."""
     channel = ControllerChannel()
 
     async def body(controller, address):

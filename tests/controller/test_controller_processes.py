@@ -33,17 +33,16 @@ import time
 
 import pytest
 
-from kref.controller.metadata_log import MetadataLog
+from kref.storage.metadata_log import MetadataLog
 from kref.metadata import records as r
 from kref.metadata import serde
 from kref.trace import read_ndjson_trace
 from kref.trace.sink import read_ndjson_runs
-from tests.controller.test_quorum_processes import describe_quorum, running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, describe_quorum, wait_until, wait_unfenced
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
+    **FAST_CLUSTER_SETTINGS,
     "broker.session.timeout.ms": "2000",
 }
 
@@ -80,7 +79,7 @@ def current_leader(specs):
 
 @pytest.fixture
 def cluster(tmp_path):
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as running:
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as running:
         yield running
 
 
@@ -89,7 +88,7 @@ def test_registration_fencing_and_zombie_controller(cluster):
     by_id = {s.node_id: s for s in specs}
 
     # 1. All three brokers registered and unfenced.
-    wait_until(lambda: all(log_has(s, "unfenced") for s in specs), "three unfenced brokers")
+    wait_unfenced(specs, processes)
     leader, p = wait_until(lambda: current_leader(specs), "an active controller")
 
     # 2. kill -9 a node that is not the active controller: its broker is fenced.
@@ -153,9 +152,9 @@ def test_restart_within_the_session_gets_a_new_broker_epoch(tmp_path):
     import re
 
     settings = {**SETTINGS, "broker.session.timeout.ms": "6000"}
-    with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: all(log_has(s, "unfenced") for s in specs), "three unfenced brokers")
+        wait_unfenced(specs, processes)
         leader, _ = wait_until(lambda: current_leader(specs), "an active controller")
         victim = next(s.node_id for s in specs if s.node_id != leader)
         log_file = by_id[victim].log_file

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from kref.broker.config import BrokerConfig, ConfigError
-from kref.controller import meta_properties as mp
+from kref.storage import meta_properties as mp
 
 COMBINED = [
     "process.roles=broker,controller",

@@ -20,14 +20,10 @@ from __future__ import annotations
 import importlib.util
 import signal
 
-from kref.controller.local_cluster import brokers_listed
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_listed
 
 SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
+    **FAST_CLUSTER_SETTINGS,
     # the periodic rebalance would hide what the explicit election does
     "auto.leader.rebalance.enable": "false",
 }
@@ -47,11 +43,11 @@ def test_elect_leaders_and_controlled_shutdown(tmp_path):
     from confluent_kafka import ElectionType, TopicCollection, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic(TOPIC, num_partitions=3, replication_factor=3)])[TOPIC].result(timeout=30)
         parts = wait_until(lambda: (ps := _partitions(admin)) and len(ps) == 3 and ps, "3 partitions")

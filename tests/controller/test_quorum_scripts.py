@@ -25,7 +25,7 @@ from tests.controller.quorum_harness import QuorumCluster, SafetyViolation, rand
 from tests.replication.datadriven import Block, run_script
 
 TESTDATA = Path(__file__).parent / "testdata" / "quorum"
-CONTEXT = {"time_ms", "topic", "partition", "replica", "voters"}  # voters: the configuration, not a step
+CONTEXT = {"time_ms", "topic", "partition", "replica", "voters", "pre_vote"}  # voters, pre_vote: the configuration, not a step
 
 
 def _ints(value: str) -> list[int]:
@@ -90,6 +90,7 @@ class Harness:
                 max_fetch_batches=int(a.get("max_batches", 64)),
                 max_snapshot_chunk_bytes=int(a.get("chunk", 1024 * 1024)),
                 fetch_max_wait_ms=int(a.get("max_wait", 0)),
+                pre_vote=a.get("pre_vote", "false") == "true",
             )
             return "ok"
         if b.command == "timeout":
@@ -138,7 +139,8 @@ class Harness:
             c.restart(int(a["node"]))
         elif b.command == "vote":
             # A raw Vote request, e.g. from a node that is not a voter.
-            request = q.VoteRequest(int(a["epoch"]), int(a["from"]), int(a["last_epoch"]), int(a["last_offset"]))
+            request = q.VoteRequest(int(a["epoch"]), int(a["from"]), int(a["last_epoch"]), int(a["last_offset"]),
+                                    pre_vote=a.get("pre_vote") == "true")
             self.verbose = True
             self._run(int(a["to"]), q.Received(int(a["from"]), request), out)
         elif b.command == "snapshot":
@@ -174,6 +176,16 @@ def test_random_schedule_keeps_safety(seed):
     cluster = random_schedule(seed, 1500, voters=3 if seed % 2 else 5, observers=1)
     # Not vacuous: the schedule elected leaders (commits are counted over
     # many seeds below: a hostile 5-voter schedule may commit nothing).
+    assert cluster.elections
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_schedule_with_pre_vote_keeps_safety(seed):
+    """The same with KIP-996 pre-vote: a prospective stands only after a
+    majority of pre-votes, and nothing a pre-vote does is persisted."""
+    print(f"seed={seed}")
+    cluster = random_schedule(seed, 1500, voters=3 if seed % 2 else 5, observers=1, pre_vote=True,
+                              snapshots=seed % 3 == 0)
     assert cluster.elections
 
 

@@ -21,19 +21,14 @@ import sys
 
 import pytest
 
-from kref.controller.local_cluster import bootstrap_servers, wait_ready
+from kref.node.local_cluster import bootstrap_servers, wait_ready
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
 from tests.controller.test_reassignment_processes import wait_long
 
 STARTUP_S = 120
-SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
-}
+SETTINGS = FAST_CLUSTER_SETTINGS
 
 
 def dynamic_configs(port: int, node_id: int) -> dict[str, tuple[str, int]]:

@@ -28,15 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from kref.controller.local_cluster import bootstrap_servers, wait_ready
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from kref.node.local_cluster import bootstrap_servers, wait_ready
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
 
 STARTUP_S = 120
 SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
+    **FAST_CLUSTER_SETTINGS,
     "replica.lag.time.max.ms": "3000",
 }
 TOPIC = "moved"

@@ -21,15 +21,10 @@ import os
 import signal
 import time
 
-from kref.controller.local_cluster import bootstrap_servers, brokers_listed
-from tests.controller.test_quorum_processes import running_cluster
+from kref.node.local_cluster import bootstrap_servers, brokers_listed
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
 
-SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
-}
+SETTINGS = FAST_CLUSTER_SETTINGS
 TOPIC = "many"
 PARTITIONS = 200
 # Controlled shutdown is bounded by the session timeout (3 s); the rest is
@@ -45,13 +40,7 @@ def _logs(spec) -> int:
 
 
 def _wait(predicate, what: str, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    return wait_until(predicate, what, timeout_s, 0.05)
 
 
 def test_sigterm_during_log_creation_then_every_log(tmp_path):

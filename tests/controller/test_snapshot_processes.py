@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 from kref.controller import snapshot as snap
-from kref.controller.local_cluster import bootstrap_servers
-from kref.controller.metadata_log import MetadataLog
+from kref.node.local_cluster import bootstrap_servers
+from kref.storage.metadata_log import MetadataLog
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.controller.test_quorum_processes import describe_quorum, running_cluster, wait_until
+from tests.clusterkit import describe_quorum, running_cluster, wait_until, wait_listed
 
 SINGLE = {
     "controller.quorum.election.timeout.ms": "300",
@@ -138,10 +138,9 @@ def test_nodes_behind_the_log_start_catch_up_through_fetch_snapshot(tmp_path):
     cluster moves on past their logs, and both come back through FetchSnapshot."""
     from confluent_kafka.admin import AdminClient
 
-    from kref.controller.local_cluster import brokers_listed
 
     with running_cluster(tmp_path, 3, 4, SETTINGS) as (specs, processes, start):
-        wait_until(lambda: brokers_listed(specs), "every broker listing every broker")
+        wait_listed(specs, processes)
         # The voter victim does not lead the quorum; node 4 is the broker-only observer.
         leader = wait_until(lambda: next((s.node_id for s in specs if s.controller_port
                                           and describe_quorum(s.controller_port)), None), "a quorum leader")

@@ -25,14 +25,9 @@ import time
 
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.controller.test_quorum_processes import running_cluster
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster
 
-SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
-}
+SETTINGS = FAST_CLUSTER_SETTINGS
 BOUND_S = 60  # generous for a loaded 2-core box (start-up alone took 16 s at load 16); the old code never answered usefully
 
 
@@ -69,7 +64,7 @@ def test_first_answers_list_the_node_and_a_reachable_controller(tmp_path):
 def test_create_topics_sent_while_the_cluster_starts(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs), "log_level": 0})

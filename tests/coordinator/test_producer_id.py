@@ -11,7 +11,7 @@ from kref.controller import controller as c
 from kref.coordinator.producer_id import (
     PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdsExhaustedError, grant_block,
 )
-from kref.coordinator.producer_id_driver import ProducerIdManager
+from kref.broker.producer_id_driver import ProducerIdManager
 from kref.metadata import records as r
 from kref.metadata import serde
 from kref.metadata.image import MetadataImage, MetadataImageError

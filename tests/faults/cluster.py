@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 `FaultCluster` lays out combined controller+broker nodes as `kref cluster`
-does (kref/controller/local_cluster.plan), starts one proxy process
+does (kref/node/local_cluster.plan), starts one proxy process
 (tests/faults/proxy.py) with a port per node listener, and rewrites each
 node's server.properties so that peers and clients only ever dial proxy
 ports: `advertised.listeners` names the proxy's PLAINTEXT port and
@@ -25,23 +25,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from kref.controller import local_cluster, meta_properties
-
-WAIT_S = 30
-
-
-def wait_until(predicate, what: str, timeout: float = WAIT_S, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
+from kref.node import local_cluster
+from kref.storage import meta_properties
 
 class ProxyProcess:
     def __init__(self) -> None:

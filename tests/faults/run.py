@@ -34,7 +34,8 @@ from pathlib import Path
 from tests.faults import nemesis as nem
 from tests.faults import ondisk
 from tests.faults.checker import Report, check
-from tests.faults.cluster import FaultCluster, wait_until
+from tests.clusterkit import wait_unfenced, wait_until
+from tests.faults.cluster import FaultCluster
 from tests.faults.workload import ConsumerThread, ProducerThread, final_read, history
 
 TOPIC = "jepsen"
@@ -109,7 +110,7 @@ class View:
         return self.partitions.get(partition, (None, [], []))[1]
 
     def active_controller(self) -> int | None:
-        from tests.controller.test_quorum_processes import describe_quorum
+        from tests.clusterkit import describe_quorum
 
         best = None
         for s in self.cluster.specs:
@@ -164,8 +165,7 @@ def fault_run(seed: int, seconds: float, base_dir: Path, *, mode: str = "clean",
         log(f"  scheduled: {f}")
     started = time.monotonic()
     with FaultCluster(base_dir, overrides=settings, trace=trace) as cluster:
-        wait_until(lambda: all("unfenced" in s.log_file.read_text(errors="replace") for s in cluster.specs),
-                   "three unfenced brokers")
+        wait_unfenced(cluster.specs)
         from confluent_kafka.admin import AdminClient, NewTopic
 
         # Nodes answer clients only once caught up and unfenced (issue 9's start-up gap,

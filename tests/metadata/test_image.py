@@ -113,7 +113,7 @@ def test_the_client_controller_id_is_always_a_listed_broker():
 
 
 def test_changes_to_a_snapshot_image_reach_it_and_say_only_what_changed():
-    """A node loading a newer snapshot over its image (kref/controller/raft_driver.py):
+    """A node loading a newer snapshot over its image (kref/node/raft_driver.py):
     applying changes_to gives exactly the snapshot's image, and the delta names the
     removed topic, the moved partition and the new topic, not the unchanged ones."""
     gone, kept, new = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)

@@ -95,8 +95,8 @@ def test_the_metadata_source_survives_power_cuts():
 
 
 def test_controller_files_are_old_or_new_after_a_power_cut_at_any_write():
-    from kref.controller import meta_properties
-    from kref.controller.metadata_log import QuorumState, read_quorum_state, write_quorum_state
+    from kref.storage import meta_properties
+    from kref.storage.metadata_log import QuorumState, read_quorum_state, write_quorum_state
     from kref.ports.fs import PowerCut
 
     old_meta = meta_properties.MetaProperties("Xy3Q2mJrQh2pQk5h7YfVwA", 1, None, 1)

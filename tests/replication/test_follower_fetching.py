@@ -18,15 +18,14 @@ import datetime
 import importlib
 import os
 import random
-import signal
-import subprocess
 import time
 
 import pytest
 
-from kref.controller import local_cluster, meta_properties
+from kref.node import local_cluster
+from kref.storage import meta_properties
 from kref.protocol.errors import ErrorCode
-from tests.controller.test_quorum_processes import wait_until
+from tests.clusterkit import wait_until, wait_unfenced, stop_processes
 from tests.replication.test_replication_processes import SETTINGS, _partition
 
 TOPIC = "racks"
@@ -49,15 +48,7 @@ def racked_cluster(tmp_path):
             processes[s.node_id] = local_cluster.start_node(s, env={"KREF_QUORUM_JITTER_SEED": str(seed)})
         yield specs
     finally:
-        for p in processes.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in processes.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(processes)
 
 
 def _fetch(port: int, version: int, rack: str, offset: int = 0):
@@ -85,7 +76,7 @@ def test_consumer_fetches_from_the_follower_in_its_rack(tmp_path):
     with racked_cluster(tmp_path) as specs:
         by_id = {s.node_id: s for s in specs}
         bootstrap = local_cluster.bootstrap_servers(specs)
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_unfenced(specs)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
         p = wait_until(lambda: (p := _partition(admin, TOPIC)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,

@@ -163,3 +163,41 @@ def test_answered_operations_leave_the_deadline_heap_long_before_their_timeout()
     clock.advance(30_000)
     assert purgatory.expire(clock.monotonic_ms()) == 1 and stuck.expired
     assert len(purgatory) == 0 and purgatory.next_deadline_ms() is None
+
+
+def test_one_reaper_expires_each_waiter_at_its_own_deadline_even_an_earlier_one_parked_later():
+    """The trio driver's single reaper (Kafka's expiration reaper) sleeps until the
+    earliest deadline; a waiter parked later with an earlier deadline wakes it."""
+    purgatory = Purgatory("fetch")
+    expired_at: dict[str, float] = {}
+
+    async def main():
+        start = trio.current_time()
+
+        async def waiter(name, timeout_ms):
+            assert await wait_for(purgatory, DelayedFetch([A], lambda: False), timeout_ms) is False
+            expired_at[name] = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter, "long", 10_000)
+            await trio.sleep(0.5)
+            nursery.start_soon(waiter, "short", 1_000)  # due at 1.5 s, before the reaper's 10 s
+            await trio.sleep(0.1)
+            assert len(purgatory) == 2
+
+    run(main)
+    assert abs(expired_at["short"] - 1.5) < 0.01 and abs(expired_at["long"] - 10.0) < 0.01
+    assert len(purgatory) == 0
+
+
+def test_the_reaper_serves_every_trio_run_of_a_purgatory():
+    """A purgatory that outlives a trio run (as in tests) gets a new reaper in the next run."""
+    purgatory = Purgatory("produce")
+    outcomes = []
+
+    async def main():
+        outcomes.append(await wait_for(purgatory, DelayedFetch([A], lambda: False), 2_000))
+
+    run(main)
+    run(main)
+    assert outcomes == [False, False] and len(purgatory) == 0

@@ -50,6 +50,9 @@ class Harness:
     def __init__(self) -> None:
         self.replica: r.PartitionReplica | None = None
         self.now_ms = 0
+        # Every AlterPartition the core asked to send, in order: `alter-response
+        # request=N` answers the N-th (1-based), as a driver pairs answers.
+        self.alter_requests: list[r.AlterPartition] = []
 
     def handle(self, b: Block) -> str:
         a = b.args
@@ -72,6 +75,7 @@ class Harness:
             effects = self.replica.step(event, self.now_ms)
         except r.InvariantViolation as e:
             return f"InvariantViolation: {e}"
+        self.alter_requests += [e for e in effects if isinstance(e, r.AlterPartition)]
         return "\n".join(render_effect(e) for e in effects) or "(no effects)"
 
     def event(self, b: Block):
@@ -118,6 +122,7 @@ class Harness:
                 # The controller's answer to the leader's AlterPartition (KIP-497).
                 return r.AlterPartitionResponse(
                     int(a.get("error", 0)), int(a["epoch"]), frozenset(_ints(a["isr"])), int(a["pe"]),
+                    self.alter_requests[int(a["request"]) - 1] if "request" in a else None,
                 )
         raise ValueError(f"unknown command {b.command}")
 
@@ -128,6 +133,8 @@ class Harness:
             f"isr={_fmt(p.isr)} log_start_offset={p.log_start_offset} log_end_offset={p.log_end_offset} "
             f"high_watermark={p.high_watermark}"
         ]
+        if p.pending_isr is not None:
+            lines.append(f"  pending_isr={_fmt(p.pending_isr)} in_flight={p.alter_partition_sent is not None}")
         for rid, s in sorted(p.followers.items()):
             lines.append(
                 f"  follower {rid}: log_end_offset={s.log_end_offset} "

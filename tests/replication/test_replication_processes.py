@@ -26,13 +26,10 @@ import time
 
 import pytest
 
-from tests.controller.test_quorum_processes import running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_unfenced
 
 SETTINGS = {
-    "controller.quorum.election.timeout.ms": "300",
-    "controller.quorum.fetch.timeout.ms": "600",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "3000",
+    **FAST_CLUSTER_SETTINGS,
     "replica.lag.time.max.ms": "2000",
     "replica.fetch.wait.max.ms": "200",
     "replica.fetch.backoff.ms": "100",
@@ -45,13 +42,7 @@ FAULT_WAIT_S = 90
 
 
 def wait_long(predicate, what):
-    deadline = time.monotonic() + FAULT_WAIT_S
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {FAULT_WAIT_S}s waiting for {what}")
+    return wait_until(predicate, what, FAULT_WAIT_S, 0.2)
 
 
 def _partition(admin, topic: str = TOPIC):
@@ -133,12 +124,12 @@ def _trace_types(spec) -> set[str]:
 def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         bootstrap = bootstrap_servers(specs)
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_unfenced(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
         first = wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,
@@ -214,12 +205,12 @@ def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_pat
     from kafka import KafkaProducer
     from kafka.errors import NotEnoughReplicasError
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
 
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         bootstrap = bootstrap_servers(specs)
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_unfenced(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "3"})])[TOPIC].result(30)
         first = wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,
@@ -262,14 +253,14 @@ def test_committed_offsets_survive_the_loss_of_the_coordinator(tmp_path):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers
+    from kref.node.local_cluster import bootstrap_servers
     from tests.controller.test_cluster_groups import _find_coordinator
 
     group = "survivors"
     settings = {**SETTINGS, "offsets.topic.num.partitions": "3"}
     with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
         bootstrap = bootstrap_servers(specs)
-        wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "three unfenced brokers")
+        wait_unfenced(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
         wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0, "the topic")

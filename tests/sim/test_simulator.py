@@ -13,7 +13,9 @@ import pytest
 from kref.cli import main
 from kref.sim.runner import run_seed
 
-FIXED_SEEDS = (1, 2, 3, 9)
+# 187: a late answer to an earlier AlterPartition and a lost one to a committed
+# expansion (IsrMembersHoldCommitted on the code before issue 10's fix).
+FIXED_SEEDS = (1, 2, 3, 9, 187)
 
 
 @pytest.mark.parametrize("seed", FIXED_SEEDS)

@@ -32,6 +32,7 @@ CONSTANTS
     Nil = Nil
     CheckLogUpToDate = TRUE
     CommitOnlyOwnEpoch = TRUE
+    PreVoteEnabled = FALSE
     MaxEpoch = 1
     MaxBrokerRecords = 0
     MaxMetadataRecords = 0

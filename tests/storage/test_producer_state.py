@@ -144,19 +144,29 @@ def test_corrupt_and_future_snapshots_are_discarded(tmp_path):
     assert reloaded.last_entry(1000).last_sequence == 0
 
 
-def test_truncate_forgets_later_batches(tmp_path):
+def test_truncate_goes_back_to_the_newest_snapshot_at_or_below_the_point(tmp_path):
+    """Kafka's truncateAndReload: snapshots past the point are deleted and the state is
+    the newest remaining snapshot's; the log replays its batches from there
+    (replay_start_offset). Cutting the retained batches instead forgot a producer whose
+    retained batches all lay past the point."""
     state = ProducerStateManager(tmp_path)
     log = FakeLogAppender(state)
-    for seq in range(3):
+    log.append(seq=0)
+    state.take_snapshot(1)
+    for seq in range(1, 3):
         log.append(seq=seq)
     state.take_snapshot(3)
     state.truncate_to(2)
-    assert list_snapshots(tmp_path) == []
+    assert [o for o, _ in list_snapshots(tmp_path)] == [1]
+    assert state.replay_start_offset == 1
+    assert state.last_entry(1000).last_sequence == 0
+    log.log_end_offset = 1
+    assert log.append(seq=1) == (1, 1)  # what the log replays from offset 1
+    state.truncate_to(2)  # the state does not reach past 2: nothing to do
     assert state.last_entry(1000).last_sequence == 1
-    log.log_end_offset = 2
-    assert log.append(seq=2) == (2, 2)  # the truncated batch can be written again
     state.truncate_to(0)
-    assert state.last_entry(1000) is None
+    assert state.last_entry(1000) is None and state.replay_start_offset == 0
+    assert list_snapshots(tmp_path) == []
 
 
 def test_expiration(tmp_path):

@@ -43,7 +43,7 @@ def test_ndjson_lines_carry_spec_names_in_order(tmp_path):
     assert append == {
         "type": "LeaderAppend", "time_ms": 11, "replica": 1, "topic": "orders", "partition": 3,
         "leader_epoch": 0, "first_offset": 0, "last_offset": 4, "log_end_offset": 5,
-        "high_watermark": 0, "seq": 2,
+        "high_watermark": 0, "acks": 1, "seq": 2,
     }
     assert events[2]["isr"] == [1] and events[2]["high_watermark"] == 5
     assert all(e["type"] in REPLICATION_EVENT_TYPES for e in events)

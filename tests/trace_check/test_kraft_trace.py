@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from kref.sim.quorum import QuorumSettings, QuorumSim
-from tests.controller.test_quorum_processes import TIMEOUTS, describe_quorum, running_cluster, wait_for_leader, \
+from tests.clusterkit import QUORUM_TIMEOUTS as TIMEOUTS, describe_quorum, running_cluster, wait_for_leader, wait_listed, \
     wait_until
 from trace_check import kraft
 from trace_check.cli import validate
@@ -269,12 +269,12 @@ def test_a_real_cluster_with_topics_and_a_restarted_broker_is_a_behaviour_of_kra
     with SIGTERM (controlled shutdowns). The three files' quorum and membership steps, checked whole."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.controller.local_cluster import bootstrap_servers, brokers_listed
+    from kref.node.local_cluster import bootstrap_servers
     from tests.controller.test_controller_processes import current_leader
 
     with running_cluster(tmp_path, 3, 3, CLUSTER_SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        wait_until(lambda: brokers_listed(specs), "every broker listing all three brokers")
+        wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic("traced", num_partitions=3, replication_factor=3)])["traced"].result(timeout=30)
         leader, _ = wait_until(lambda: current_leader(specs), "an active controller")
@@ -423,3 +423,29 @@ def test_a_zombie_controller_that_commits_a_write_in_its_old_epoch_is_rejected(t
     assert any(o.startswith("inferred: AppendMetadata by leader 3") for o in steps.origin)  # the zombie's append
     report = rejected_at(tmp_path, files, 3, i)
     assert "'type': 'AdvanceHighWatermark'" in report and "'leader_epoch': 2" in report
+
+
+def test_a_candidate_that_stood_without_a_majority_of_pre_votes_is_rejected(tmp_path):
+    """KIP-996: RequestVote needs the pre-votes of a majority (spec/KRaft.tla's GrantPreVote). The
+    simulated run (pre-vote on, as in Kafka 4) validates; without the grants that let its first
+    candidate stand, it is rejected at that RequestVote."""
+    sim = QuorumSim(2, QuorumSettings(voters=3, propose_interval_ms=10**9), trace=True)
+    sim.run()
+    events = [json.loads(line) for line in sim.world.lines]
+    i = find(events, "RequestVote", pre_vote=True)
+    stood = events[i]
+    grants = [j for j, e in enumerate(events[:i]) if e["type"] == "GrantPreVote"
+              and e["candidate"] == stood["replica"] and e["leader_epoch"] == stood["leader_epoch"] - 1]
+    assert grants and any(e["type"] == "PreVote" for e in events[:i])
+    whole = tmp_path / "whole.ndjson"
+    whole.write_text("".join(json.dumps(e) + "\n" for e in events))
+    code, report = validate([whole], timeout_s=TIMEOUT_S)
+    assert code == 0, report
+    doctored = [e for j, e in enumerate(events) if j not in grants]
+    path = tmp_path / "doctored.ndjson"
+    path.write_text("".join(json.dumps(e) + "\n" for e in doctored))
+    code, report = validate([path], timeout_s=TIMEOUT_S)
+    print(report)
+    assert code == 1, report
+    assert f"  event:  {path}:{i - len(grants) + 1}" in report, report
+    assert "'type': 'RequestVote'" in report

@@ -41,7 +41,7 @@ async def handle_describe_cluster(ctx, request):
             brokers=(),
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
-    view = getattr(broker, "kraft", None)  # a KRaft cluster: kref/controller/broker_view.py
+    view = getattr(broker, "kraft", None)  # a KRaft cluster: kref/node/broker_view.py
     if view is not None:
         controller_id = view.controller_id()
         brokers = tuple(

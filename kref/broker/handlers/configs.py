@@ -310,7 +310,7 @@ async def _alter_resources(ctx, request, api_key: int, new_topic_configs, new_br
                 view = getattr(broker, "kraft", None)
                 if view is not None and view.is_cluster_topic(topic.name):
                     # A KRaft cluster topic: the active controller writes ConfigRecords
-                    # that every broker applies (kref/controller/broker_view.py).
+                    # that every broker applies (kref/node/broker_view.py).
                     cleaned = broker.validate_topic_configs(new)
                     if not request.validate_only:
                         _raise_unless_none(await view.alter_topic_configs(topic.name, cleaned))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from kref.controller.controller_driver import ELECT_LEADERS, RPC_ERRORS, elect_leaders_response
+from kref.node.controller_driver import ELECT_LEADERS, RPC_ERRORS, elect_leaders_response
 from kref.protocol.errors import ErrorCode
 
 log = logging.getLogger("kref.handlers.elect_leaders")

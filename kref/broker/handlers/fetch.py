@@ -47,9 +47,11 @@ import trio
 
 from kref.broker.fetch_session import CachedPartition, FetchSessionCache, SessionDecision
 from kref.broker.handlers.fetch_response import fetch_response_chunks
+from kref.broker.loop_steps import StepBudget
 from kref.broker.partition import ReadResult
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
+from kref.broker import replication_quota
 from kref.replication import replica
 from kref.replication.purgatory import DelayedFetch
 from kref.broker.purgatory_wait import wait_for
@@ -149,7 +151,11 @@ def _client_rack(broker, api_version: int, request) -> tuple[str, dict[int, str 
     return rack, {b.broker_id: b.rack for b in broker.image.brokers.values()}
 
 
-def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request, api_version: int = 4) -> tuple[list[ReadResult], int]:
+async def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request,
+                    api_version: int = 4) -> tuple[list[ReadResult], int]:
+    """Every wanted partition read in order, in slices: a replica Fetch names thousands of
+    partitions, and one step over all of them kept the quorum waiting (kref/broker/loop_steps.py)."""
+    budget = StepBudget()
     results = []
     remaining = max_bytes
     total = 0
@@ -161,6 +167,7 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request, api_versio
     allow_follower = replica_id < 0 and api_version >= 11
     rack, racks = _client_rack(broker, api_version, request) if replica_id < 0 else ("", {})
     for w in wanted:
+        await budget.spend()
         part = broker.partitions.get((w.name, w.partition)) if w.name is not None else None
         if part is None:
             results.append(ReadResult(broker.absent_partition_error(w.name, w.partition, w.unknown_error), -1, -1, -1))
@@ -172,6 +179,7 @@ def _read_all(broker, wanted: list[_Wanted], max_bytes: int, request, api_versio
                                            w.current_leader_epoch, limit, broker.now_ms(),
                                            broker_epoch=replica_epoch, registered_broker_epoch=registered_epoch,
                                            isr_eligible=isr_eligible)
+            result = replication_quota.leader_filtered(broker, part, replica_id, result, broker.now_ms())
         else:
             preferred = part.core.preferred_read_replica(w.fetch_offset, rack, racks, broker.now_ms()) if rack else -1
             if preferred >= 0:
@@ -202,38 +210,57 @@ async def fetch(broker, api_version: int, request) -> Any:
         wanted = [_resolve(broker, api_version, key[0] if api_version < 13 else None,
                            key[0] if api_version >= 13 else None, key[1], cp) for key, cp in decision.partitions]
     max_bytes = max(0, min(int(request.max_bytes), MAX_RESPONSE_BYTES))
-    results, total = _read_all(broker, wanted, max_bytes, request, api_version)
+    results, total = await _read_all(broker, wanted, max_bytes, request, api_version)
 
     max_wait_ms = max(0, min(int(request.max_wait.total_seconds() * 1000), MAX_WAIT_MS))
     min_bytes = int(request.min_bytes)
     # An error or a preferred read replica (KIP-392) is answered at once.
     has_error = any(r.error_code != ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
-    if max_wait_ms > 0 and total < min_bytes and not has_error and wanted:
-        parts = [broker.partitions[(w.name, w.partition)] for w in wanted]
+    # The reads gave the loop back between slices: a partition read may have gone since
+    # (deleted or moved), which is answered at once, as an error would be.
+    parts = [broker.partitions.get((w.name, w.partition)) for w in wanted] if not has_error else []
+    if max_wait_ms > 0 and total < min_bytes and not has_error and wanted and None not in parts:
         # The replica core decides when this fetch is answered (Kafka's
         # DelayedFetch.tryComplete); the handler only parks it and re-asks
         # when a partition's high watermark or log end offset moves.
-        follower = _replica_id(request) >= 0
+        replica_id = _replica_id(request)
+        follower = replica_id >= 0
         parked = [replica.ParkedFetch(w.fetch_offset, follower, p.is_leader, p.leader_epoch, w.current_leader_epoch,
                                       p.visible_bytes) for w, p in zip(wanted, parts)]
 
         def ready() -> bool:
             return replica.delayed_fetch_complete(
-                [(seen, p.core if broker.partitions.get(p.key) is p else None, p.visible_bytes)
-                 for seen, p in zip(parked, parts)], total, min_bytes)
+                [(seen, p.core if broker.partitions.get(p.key) is p else None,
+                  _visible_to(broker, p, seen, replica_id)) for seen, p in zip(parked, parts)], total, min_bytes)
 
         op = DelayedFetch([p.key for p in parts], ready)
         await wait_for(broker.fetch_purgatory, op, max_wait_ms)
-        results, total = _read_all(broker, wanted, max_bytes, request, api_version)
+        results, total = await _read_all(broker, wanted, max_bytes, request, api_version)
     elif max_wait_ms > 0 and not wanted and decision is not None and decision.incremental:
         # An empty session still long-polls (a fetcher that forgot every partition).
         await trio.sleep(max_wait_ms / 1000)
 
+    if _replica_id(request) >= 0:
+        _record_replication(broker, wanted, results)
     if decision is None:
         return _response(api_version, wanted, results, 0)
     keep = FetchSessionCache.filter_response(decision, results)
     kept = [(w, r) for w, r, k in zip(wanted, results, keep) if k]
     return _response(api_version, [w for w, _ in kept], [r for _, r in kept], decision.session_id)
+
+
+def _visible_to(broker, part, seen, replica_id: int) -> int:
+    """KIP-73: a throttled partition's new bytes do not end a follower's parked fetch."""
+    if replica_id >= 0 and replication_quota.leader_throttles(broker, part, replica_id, broker.now_ms()):
+        return seen.visible_bytes
+    return part.visible_bytes
+
+
+def _record_replication(broker, wanted: list[_Wanted], results: list[ReadResult]) -> None:
+    """KIP-73: the leader quota counts what throttled partitions send to followers."""
+    sent = [(broker.partitions.get((w.name, w.partition)), r) for w, r in zip(wanted, results) if r.records]
+    if sent:
+        replication_quota.leader_sent(broker, sent, broker.now_ms())
 
 
 def _response(api_version: int, wanted: list[_Wanted], results: list[ReadResult], session_id: int) -> Any:

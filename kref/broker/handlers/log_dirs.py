@@ -10,7 +10,8 @@ same logs the replica manager serves. The answer decides nothing; it only
 reports:
 
 - every configured log dir is listed, empty ones too; a dir that cannot be
-  read (removed or unreadable under a running broker) answers
+  read (removed or unreadable under a running broker), or that a failure
+  took offline (KIP-112, kref/storage/log_manager.py `mark_offline`), answers
   KAFKA_STORAGE_ERROR for that dir alone;
 - `topics` = null asks for everything; otherwise only the named partitions
   are reported (unknown ones are left out, as Kafka does);
@@ -77,6 +78,8 @@ async def handle_describe_log_dirs(ctx, request):
     results = []
     for log_dir, topics in by_dir.items():
         try:
+            if manager is not None and log_dir in manager.offline_dirs:
+                raise OSError(manager.offline_dirs[log_dir])  # KIP-112: offline until restart
             total, usable = _volume(log_dir)
             code = ErrorCode.NONE
         except OSError:

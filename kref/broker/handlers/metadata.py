@@ -323,7 +323,7 @@ def _encode_partitions(lay: Layout, state: tuple) -> list[bytes]:
         kraft = cluster_parts[p] if cluster_parts is not None else None
         if kraft is not None:
             # In a KRaft cluster the committed metadata says who leads what
-            # (kref/controller/broker_view.py).
+            # (kref/node/broker_view.py).
             error = ErrorCode.NONE if kraft.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
             out.append(encode_partition(lay, error, p, kraft.leader, kraft.leader_epoch, kraft.replicas, kraft.isr))
             continue

@@ -19,7 +19,6 @@ from collections.abc import Iterable
 
 from kref.protocol.wire import array_count, uvarint
 
-_I32 = struct.Struct(">i")
 _PARTITION_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
 _ZERO_UUID = uuid.UUID(int=0)
@@ -41,6 +40,29 @@ def topic_key(name: str | None, topic_id: uuid.UUID | None, by_id: bool, flexibl
     return (topic_id or _ZERO_UUID).bytes if by_id else _string(name or "", flexible)
 
 
+# A topic's key bytes per (name, id, by_id, flexible): every produce answer
+# re-encoded the same few names. Bounded: cleared when full.
+_TOPIC_KEYS: dict[tuple, bytes] = {}
+MAX_CACHED_TOPIC_KEYS = 10_000
+
+
+def _cached_topic_key(name: str | None, topic_id: uuid.UUID | None, by_id: bool, flexible: bool) -> bytes:
+    key = (name, topic_id, by_id, flexible)
+    encoded = _TOPIC_KEYS.get(key)
+    if encoded is None:
+        if len(_TOPIC_KEYS) >= MAX_CACHED_TOPIC_KEYS:
+            _TOPIC_KEYS.clear()
+        encoded = _TOPIC_KEYS[key] = topic_key(name, topic_id, by_id, flexible)
+    return encoded
+
+
+# What follows a partition's fixed fields when it has no error message:
+# v8+ adds empty record_errors and a null error_message, v9+ a tag buffer.
+_PARTITION_TAIL = {v: (b"\x01\x00\x00" if v >= 9 else b"\x00\x00\x00\x00\xff\xff" if v >= 8 else b"")
+                   for v in range(3, 14)}
+_RESPONSE_TAIL = {v: (b"\x00\x00\x00\x00\x00" if v >= 9 else b"\x00\x00\x00\x00") for v in range(3, 14)}
+
+
 # (index, error_code, base_offset, log_append_time, log_start_offset, error_message)
 PartitionResult = tuple[int, int, int, int, int, str | None]
 
@@ -54,14 +76,18 @@ def encode_produce_response(
     flexible = api_version >= 9
     topics = list(topics)
     out = [array_count(len(topics), flexible)]
+    plain_tail = _PARTITION_TAIL[api_version]
     for name, topic_id, partitions in topics:
-        out.append(topic_key(name, topic_id, api_version >= 13, flexible))
+        out.append(_cached_topic_key(name, topic_id, api_version >= 13, flexible))
         out.append(array_count(len(partitions), flexible))
         for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
             if api_version >= 5:
                 out.append(_PARTITION_V5.pack(index, error_code, base_offset, append_time, log_start_offset))
             else:
                 out.append(_PARTITION_V3.pack(index, error_code, base_offset, append_time))
+            if message is None:
+                out.append(plain_tail)
+                continue
             if api_version >= 8:
                 out.append(array_count(0, flexible))  # record_errors
                 out.append(_nullable_string(message, flexible))
@@ -69,7 +95,5 @@ def encode_produce_response(
                 out.append(b"\x00")  # partition tagged fields
         if flexible:
             out.append(b"\x00")  # topic tagged fields
-    out.append(_I32.pack(0))  # throttle_time_ms
-    if flexible:
-        out.append(b"\x00")
+    out.append(_RESPONSE_TAIL[api_version])  # throttle_time_ms 0 (and the tag buffer)
     return b"".join(out)

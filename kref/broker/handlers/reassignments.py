@@ -89,7 +89,7 @@ def list_response(version: int, error_code: int, results) -> Any:
 
 
 async def _forward(broker, request, name: str):
-    from kref.controller.controller_driver import RPC_ERRORS
+    from kref.node.controller_driver import RPC_ERRORS
 
     try:
         return await broker.kraft.forward(request)

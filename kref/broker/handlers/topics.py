@@ -9,7 +9,7 @@ Replica assignments may only name this broker, and with them
 num_partitions/replication_factor must be -1 (KIP-464 defaults).
 CreateTopics v5+ returns the topic's effective configs, v7 its topic ID.
 On a node of a KRaft cluster (broker.kraft set) all three are forwarded
-to the active controller instead (kref/controller/broker_view.py).
+to the active controller instead (kref/node/broker_view.py).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ async def handle_create_topics(ctx, request):
     broker = ctx.broker
     view = getattr(broker, "kraft", None)
     if view is not None:
-        # A KRaft cluster: the active controller decides (kref/controller/broker_view.py).
+        # A KRaft cluster: the active controller decides (kref/node/broker_view.py).
         forwarded = await view.create_topics(request)
         if forwarded is not None:
             return forwarded

@@ -18,19 +18,22 @@ garbled file or a dir of another node or cluster.
 
 Cluster ids are Kafka Uuids: 16 random bytes in URL-safe base64 without
 padding (22 characters), never starting with '-' (it would read as an
-option on a command line), never the zero Uuid.
+option on a command line), never the zero Uuid. Their random bytes come
+from the ids port, and the date in the file's comment line from the Clock
+port (`ids=`, `clock=`; the machine's by default).
 """
 
 from __future__ import annotations
 
 import base64
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from kref.broker.config import ConfigError, parse_properties
+from kref.ports.clock import SYSTEM_CLOCK, Clock
 from kref.ports.fs import FileSystem, RealFileSystem
+from kref.ports.ids import SYSTEM_IDS, Ids
 from kref.storage.checkpoint import write_atomically
 
 FILE_NAME = "meta.properties"
@@ -49,10 +52,10 @@ class MetaProperties:
     directory_id: str | None = None
     version: int = VERSION
 
-    def render(self) -> str:
+    def render(self, now_ms: int) -> str:
         lines = [
             "#",
-            f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}",
+            f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y', time.localtime(now_ms / 1000))}",
             f"cluster.id={self.cluster_id}",
         ]
         if self.directory_id:
@@ -61,10 +64,10 @@ class MetaProperties:
         return "\n".join(lines) + "\n"
 
 
-def random_uuid() -> str:
+def random_uuid(ids: Ids = SYSTEM_IDS) -> str:
     """A Kafka Uuid as `kafka-storage.sh random-uuid` prints it."""
     while True:
-        raw = uuid.uuid4().bytes
+        raw = ids.uuid().bytes
         text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
         if not text.startswith("-") and raw != bytes(16):
             return text
@@ -144,15 +147,18 @@ def check_dirs(
     return cluster_id
 
 
-def write(directory: str | Path, meta: MetaProperties, fs: FileSystem | None = None) -> None:
+def write(directory: str | Path, meta: MetaProperties, fs: FileSystem | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
     """Write meta.properties atomically and durably (tmp file, fsync, rename, fsync dir)."""
     fs = fs or RealFileSystem()
     path = Path(directory) / FILE_NAME
     fs.makedirs(str(path.parent))
-    write_atomically(str(path), meta.render(), fs=fs)
+    write_atomically(str(path), meta.render(clock.now_ms()), fs=fs)
 
 
-def format_dirs(dirs: list[str], cluster_id: str, node_id: int, *, ignore_formatted: bool = False) -> list[str]:
+def format_dirs(
+    dirs: list[str], cluster_id: str, node_id: int, *, ignore_formatted: bool = False,
+    ids: Ids = SYSTEM_IDS, clock: Clock = SYSTEM_CLOCK,
+) -> list[str]:
     """`kref storage format`: write meta.properties into every dir; the dirs formatted now."""
     validate_cluster_id(cluster_id)
     found = {d: read(d) for d in dirs}
@@ -170,12 +176,15 @@ def format_dirs(dirs: list[str], cluster_id: str, node_id: int, *, ignore_format
     written = []
     for d, meta in found.items():
         if meta is None:
-            write(d, MetaProperties(cluster_id, node_id, random_uuid()))
+            write(d, MetaProperties(cluster_id, node_id, random_uuid(ids)), clock=clock)
             written.append(d)
     return written
 
 
-def ensure_formatted(dirs: list[str], node_id: int, *, require_formatted: bool, cluster_id: str | None = None) -> str:
+def ensure_formatted(
+    dirs: list[str], node_id: int, *, require_formatted: bool, cluster_id: str | None = None,
+    ids: Ids = SYSTEM_IDS, clock: Clock = SYSTEM_CLOCK,
+) -> str:
     """Start-up check of every log dir; the cluster id.
 
     With `require_formatted` (a node configured with process.roles) every dir
@@ -187,8 +196,8 @@ def ensure_formatted(dirs: list[str], node_id: int, *, require_formatted: bool, 
     agreed = check_dirs(found, node_id, require_formatted=require_formatted)
     if agreed is not None and cluster_id is not None and agreed != cluster_id:
         raise MetaPropertiesError(f"log dirs belong to cluster {agreed}, but cluster.id is set to {cluster_id}")
-    chosen = agreed or cluster_id or random_uuid()
+    chosen = agreed or cluster_id or random_uuid(ids)
     for d, meta in found.items():
         if meta is None:
-            write(d, MetaProperties(chosen, node_id, random_uuid()))
+            write(d, MetaProperties(chosen, node_id, random_uuid(ids)), clock=clock)
     return chosen

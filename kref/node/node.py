@@ -82,8 +82,8 @@ def run(args: Any, config: BrokerConfig) -> int:
     """Run a node with process.roles; the exit status."""
     from kref.broker.router import Router
     from kref.broker.server import ListenError, leaf_exceptions
-    from kref.controller import meta_properties
-    from kref.controller.raft_driver import RaftNode
+    from kref.storage import meta_properties
+    from kref.node.raft_driver import RaftNode
     from kref.broker.gc_tuning import freeze_startup_heap
     from kref.controller.settings import all_log_dirs, metadata_log_dir
 
@@ -119,7 +119,7 @@ def run(args: Any, config: BrokerConfig) -> int:
     controller_router = Router()
     raft.register(controller_router)
     endpoint = ControllerEndpoint(config)
-    from kref.controller.controller_driver import BrokerLifecycle, ControllerDriver
+    from kref.node.controller_driver import BrokerLifecycle, ControllerDriver
 
     controller = None
     if "controller" in config.process_roles:
@@ -127,12 +127,12 @@ def run(args: Any, config: BrokerConfig) -> int:
         controller.register(controller_router)
     lifecycle = BrokerLifecycle(raft, config, broker.config.advertised) if broker is not None else None
     if broker is not None:
-        from kref.coordinator.producer_id_driver import ProducerIdManager
+        from kref.broker.producer_id_driver import ProducerIdManager
 
         # KIP-730: producer ids come in blocks from the active controller.
         broker.use_producer_id_manager(ProducerIdManager(lifecycle.allocate_producer_ids))
     if broker is not None:
-        from kref.controller.broker_view import ClusterView
+        from kref.node.broker_view import ClusterView
 
         from kref.broker.replica_fetcher import ReplicaFetcherManager
 
@@ -140,6 +140,9 @@ def run(args: Any, config: BrokerConfig) -> int:
         fetchers = ReplicaFetcherManager(broker, view)
 
     async def main() -> None:
+        from kref.broker.loop_steps import install_from_env
+
+        install_from_env()  # KREF_LOOP_STEPS: measure the event loop's longest steps (bench/kraft_failover.py)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 if config.controller_listeners and "controller" in config.process_roles:

@@ -21,7 +21,8 @@ connections:
   half-read); the next request opens a new one (reconnect on failure);
 - a kept connection idle for longer than `idle_close_s` is closed rather
   than reused (the server closes idle connections after
-  connections.max.idle.ms);
+  connections.max.idle.ms); idle time is measured on the Clock port's
+  monotonic clock (the raft node's; trio's own clock when none is given);
 - a request that finds its reused connection already closed by the peer
   (nothing of an answer read) is sent once more on a new connection: the
   peer never read it.
@@ -37,6 +38,7 @@ from typing import Any
 
 import trio
 
+from kref.ports.clock import Clock, TrioClock
 from kref.protocol.codec import decode_response, encode_request, response_class
 from kref.protocol.framing import FrameDecoder
 
@@ -50,10 +52,10 @@ MAX_RESPONSE_BYTES = 16 << 20  # bound on a controller RPC's answer
 class _Connection:
     __slots__ = ("stream", "correlation_id", "last_used")
 
-    def __init__(self, stream: trio.SocketStream, now: float) -> None:
+    def __init__(self, stream: trio.SocketStream, now_ms: int) -> None:
         self.stream = stream
         self.correlation_id = 0
-        self.last_used = now
+        self.last_used = now_ms  # the clock port's monotonic ms
 
 
 class _StaleConnection(ConnectionError):
@@ -68,7 +70,9 @@ class ControllerChannel:
         idle_close_s: float = 300.0,
         max_in_flight: int = MAX_IN_FLIGHT,
         max_idle: int = MAX_IDLE,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or TrioClock()
         self.max_response_bytes = max_response_bytes
         self.idle_close_s = idle_close_s
         self.max_in_flight = max_in_flight
@@ -88,7 +92,7 @@ class ControllerChannel:
                         return await self._exchange(destination, connection, body, client_id)
                     except _StaleConnection:
                         log.debug("kept connection to node %d was closed by the peer; reconnecting", destination)
-                connection = _Connection(await trio.open_tcp_stream(*address), trio.current_time())
+                connection = _Connection(await trio.open_tcp_stream(*address), self.clock.monotonic_ms())
                 self.connects += 1
                 try:
                     return await self._exchange(destination, connection, body, client_id)
@@ -97,10 +101,10 @@ class ControllerChannel:
 
     def _take_idle(self, destination: int) -> _Connection | None:
         idle = self._idle.get(destination)
-        now = trio.current_time()
+        now_ms = self.clock.monotonic_ms()
         while idle:
             connection = idle.pop()
-            if now - connection.last_used < self.idle_close_s:
+            if now_ms - connection.last_used < self.idle_close_s * 1000:
                 return connection
             connection.stream.socket.close()
         return None
@@ -139,7 +143,7 @@ class ControllerChannel:
             return response
         finally:
             if done and len(self._idle.setdefault(destination, [])) < self.max_idle:
-                connection.last_used = trio.current_time()
+                connection.last_used = self.clock.monotonic_ms()
                 self._idle[destination].append(connection)
             else:
                 # Failed, cancelled mid-exchange, or the pool is full: never reuse.

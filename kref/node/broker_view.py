@@ -42,6 +42,7 @@ the same image (their topics never overlap).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import sys
@@ -49,10 +50,10 @@ from typing import Any
 
 import trio
 
-from kref.controller.raft_driver import RaftNode
+from kref.node.raft_driver import RaftNode
 from kref.metadata import serde
 from kref.metadata.image import MetadataImage, PartitionImage
-from kref.controller.controller_driver import controller_rpc
+from kref.node.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameError
@@ -61,10 +62,17 @@ from kref.replication import replica as core
 log = logging.getLogger("kref.cluster_view")
 
 FORWARD_TIMEOUT_S = 15.0
+FORWARD_MAX_TIMEOUT_S = 60.0  # bound on a client-given operation timeout while forwarding
+FORWARD_RETRY_BACKOFF_S = 0.1  # between tries while no controller answers (Kafka: retry.backoff.ms 100)
 CREATE_TOPICS = 19
 ALTER_CONFIGS = 33
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3  # NewIsrWithEpochs (KIP-903)
+# A failed AlterPartition send (timeout, broken connection) is reported to the
+# core after this backoff, doubled per consecutive failure of the partition up
+# to the cap: the core resends at once, so this paces an unreachable controller.
+ALTER_PARTITION_BACKOFF_S = 0.1
+ALTER_PARTITION_MAX_BACKOFF_S = 2.0
 
 
 class ClusterView:
@@ -85,6 +93,12 @@ class ClusterView:
         self.serving = trio.Event()
         if lifecycle is not None:
             broker.serving_gate = self.serving
+        # AlterPartition: one request in flight per partition (Kafka's
+        # AlterPartitionManager); the newest proposal made meanwhile waits in
+        # its partition's one slot. Failures in a row, for the backoff.
+        self._alter_in_flight: set[Any] = set()
+        self._alter_waiting: dict[Any, tuple[Any, core.AlterPartition]] = {}
+        self._alter_failures: dict[Any, int] = {}
         raft.on_commit.append(self._on_commit)
         raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
@@ -172,13 +186,36 @@ class ClusterView:
 
     def alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse | None:
         """Send a leader's AlterPartition to the active controller; the answer reaches
-        the partition's core later (None now). Without a running broker: refused now."""
+        the partition's core later, paired with this request (None now). Without a
+        running broker nothing can be sent: OPERATION_NOT_ATTEMPTED now."""
         if self.broker.nursery is None:
-            return core.AlterPartitionResponse(ErrorCode.REQUEST_TIMED_OUT, request.leader_epoch, frozenset(), -1)
-        self.broker.start_soon(self._send_alter_partition, part, request)
+            return core.AlterPartitionResponse(ErrorCode.OPERATION_NOT_ATTEMPTED, request.leader_epoch, frozenset(), -1,
+                                               request)
+        if part.key in self._alter_in_flight:
+            self._alter_waiting[part.key] = (part, request)
+            return None
+        self._alter_in_flight.add(part.key)
+        self.broker.start_soon(self._alter_partition_sender, part, request)
         return None
 
-    async def _send_alter_partition(self, part: Any, request: core.AlterPartition) -> None:
+    async def _alter_partition_sender(self, part: Any, request: core.AlterPartition) -> None:
+        """Send, answer, then the proposal that waited meanwhile (if any), one at a time."""
+        key = part.key
+        try:
+            while True:
+                response = await self._send_alter_partition(part, request)
+                if self.broker.partitions.get(key) is part:
+                    # A stale answer (to a request the core no longer waits for) changes nothing there.
+                    part.on_alter_partition_response(response, self.broker.now_ms())
+                waiting = self._alter_waiting.pop(key, None)
+                if waiting is None:
+                    return
+                part, request = waiting
+        finally:
+            self._alter_in_flight.discard(key)
+            self._alter_waiting.pop(key, None)
+
+    async def _send_alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse:
         topic = self.image.topic(part.topic)
         code, leader_epoch, isr, partition_epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, request.leader_epoch, (), -1
         if topic is not None:
@@ -206,11 +243,14 @@ class ClusterView:
                     IndexError, AttributeError) as exc:
                 log.info("node %d: AlterPartition %s-%d failed: %s", self.broker.node_id, part.topic, part.partition, exc)
                 code = ErrorCode.REQUEST_TIMED_OUT
-        if self.broker.partitions.get(part.key) is part:
-            part.on_alter_partition_response(
-                core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch)),
-                self.broker.now_ms(),
-            )
+        if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER):
+            # No decision: the core resends at once, so pace it here.
+            failures = self._alter_failures.get(part.key, 0)
+            self._alter_failures[part.key] = failures + 1
+            await trio.sleep(min(ALTER_PARTITION_BACKOFF_S * 2 ** min(failures, 8), ALTER_PARTITION_MAX_BACKOFF_S))
+        else:
+            self._alter_failures.pop(part.key, None)
+        return core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch), request)
 
     def partition_count(self, name: str) -> int | None:
         t = self.image.topics.get(name)
@@ -218,9 +258,29 @@ class ClusterView:
 
     # ------------------------------------------------------------ forwarding
 
-    async def forward(self, body: Any) -> Any:
-        """Send a request to the active controller's CONTROLLER listener; its response."""
-        return await controller_rpc(self.raft, body, FORWARD_TIMEOUT_S, f"kref-forward-{self.broker.node_id}")
+    async def forward(self, body: Any, timeout_s: float = FORWARD_TIMEOUT_S) -> Any:
+        """Send a request to the active controller's CONTROLLER listener; its response.
+
+        As Kafka's broker-to-controller channel does, a request that finds no
+        active controller (none known yet, or its listener gone in a failover) or
+        is answered NOT_CONTROLLER by a node that just lost the leadership goes
+        again once the quorum names a leader, within `timeout_s` in all; a
+        client then sees a failover as a slower answer, not as an error. Like
+        Kafka's, a resend after a broken connection may meet a request the old
+        controller applied (a CreateTopics then answers TOPIC_ALREADY_EXISTS)."""
+        deadline = trio.current_time() + timeout_s
+        client_id = f"kref-forward-{self.broker.node_id}"
+        while True:
+            remaining = deadline - trio.current_time()
+            try:
+                response = await controller_rpc(self.raft, body, remaining, client_id)
+            except (OSError, ConnectionError, trio.BrokenResourceError, FrameError):
+                if deadline - trio.current_time() <= FORWARD_RETRY_BACKOFF_S:
+                    raise
+            else:
+                if not _answered_not_controller(response) or deadline - trio.current_time() <= FORWARD_RETRY_BACKOFF_S:
+                    return response
+            await trio.sleep(FORWARD_RETRY_BACKOFF_S)
 
     async def auto_create(self, name: str) -> Any:
         """Metadata-triggered creation, forwarded like CreateTopics; the local topic or None."""
@@ -242,7 +302,7 @@ class ClusterView:
         shows what the controller committed (`applied(response)`), so that the
         client's next Metadata request, to this broker, sees it."""
         try:
-            response = await self.forward(request)
+            response = await self.forward(request, _client_timeout_s(request))
         except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
             log.info("node %d: forwarding %s failed: %s", self.broker.node_id, type(request).__name__, exc)
             return None
@@ -293,3 +353,29 @@ class ClusterView:
             len(self.image.topics[t.name].partitions) >= counts[t.name]
             for t in response.results if t.error_code == ErrorCode.NONE and t.name in self.image.topics
         ))
+
+
+def _client_timeout_s(request: Any) -> float:
+    """How long a forwarded admin request may wait for a controller: the client's own
+    operation timeout where the request carries one (CreateTopics, DeleteTopics,
+    CreatePartitions; Kafka's controller works to that deadline too), at least
+    FORWARD_TIMEOUT_S and at most FORWARD_MAX_TIMEOUT_S."""
+    timeout = getattr(request, "timeout", None)
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else 0.0
+    return min(max(FORWARD_TIMEOUT_S, seconds), FORWARD_MAX_TIMEOUT_S)
+
+
+def _answered_not_controller(response: Any) -> bool:
+    """True when a controller's answer refused the whole request as NOT_CONTROLLER: the
+    top-level error, or every entry of its result list (CreateTopics and the like
+    answer per topic)."""
+    code = getattr(response, "error_code", None)
+    if code == ErrorCode.NOT_CONTROLLER:
+        return True
+    if code not in (None, ErrorCode.NONE):
+        return False
+    for field in dataclasses.fields(response) if dataclasses.is_dataclass(response) else ():
+        value = getattr(response, field.name)
+        if isinstance(value, tuple) and value and all(hasattr(v, "error_code") for v in value):
+            return all(v.error_code == ErrorCode.NOT_CONTROLLER for v in value)
+    return False

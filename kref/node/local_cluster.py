@@ -26,6 +26,9 @@ propagates broker registrations the same eventual way). `run` prints
 "cluster ready" once, and tests wait on the same probe.
 
 The processes are started only by this module and stopped by their pids.
+Waits read the Clock port (`clock=`, the system clock by default) and the
+port picks draw from a generator seeded by the ids port, so nothing here
+reads time or entropy of its own.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kref.ports.clock import SYSTEM_CLOCK
+from kref.ports.ids import SYSTEM_IDS
 
 __all__ = ["NodeSpec", "plan", "format_nodes", "start_node", "run", "add_arguments", "brokers_listed",
            "wait_ready"]
@@ -68,7 +73,7 @@ class NodeSpec:
         return self.dir / "data"
 
 
-_PORT_RANDOM = random.Random(os.urandom(16))  # never the tests' seeded generator
+_PORT_RANDOM = random.Random(SYSTEM_IDS.seed())  # never the tests' seeded generator
 
 
 def _ephemeral_low() -> int:
@@ -176,7 +181,7 @@ def plan(
 
 def format_nodes(specs: list[NodeSpec], cluster_id: str) -> None:
     from kref.broker.config import BrokerConfig
-    from kref.controller import meta_properties
+    from kref.storage import meta_properties
     from kref.controller.settings import all_log_dirs
 
     for s in specs:
@@ -222,13 +227,14 @@ def brokers_listed(specs: list[NodeSpec], timeout: float = 2.0) -> bool:
     return all(_listed_by(s.client_port, timeout) >= brokers for s in specs if s.client_port)
 
 
-def wait_ready(specs: list[NodeSpec], timeout_s: float = 60.0, alive=lambda: True) -> bool:
-    """Poll `brokers_listed` until true (True), the deadline passes or `alive()` turns false (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and alive():
+def wait_ready(specs: list[NodeSpec], timeout_s: float = 60.0, alive=lambda: True, clock=SYSTEM_CLOCK) -> bool:
+    """Poll `brokers_listed` until true (True), the deadline passes on `clock`
+    or `alive()` turns false (False)."""
+    deadline_ms = clock.monotonic_ms() + int(timeout_s * 1000)
+    while clock.monotonic_ms() < deadline_ms and alive():
         if brokers_listed(specs):
             return True
-        time.sleep(0.1)
+        clock.sleep_ms(100)
     return False
 
 
@@ -242,8 +248,8 @@ def add_arguments(parser) -> None:
                         help="a property for every node (repeatable)")
 
 
-def run(args) -> int:
-    from kref.controller import meta_properties
+def run(args, clock=SYSTEM_CLOCK) -> int:
+    from kref.storage import meta_properties
 
     overrides = {}
     for item in args.override:
@@ -274,14 +280,14 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     status = 0
     ready = not bootstrap_servers(specs)  # a controllers-only layout has nobody to ask
-    ready_deadline = time.monotonic() + 120
+    ready_deadline_ms = clock.monotonic_ms() + 120_000
     try:
         while not stop:
             if not ready and brokers_listed(specs, timeout=0.5):
                 ready = True
                 print(f"cluster ready: every broker lists all {sum(1 for s in specs if s.client_port)} brokers",
                       flush=True)
-            elif not ready and time.monotonic() > ready_deadline:
+            elif not ready and clock.monotonic_ms() > ready_deadline_ms:
                 ready = True  # say it once, keep running: the logs tell why
                 print("kref cluster: brokers still not all listed after 120 s; see the node logs", file=sys.stderr)
             for node_id, p in processes.items():
@@ -289,16 +295,16 @@ def run(args) -> int:
                     print(f"kref cluster: node {node_id} exited with {p.returncode}; see its log", file=sys.stderr)
                     stop.append(1)
                     status = 1
-            time.sleep(0.2)
+            clock.sleep_ms(200)
     except KeyboardInterrupt:
         pass
     for p in processes.values():
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 15
+    deadline_ms = clock.monotonic_ms() + 15_000
     for p in processes.values():
         try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            p.wait(timeout=max(0.1, (deadline_ms - clock.monotonic_ms()) / 1000))
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()

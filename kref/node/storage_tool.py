@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kref.broker.config import BrokerConfig, ConfigError
-    from kref.controller import meta_properties
+    from kref.storage import meta_properties
     from kref.controller.settings import all_log_dirs
 
     if args.storage_command == "random-uuid":

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -61,7 +60,7 @@ import trio
 from kref.broker.config import BrokerConfig, ConfigError, Voter
 from kref.broker.router import RequestContext, Router
 from kref.controller import quorum as q
-from kref.controller.metadata_log import (
+from kref.storage.metadata_log import (
     METADATA_TOPIC,
     MetadataLog,
     QuorumState,
@@ -71,11 +70,12 @@ from kref.controller.metadata_log import (
     write_quorum_state,
 )
 from kref.controller import snapshot as snap
-from kref.controller.controller_channel import ControllerChannel
+from kref.node.controller_channel import ControllerChannel
 from kref.metadata import serde
 from kref.metadata.image import MetadataImage
 from kref.ports.clock import Clock, SystemClock
 from kref.ports.fs import FileSystem, RealFileSystem
+from kref.ports.ids import SYSTEM_IDS, Ids
 from kref.protocol.codec import decode_response, encode_request, request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder
@@ -107,6 +107,9 @@ class SnapshotLoad:
         self.records = records
         self.changes = changes
 FETCH_VERSION = 12
+# Vote v2 (KIP-996) carries pre_vote; every voter of a kref quorum speaks it (Kafka
+# sends it once every voter advertises v2). v0-v1 requests are still answered.
+VOTE_VERSION = 2
 
 
 def _kio(api_key: int, version: int, kind: str):
@@ -129,11 +132,14 @@ class RaftNode:
         fetch_max_wait_ms: int | None = None,
         clock: Clock | None = None,
         fs: FileSystem | None = None,
+        ids: Ids | None = None,
     ) -> None:
         # The ports: the quorum's timers run on `clock` (monotonic), its files
-        # (metadata log, snapshots, quorum-state) live on `fs`.
+        # (metadata log, snapshots, quorum-state) live on `fs`, the election
+        # jitter's seed (when none is given) comes from `ids`.
         self.clock: Clock = clock or SystemClock()
         self.fs: FileSystem = fs or RealFileSystem()
+        self.ids: Ids = ids or SYSTEM_IDS
         self.cluster_id = cluster_id
         self.voters = {v.node_id: v for v in (voters or config.controller_quorum_voters)}
         self.node_id = config.node_id
@@ -166,7 +172,7 @@ class RaftNode:
                 if fetch_max_wait_ms is None else fetch_max_wait_ms
             ),
             max_snapshot_chunk_bytes=config.controller_quorum_fetch_snapshot_max_bytes,
-            jitter_seed=random.getrandbits(63) if jitter_seed is None else jitter_seed,
+            jitter_seed=self.ids.seed() if jitter_seed is None else jitter_seed,
         )
         state = read_quorum_state(self.metadata_log.dir, self.fs)
         self.core = q.QuorumCore.restore(
@@ -214,6 +220,7 @@ class RaftNode:
         idle_ms = config.connections_max_idle_ms
         self.controller_channel = ControllerChannel(
             idle_close_s=(idle_ms / 2000 if idle_ms >= 0 else float("inf")),
+            clock=self.clock,
         )
         self._receivers: dict[int, trio.MemoryReceiveChannel] = {}
         self.closed = False
@@ -511,7 +518,7 @@ class RaftNode:
             if self.closed:
                 return
             try:
-                body = self._to_kio_request(message)
+                body = self._to_kio_request(message, peer)
                 if body is None:
                     continue
                 with trio.fail_after(timeout_s):
@@ -547,16 +554,18 @@ class RaftNode:
 
     # ------------------------------------------------------------ wire <-> core
 
-    def _to_kio_request(self, message: q.Message) -> Any:
+    def _to_kio_request(self, message: q.Message, destination: int) -> Any:
         def topic(module, **partition):
             return (module.TopicData(topic_name=METADATA_TOPIC, partitions=(module.PartitionData(partition_index=0, **partition),)),)
 
         match message:
             case q.VoteRequest():
-                cls, m = _kio(VOTE, 0, "request")
-                return cls(cluster_id=self.cluster_id, topics=topic(
+                cls, m = _kio(VOTE, VOTE_VERSION, "request")
+                return cls(cluster_id=self.cluster_id, voter_id=destination, topics=topic(
                     m, replica_epoch=message.candidate_epoch, replica_id=message.candidate_id,
+                    replica_directory_id=None, voter_directory_id=None,
                     last_offset_epoch=message.last_offset_epoch, last_offset=message.last_offset,
+                    pre_vote=message.pre_vote,
                 ))
             case q.BeginQuorumEpochRequest():
                 cls, m = _kio(BEGIN_QUORUM_EPOCH, 0, "request")
@@ -604,7 +613,8 @@ class RaftNode:
             return None
         match request:
             case q.VoteRequest():
-                return q.VoteResponse(int(p.error_code), p.leader_id, p.leader_epoch, p.vote_granted)
+                return q.VoteResponse(int(p.error_code), p.leader_id, p.leader_epoch, p.vote_granted,
+                                      pre_vote=request.pre_vote)
             case q.BeginQuorumEpochRequest():
                 return q.BeginQuorumEpochResponse(int(p.error_code), p.leader_id, p.leader_epoch)
             case q.EndQuorumEpochRequest():
@@ -629,7 +639,7 @@ class RaftNode:
     # ------------------------------------------------------------ server side
 
     def register(self, router: Router) -> None:
-        router.register(VOTE, 0, 0, self._handle_vote)
+        router.register(VOTE, 0, VOTE_VERSION, self._handle_vote)
         router.register(BEGIN_QUORUM_EPOCH, 0, 0, self._handle_begin_quorum_epoch)
         router.register(END_QUORUM_EPOCH, 0, 0, self._handle_end_quorum_epoch)
         router.register(FETCH, FETCH_VERSION, FETCH_VERSION, self._handle_fetch)
@@ -649,26 +659,29 @@ class RaftNode:
         p = topics[0].partitions[0]
         return p if p.partition_index == 0 else None
 
-    def _respond(self, api_key: int, top_error: int, reply: Any, **partition: Any) -> Any:
-        cls, m = _kio(api_key, 0, "response")
+    def _respond(self, api_key: int, top_error: int, reply: Any, version: int = 0, **partition: Any) -> Any:
+        cls, m = _kio(api_key, version, "response")
+        extra = {"node_endpoints": ()} if api_key == VOTE and version >= 1 else {}
         if reply is None:
-            return cls(error_code=top_error, topics=())
+            return cls(error_code=top_error, topics=(), **extra)
         return cls(error_code=ErrorCode.NONE, topics=(m.TopicData(topic_name=METADATA_TOPIC, partitions=(
             m.PartitionData(partition_index=0, **partition),
-        )),))
+        )),), **extra)
 
     async def _handle_vote(self, ctx: RequestContext, request: Any) -> Any:
         p = self._partition(request)
         if self._wrong_cluster(request) or p is None:
             code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
-            return self._respond(VOTE, code, None)
+            return self._respond(VOTE, code, None, ctx.api_version)
+        pre_vote = bool(getattr(p, "pre_vote", False))  # v2 (KIP-996); older versions never pre-vote
         reply = self.step(
-            q.Received(p.replica_id, q.VoteRequest(p.replica_epoch, p.replica_id, p.last_offset_epoch, p.last_offset)),
+            q.Received(p.replica_id, q.VoteRequest(p.replica_epoch, p.replica_id, p.last_offset_epoch, p.last_offset,
+                                                   pre_vote=pre_vote)),
             reply_to=p.replica_id,
         )
         if not isinstance(reply, q.VoteResponse):
             reply = q.VoteResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch, False)
-        return self._respond(VOTE, 0, reply, error_code=reply.error_code, leader_id=reply.leader_id,
+        return self._respond(VOTE, 0, reply, ctx.api_version, error_code=reply.error_code, leader_id=reply.leader_id,
                              leader_epoch=reply.leader_epoch, vote_granted=reply.vote_granted)
 
     async def _handle_begin_quorum_epoch(self, ctx: RequestContext, request: Any) -> Any:

@@ -46,7 +46,7 @@ from kref.broker.router import RequestContext, Router
 from kref.controller import controller as c
 from kref.controller import lifecycle as lc
 from kref.controller import quorum as q
-from kref.controller.raft_driver import RaftNode, _kio
+from kref.node.raft_driver import RaftNode, _kio
 from kref.metadata import serde
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
@@ -90,6 +90,7 @@ class ControllerDriver:
             auto_leader_rebalance_enable=self.config.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_ms=self.config.leader_imbalance_check_interval_seconds * 1000,
             leader_imbalance_per_broker_percentage=self.config.leader_imbalance_per_broker_percentage,
+            delete_topic_enable=self.config.delete_topic_enable,
         )
 
     def now_ms(self) -> int:
@@ -232,18 +233,17 @@ class ControllerDriver:
         result_type = nested(response_type, "AlterConfigsResourceResponse")
         results = []
         for resource in request.resources:
+            # validate_only: the core makes every check and writes nothing.
+            configs = tuple((cfg.name, cfg.value) for cfg in resource.configs if cfg.value is not None)
+            validate_only = bool(request.validate_only)
             if resource.resource_type == BROKER_RESOURCE_TYPE:
-                configs = tuple((cfg.name, cfg.value) for cfg in resource.configs if cfg.value is not None)
-                reply = c.TopicReply(ErrorCode.NONE) if request.validate_only else await self.request(
-                    lambda rid, n=resource.resource_name, cf=configs: c.AlterBrokerConfigs(rid, n, cf))
+                reply = await self.request(lambda rid, n=resource.resource_name, cf=configs: c.AlterBrokerConfigs(
+                    rid, n, cf, validate_only=validate_only))
             elif resource.resource_type != TOPIC_RESOURCE_TYPE:
                 reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "the controller takes topic and broker configs only")
-            elif request.validate_only:
-                reply = c.TopicReply(ErrorCode.NONE) if resource.resource_name in self.core.topics else c.TopicReply(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {resource.resource_name}")
             else:
-                configs = tuple((cfg.name, cfg.value) for cfg in resource.configs if cfg.value is not None)
-                reply = await self.request(lambda rid, n=resource.resource_name, cf=configs: c.AlterTopicConfigs(rid, n, cf))
+                reply = await self.request(lambda rid, n=resource.resource_name, cf=configs: c.AlterTopicConfigs(
+                    rid, n, cf, validate_only=validate_only))
             results.append(build(result_type, resource_type=resource.resource_type, resource_name=resource.resource_name,
                                  error_code=reply.error_code, error_message=getattr(reply, "message", None)))
         return build(response_type, throttle_time=_zero(), responses=tuple(results))
@@ -265,16 +265,12 @@ class ControllerDriver:
             wanted = [(name, None) for name in request.topic_names]
         results = []
         for name, topic_id in wanted:
-            if name is None and topic_id is not None:
-                name = self.core.topics_by_id.get(topic_id)
-            if name is None:
-                reply = c.TopicReply(ErrorCode.UNKNOWN_TOPIC_ID, "no topic with this id")
-            elif not self.config.delete_topic_enable:
-                reply = c.TopicReply(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled")
-            else:
-                reply = await self.request(lambda rid, n=name: c.DeleteTopic(rid, n))
+            # The core resolves an id and refuses (unknown id, delete.topic.enable off);
+            # the name read here only echoes the topic in the response.
+            echoed = name if name is not None else self.core.topics_by_id.get(topic_id)
+            reply = await self.request(lambda rid, n=name, i=topic_id: c.DeleteTopic(rid, n, i))
             results.append(build(
-                result_type, name=name, topic_id=getattr(reply, "topic_id", None) or topic_id or uuid.UUID(int=0),
+                result_type, name=echoed, topic_id=getattr(reply, "topic_id", None) or topic_id or uuid.UUID(int=0),
                 error_code=reply.error_code, error_message=getattr(reply, "message", None),
             ))
         return build(response_type, responses=tuple(results))
@@ -309,7 +305,8 @@ class ControllerDriver:
             else:
                 # validate_only: the core makes every check and writes nothing.
                 configs = tuple((cfg.name, cfg.value) for cfg in topic.configs if cfg.value is not None)
-                topic_id = uuid.UUID(int=0) if request.validate_only else uuid.uuid4()
+                # The topic id is drawn here (the node's ids port) and handed to the core as data.
+                topic_id = uuid.UUID(int=0) if request.validate_only else self.raft.ids.uuid()
                 reply = await self.request(lambda rid: c.CreateTopic(
                     rid, topic.name, num_partitions, rf, topic_id, configs, validate_only=bool(request.validate_only)))
             values.update(error_code=reply.error_code, error_message=getattr(reply, "message", None))
@@ -401,7 +398,7 @@ async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id:
     voter = raft.voters.get(leader_id)
     if voter is None:
         raise ConnectionError("no known active controller")
-    # Over the node's kept connections (kref/controller/controller_channel.py).
+    # Over the node's kept connections (kref/node/controller_channel.py).
     return await raft.controller_channel.request(
         leader_id, (voter.host or "127.0.0.1", voter.port), body, timeout_s, client_id,
     )
@@ -416,7 +413,7 @@ class BrokerLifecycle:
         self.raft = raft
         self.config = config
         self.advertised = advertised
-        self.incarnation_id = uuid.uuid4()
+        self.incarnation_id = raft.ids.uuid()  # the node's ids port
         self.core = lc.BrokerLifecycleCore(
             heartbeat_interval_ms=config.broker_heartbeat_interval_ms,
             session_timeout_ms=config.broker_session_timeout_ms,

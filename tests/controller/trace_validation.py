@@ -1,0 +1,43 @@
+"""The cluster process tests check their own traces (issue 15).
+
+Theory of operation: every node of `tests.clusterkit.running_cluster` writes
+its NDJSON trace (`--trace-file`), named after the actions of
+spec/KRaft.tla and spec/Replication.tla. After a test has stopped its
+nodes, `check_cluster_traces` hands every node's file to `kref trace
+check`'s own decision (trace_check.cli.validate) in auto mode: the quorum
+against spec/KRaft.tla, every user partition against spec/Replication.tla
+(the partitions batched into one TLC run), each bounded by `timeout_s`. A
+rejection fails the test with the report that names the first event no
+action can take; a trace that cannot be checked (exit 2) fails it only
+when `strict` (the quorum-only tests, whose files hold nothing the specs
+leave out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from tests.clusterkit import running_cluster
+from trace_check.cli import validate
+
+TIMEOUT_S = 240
+
+
+def check_cluster_traces(specs, *, strict: bool = False, timeout_s: float = TIMEOUT_S) -> str:
+    files = [s.dir / "trace.ndjson" for s in specs if (s.dir / "trace.ndjson").exists()]
+    assert files, "no node wrote a trace"
+    code, report = validate([str(f) for f in files], timeout_s=timeout_s)
+    print(report)
+    assert code != 1, f"a trace of this run is not a behaviour of the spec:\n{report}"
+    if strict:
+        assert code == 0, report
+    return report
+
+
+@contextlib.contextmanager
+def checked_cluster(tmp_path, controllers: int, brokers: int, overrides: dict[str, str], *, strict: bool = False):
+    """tests.clusterkit.running_cluster, whose traces are checked once the test body ended well
+    and every node stopped (a failing body is reported as it is, unchecked)."""
+    with running_cluster(tmp_path, controllers, brokers, overrides) as running:
+        yield running
+    check_cluster_traces(running[0], strict=strict)
