@@ -52,7 +52,7 @@ import trio
 
 from kref.node.raft_driver import RaftNode
 from kref.metadata import serde
-from kref.metadata.image import MetadataImage, PartitionImage
+from kref.metadata.image import MetadataImage, PartitionImage, TopicImage
 from kref.node.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
@@ -63,6 +63,9 @@ log = logging.getLogger("kref.cluster_view")
 
 FORWARD_TIMEOUT_S = 15.0
 FORWARD_MAX_TIMEOUT_S = 60.0  # bound on a client-given operation timeout while forwarding
+# How long a resent admin request waits for this broker's image to show what the
+# controller's answer describes before reconciling (the image trails by milliseconds).
+RECONCILE_WAIT_S = 5.0
 FORWARD_RETRY_BACKOFF_S = 0.1  # between tries while no controller answers (Kafka: retry.backoff.ms 100)
 CREATE_TOPICS = 19
 ALTER_CONFIGS = 33
@@ -259,19 +262,32 @@ class ClusterView:
     # ------------------------------------------------------------ forwarding
 
     async def forward(self, body: Any, timeout_s: float = FORWARD_TIMEOUT_S) -> Any:
-        """Send a request to the active controller's CONTROLLER listener; its response.
+        """Send a request to the active controller's CONTROLLER listener; its response
+        (see `forward_resending`)."""
+        response, _ = await self.forward_resending(body, timeout_s)
+        return response
+
+    async def forward_resending(self, body: Any, timeout_s: float = FORWARD_TIMEOUT_S) -> tuple[Any, bool]:
+        """The controller's response, and whether the request went more than once.
 
         As Kafka's broker-to-controller channel does, a request that finds no
         active controller (none known yet, or its listener gone in a failover) or
         is answered NOT_CONTROLLER by a node that just lost the leadership goes
         again once the quorum names a leader, within `timeout_s` in all; a
-        client then sees a failover as a slower answer, not as an error. Like
-        Kafka's, a resend after a broken connection may meet a request the old
-        controller applied (a CreateTopics then answers TOPIC_ALREADY_EXISTS)."""
+        client then sees a failover as a slower answer, not as an error.
+
+        A resend is ambiguous: a controller that resigns answers NOT_CONTROLLER
+        to requests whose records it had already proposed, and the next leader
+        may commit them (Raft commits an earlier epoch's tail). The resend then
+        meets its own first try already applied (TOPIC_ALREADY_EXISTS,
+        INVALID_PARTITIONS "not more"). The second value lets the caller
+        reconcile that (`reconcile_resent`)."""
         deadline = trio.current_time() + timeout_s
         client_id = f"kref-forward-{self.broker.node_id}"
+        tries = 0
         while True:
             remaining = deadline - trio.current_time()
+            tries += 1
             try:
                 response = await controller_rpc(self.raft, body, remaining, client_id)
             except (OSError, ConnectionError, trio.BrokenResourceError, FrameError):
@@ -279,7 +295,7 @@ class ClusterView:
                     raise
             else:
                 if not _answered_not_controller(response) or deadline - trio.current_time() <= FORWARD_RETRY_BACKOFF_S:
-                    return response
+                    return response, tries > 1
             await trio.sleep(FORWARD_RETRY_BACKOFF_S)
 
     async def auto_create(self, name: str) -> Any:
@@ -301,15 +317,24 @@ class ClusterView:
         """Forward an admin request; wait (bounded) until this broker's view
         shows what the controller committed (`applied(response)`), so that the
         client's next Metadata request, to this broker, sees it."""
+        before = _counts_before(request, self.image)
         try:
-            response = await self.forward(request, _client_timeout_s(request))
+            response, resent = await self.forward_resending(request, _client_timeout_s(request))
         except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError) as exc:
             log.info("node %d: forwarding %s failed: %s", self.broker.node_id, type(request).__name__, exc)
             return None
-        if not getattr(request, "validate_only", False):
-            with trio.move_on_after(FORWARD_TIMEOUT_S):
-                while not applied(response):
+        if getattr(request, "validate_only", False):
+            return response
+        if resent:
+            # The answer to a resend may describe the first try's own effect; wait
+            # until this broker's image has caught up with it, then reconcile.
+            with trio.move_on_after(RECONCILE_WAIT_S):
+                while not applied(response) or not _image_answers(request, response, self.image):
                     await self.changed.wait()
+            response = reconcile_resent(request, response, before, self.image)
+        with trio.move_on_after(FORWARD_TIMEOUT_S):
+            while not applied(response):
+                await self.changed.wait()
         return response
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
@@ -353,6 +378,92 @@ class ClusterView:
             len(self.image.topics[t.name].partitions) >= counts[t.name]
             for t in response.results if t.error_code == ErrorCode.NONE and t.name in self.image.topics
         ))
+
+
+def _counts_before(request: Any, image: MetadataImage) -> dict[str, int | None]:
+    """Partition counts, before the first try, of the topics an admin request names
+    (None: no such topic); DeleteTopics by id names them through the image."""
+    names = [getattr(t, "name", None) for t in getattr(request, "topics", ())]
+    names += list(getattr(request, "topic_names", None) or ())
+    names += [image.topics_by_id.get(getattr(t, "topic_id", None)) for t in getattr(request, "topics", ())]
+    counts: dict[str, int | None] = {}
+    for name in names:
+        if isinstance(name, str):
+            topic = image.topics.get(name)
+            counts[name] = len(topic.partitions) if topic is not None else None
+    return counts
+
+
+def reconcile_resent(request: Any, response: Any, before: dict[str, int | None], now: MetadataImage) -> Any:
+    """The answer a client should see after a resent admin request.
+
+    A per-topic error that says "already done" (TOPIC_ALREADY_EXISTS,
+    INVALID_PARTITIONS because the count is already there, UNKNOWN_TOPIC_OR_PARTITION
+    on a delete) is the first try's own effect when this broker's image showed
+    the change missing before the first try (`before`, from `_counts_before`)
+    and shows it present now; that entry then answers NONE. Anything else is
+    left as the controller said it. Kafka's forwarding has the same ambiguity
+    and passes the error on; kref resolves it here because the broker holds
+    both images. The one cost: a client racing an identical request through a
+    failover may also see NONE."""
+    kind = type(request).__name__
+    if kind.startswith("CreateTopicsRequest"):
+        entries = []
+        for t in response.topics:
+            topic = now.topics.get(t.name)
+            if (t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and t.name in before and before[t.name] is None
+                    and topic is not None):
+                t = dataclasses.replace(t, error_code=ErrorCode.NONE, error_message=None, **_present_fields(t, topic))
+            entries.append(t)
+        return dataclasses.replace(response, topics=tuple(entries))
+    if kind.startswith("CreatePartitionsRequest"):
+        counts = {t.name: t.count for t in request.topics}
+        entries = []
+        for r in response.results:
+            was, is_now = before.get(r.name), now.topics.get(r.name)
+            if (r.error_code == ErrorCode.INVALID_PARTITIONS and was is not None and is_now is not None
+                    and was < counts.get(r.name, 0) == len(is_now.partitions)):
+                r = dataclasses.replace(r, error_code=ErrorCode.NONE, error_message=None)
+            entries.append(r)
+        return dataclasses.replace(response, results=tuple(entries))
+    if kind.startswith("DeleteTopicsRequest"):
+        entries = []
+        for r in response.responses:
+            if (r.error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
+                    and r.name is not None and before.get(r.name) is not None and r.name not in now.topics):
+                r = dataclasses.replace(r, error_code=ErrorCode.NONE, error_message=None)
+            entries.append(r)
+        return dataclasses.replace(response, responses=tuple(entries))
+    return response
+
+
+def _present_fields(entry: Any, topic: TopicImage) -> dict[str, Any]:
+    """CreateTopics answer fields (v5+) filled from the image for a reconciled entry."""
+    fields = {f.name for f in dataclasses.fields(entry)}
+    values: dict[str, Any] = {}
+    if "topic_id" in fields:
+        values["topic_id"] = topic.topic_id
+    if "num_partitions" in fields:
+        values["num_partitions"] = len(topic.partitions)
+    if "replication_factor" in fields and topic.partitions:
+        values["replication_factor"] = len(next(iter(topic.partitions.values())).replicas)
+    return values
+
+
+def _image_answers(request: Any, response: Any, image: MetadataImage) -> bool:
+    """Whether `image` already shows what an "already done" answer to a resend claims
+    (so that `reconcile_resent` reads the state the controller answered from)."""
+    kind = type(request).__name__
+    if kind.startswith("CreateTopicsRequest"):
+        return all(t.name in image.topics for t in response.topics if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS)
+    if kind.startswith("CreatePartitionsRequest"):
+        counts = {t.name: t.count for t in request.topics}
+        return all(r.name in image.topics and len(image.topics[r.name].partitions) >= counts.get(r.name, 0)
+                   for r in response.results if r.error_code == ErrorCode.INVALID_PARTITIONS)
+    if kind.startswith("DeleteTopicsRequest"):
+        return all(r.name not in image.topics for r in response.responses
+                   if r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and r.name is not None)
+    return True
 
 
 def _client_timeout_s(request: Any) -> float:

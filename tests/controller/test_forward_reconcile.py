@@ -1,0 +1,96 @@
+"""A resent admin request meets its own first try (kref/node/broker_view.py's
+reconcile_resent).
+
+A controller that resigns answers NOT_CONTROLLER to requests whose records it
+had proposed; the next leader may commit them, so the broker's resend is
+answered "already done". CI met exactly this: confluent-kafka's
+create_partitions(5) saw INVALID_PARTITIONS "topic replicated has 5
+partitions; 5 is not more" after an election under load. These tests build
+the real response messages and real metadata images of before and after."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kref.metadata import records as r
+from kref.metadata.image import MetadataImage
+from kref.node.broker_view import _counts_before, reconcile_resent
+from kref.protocol.codec import request_class, response_class
+from kref.protocol.errors import ErrorCode
+from kref.protocol.messages import build, nested
+
+TID = uuid.UUID(int=7)
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+
+
+def image_with(partitions: int | None) -> MetadataImage:
+    image = MetadataImage()
+    if partitions is not None:
+        image.apply([r.TopicRecord("orders", TID)] + [
+            r.PartitionRecord(p, TID, (1, 2, 3), (1, 2, 3), 1, 0, 0) for p in range(partitions)])
+    return image
+
+
+def create_partitions(count: int, code: int):
+    req_cls = request_class(CREATE_PARTITIONS, 3)
+    request = build(req_cls, topics=(build(nested(req_cls, "CreatePartitionsTopic"), name="orders", count=count,
+                                           assignments=None),), timeout=datetime.timedelta(seconds=30), validate_only=False)
+    resp_cls = response_class(CREATE_PARTITIONS, 3)
+    response = build(resp_cls, throttle_time_ms=0, results=(build(
+        nested(resp_cls, "CreatePartitionsTopicResult"), name="orders", error_code=code,
+        error_message="topic orders has 5 partitions; 5 is not more"),))
+    return request, response
+
+
+def test_create_partitions_resend_meeting_its_own_first_try_answers_none():
+    request, response = create_partitions(5, ErrorCode.INVALID_PARTITIONS)
+    before = _counts_before(request, image_with(3))
+    fixed = reconcile_resent(request, response, before, image_with(5))
+    assert fixed.results[0].error_code == ErrorCode.NONE and fixed.results[0].error_message is None
+
+
+def test_create_partitions_genuine_errors_stay():
+    request, response = create_partitions(5, ErrorCode.INVALID_PARTITIONS)
+    # Already 5 before the first try: the client asked for no change.
+    assert reconcile_resent(request, response, _counts_before(request, image_with(5)), image_with(5)) == response
+    # Somebody else went to 6 meanwhile: not this request's effect.
+    assert reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(6)) == response
+    # Another error code is never rewritten.
+    request, response = create_partitions(5, ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+    assert reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(5)) == response
+
+
+def create_topics(code: int):
+    req_cls = request_class(CREATE_TOPICS, 7)
+    request = build(req_cls, topics=(build(nested(req_cls, "CreatableTopic"), name="orders", num_partitions=4,
+                                           replication_factor=3, assignments=(), configs=()),),
+                    timeout=datetime.timedelta(seconds=30), validate_only=False)
+    resp_cls = response_class(CREATE_TOPICS, 7)
+    response = build(resp_cls, throttle_time_ms=0, topics=(build(
+        nested(resp_cls, "CreatableTopicResult"), name="orders", topic_id=uuid.UUID(int=0), error_code=code,
+        error_message="Topic 'orders' already exists.", num_partitions=-1, replication_factor=-1, configs=None),))
+    return request, response
+
+
+def test_create_topics_resend_meeting_its_own_first_try_answers_the_topic():
+    request, response = create_topics(ErrorCode.TOPIC_ALREADY_EXISTS)
+    fixed = reconcile_resent(request, response, _counts_before(request, image_with(None)), image_with(4))
+    entry = fixed.topics[0]
+    assert (entry.error_code, entry.error_message, entry.topic_id, entry.num_partitions, entry.replication_factor) \
+        == (ErrorCode.NONE, None, TID, 4, 3)
+    # The topic was there before the first try: the error is the client's.
+    assert reconcile_resent(request, response, _counts_before(request, image_with(4)), image_with(4)) == response
+
+
+def test_delete_topics_resend_meeting_its_own_first_try_answers_none():
+    req_cls = request_class(DELETE_TOPICS, 5)
+    request = build(req_cls, topic_names=("orders",), timeout=datetime.timedelta(seconds=30))
+    resp_cls = response_class(DELETE_TOPICS, 5)
+    response = build(resp_cls, throttle_time_ms=0, responses=(build(
+        nested(resp_cls, "DeletableTopicResult"), name="orders", error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        error_message=None),))
+    fixed = reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(None))
+    assert fixed.responses[0].error_code == ErrorCode.NONE
+    # It never existed: the client's error stands.
+    assert reconcile_resent(request, response, _counts_before(request, image_with(None)), image_with(None)) == response
