@@ -150,7 +150,14 @@ class ReplicaManager:
             self.log_manager.checkpoint()
 
     def _stop_partition(self, name: str, p: int) -> None:
-        if self.partitions.pop((name, p), None) is not None:
+        part = self.partitions.pop((name, p), None)
+        if part is not None:
+            # Kafka's stopPartitions completes the partition's delayed produces and
+            # fetches: an acks=all produce parked on a leader that a reassignment
+            # (or a deletion) removes answers NOT_LEADER_OR_FOLLOWER now, so the
+            # client retries at the new leader instead of waiting out its timeout.
+            part.produce_purgatory.check_and_complete(part.key)
+            part.fetch_purgatory.check_and_complete(part.key)
             self._tell_role(name, p, "none", -1)
 
     def _retire(self, name: str, p: int) -> str | None:

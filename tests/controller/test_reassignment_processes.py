@@ -119,10 +119,13 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             tp = TopicPartition(TOPIC, 0)
 
             acknowledged: set[bytes] = set()
+            failed: list[str] = []  # delivery errors, by value: each is a finding (none expected)
 
             def delivered(err, message):
                 if err is None:
                     acknowledged.add(message.value())
+                else:
+                    failed.append(f"{message.value()!r}: {err}")
 
             producer = Producer({"bootstrap.servers": servers, "acks": "all", "linger.ms": 5,
                                  "message.timeout.ms": 30_000})
@@ -168,7 +171,7 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             assert after.leader == target[0]  # the first target replica in the isr leads
             produce(PER_PHASE)
             assert producer.flush(30) == 0
-            assert len(acknowledged) == sent
+            assert len(acknowledged) == sent, f"{sent - len(acknowledged)} not acknowledged: {failed}"
 
             # The removed brokers delete their copies; the new ones hold the log.
             def copies(node_id):
