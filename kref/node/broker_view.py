@@ -71,11 +71,6 @@ CREATE_TOPICS = 19
 ALTER_CONFIGS = 33
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3  # NewIsrWithEpochs (KIP-903)
-# A failed AlterPartition send (timeout, broken connection) is reported to the
-# core after this backoff, doubled per consecutive failure of the partition up
-# to the cap: the core resends at once, so this paces an unreachable controller.
-ALTER_PARTITION_BACKOFF_S = 0.1
-ALTER_PARTITION_MAX_BACKOFF_S = 2.0
 
 
 class ClusterView:
@@ -98,10 +93,9 @@ class ClusterView:
             broker.serving_gate = self.serving
         # AlterPartition: one request in flight per partition (Kafka's
         # AlterPartitionManager); the newest proposal made meanwhile waits in
-        # its partition's one slot. Failures in a row, for the backoff.
+        # its partition's one slot.
         self._alter_in_flight: set[Any] = set()
         self._alter_waiting: dict[Any, tuple[Any, core.AlterPartition]] = {}
-        self._alter_failures: dict[Any, int] = {}
         raft.on_commit.append(self._on_commit)
         raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
@@ -202,7 +196,12 @@ class ClusterView:
         return None
 
     async def _alter_partition_sender(self, part: Any, request: core.AlterPartition) -> None:
-        """Send, answer, then the proposal that waited meanwhile (if any), one at a time."""
+        """Send, answer, then the proposal that waited meanwhile (if any), one at a time.
+
+        A failure (no answer, NOT_CONTROLLER) goes to the core like an answer; the
+        core decides when to send again (its backoff) and names the time in
+        `alter_partition_resend_due_ms`: this task steps it then (a Tick, which
+        does nothing else while a change is pending), and sends what it emits."""
         key = part.key
         try:
             while True:
@@ -210,6 +209,11 @@ class ClusterView:
                 if self.broker.partitions.get(key) is part:
                     # A stale answer (to a request the core no longer waits for) changes nothing there.
                     part.on_alter_partition_response(response, self.broker.now_ms())
+                    due = part.core.alter_partition_resend_due_ms
+                    if due is not None and key not in self._alter_waiting:
+                        await trio.sleep(max(0, due - self.broker.now_ms()) / 1000)
+                        if self.broker.partitions.get(key) is part:
+                            part.tick(self.broker.now_ms())  # the resend lands in _alter_waiting
                 waiting = self._alter_waiting.pop(key, None)
                 if waiting is None:
                     return
@@ -246,13 +250,6 @@ class ClusterView:
                     IndexError, AttributeError) as exc:
                 log.info("node %d: AlterPartition %s-%d failed: %s", self.broker.node_id, part.topic, part.partition, exc)
                 code = ErrorCode.REQUEST_TIMED_OUT
-        if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER):
-            # No decision: the core resends at once, so pace it here.
-            failures = self._alter_failures.get(part.key, 0)
-            self._alter_failures[part.key] = failures + 1
-            await trio.sleep(min(ALTER_PARTITION_BACKOFF_S * 2 ** min(failures, 8), ALTER_PARTITION_MAX_BACKOFF_S))
-        else:
-            self._alter_failures.pop(part.key, None)
         return core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch), request)
 
     def partition_count(self, name: str) -> int | None:
