@@ -103,6 +103,9 @@ class ClusterView:
         # its partition's one slot.
         self._alter_in_flight: set[Any] = set()
         self._alter_waiting: dict[Any, tuple[Any, core.AlterPartition]] = {}
+        # Set when a proposal lands in the slot while its sender waits out the
+        # core's resend backoff: the newer proposal goes at once.
+        self._alter_wake: dict[Any, trio.Event] = {}
         raft.on_commit.append(self._on_commit)
         raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
@@ -197,6 +200,9 @@ class ClusterView:
                                                request)
         if part.key in self._alter_in_flight:
             self._alter_waiting[part.key] = (part, request)
+            wake = self._alter_wake.get(part.key)
+            if wake is not None:
+                wake.set()
             return None
         self._alter_in_flight.add(part.key)
         self.broker.start_soon(self._alter_partition_sender, part, request)
@@ -218,8 +224,11 @@ class ClusterView:
                     part.on_alter_partition_response(response, self.broker.now_ms())
                     due = part.core.alter_partition_resend_due_ms
                     if due is not None and key not in self._alter_waiting:
-                        await trio.sleep(max(0, due - self.broker.now_ms()) / 1000)
-                        if self.broker.partitions.get(key) is part:
+                        wake = self._alter_wake[key] = trio.Event()
+                        with trio.move_on_after(max(0, due - self.broker.now_ms()) / 1000):
+                            await wake.wait()
+                        del self._alter_wake[key]
+                        if key not in self._alter_waiting and self.broker.partitions.get(key) is part:
                             part.tick(self.broker.now_ms())  # the resend lands in _alter_waiting
                 waiting = self._alter_waiting.pop(key, None)
                 if waiting is None:
@@ -228,6 +237,7 @@ class ClusterView:
         finally:
             self._alter_in_flight.discard(key)
             self._alter_waiting.pop(key, None)
+            self._alter_wake.pop(key, None)
 
     async def _send_alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse:
         topic = self.image.topic(part.topic)
