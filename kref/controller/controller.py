@@ -1270,7 +1270,7 @@ def delete_topic_refusal(name: str, exists: bool, *, delete_topic_enable: bool,
     if not delete_topic_enable:
         return ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."
     if not exists:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}"
     if internal:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}."
     return None
