@@ -47,7 +47,7 @@ from kref.node import local_cluster  # noqa: E402
 from kref.storage import meta_properties  # noqa: E402
 from kref.protocol.client import WireClient  # noqa: E402
 from kref.protocol.codec import request_class  # noqa: E402
-from tests.clusterkit import describe_quorum  # noqa: E402
+from kref.node.cluster_waits import WaitTimeout, describe_quorum, stop_processes, wait_listed, wait_until  # noqa: E402
 
 TOPIC = "scale"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -64,16 +64,6 @@ def cpu_s(pid: int) -> float:
 
 def load() -> str:
     return "load %.1f/%.1f/%.1f" % os.getloadavg()
-
-
-def wait_until(predicate, what: str, timeout_s: float, poll_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5,
@@ -217,7 +207,7 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float, topics: int
             print(f"  CreateTopics {name} answered {why[-1]} after {time.monotonic() - start:.1f} s; asking again",
                   flush=True)
             if not wait_until(lambda: create_topic(specs[0].client_port, name, each, 3, 60, why) or why[-1][0] == 36,
-                              "the topic", timeout_s, poll_s=2):
+                              "the topic", timeout_s, interval=2):
                 raise SystemExit(f"CreateTopics of {each} partitions failed: {why}")
     answered = time.monotonic() - start
     print(f"  CreateTopics answered after {answered:.1f} s", flush=True)
@@ -232,7 +222,7 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float, topics: int
                   f"{quorum_epoch(specs)}; {load()})", flush=True)
         return all(c >= partitions for c in counts)
 
-    wait_until(progress, f"every broker creating its {partitions} logs", timeout_s, poll_s=0.5)
+    wait_until(progress, f"every broker creating its {partitions} logs", timeout_s, interval=0.5)
     created = time.monotonic() - start
     led = wait_until(lambda: all_leaders(specs[0].client_port, names), "every partition led", timeout_s)
     done = time.monotonic() - start
@@ -325,23 +315,9 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
     before = by_id[leader].log_file.read_text().count("unfenced")
     restarted = time.monotonic()
     processes[leader] = local_cluster.start_node(by_id[leader])
-    wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, poll_s=0.5)
+    wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, interval=0.5)
     print(f"  node {leader} restarted and unfenced after {time.monotonic() - restarted:.1f} s", flush=True)
     return results["create"], produce
-
-
-def stop_all(processes) -> None:
-    for p in processes.values():
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    for node_id, p in processes.items():
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except Exception:  # noqa: BLE001 - a node that ignores SIGTERM is reported and killed
-            print(f"node {node_id} did not stop within 60 s of SIGTERM: killed", flush=True)
-            p.kill()
-            p.wait()
 
 
 def main() -> int:
@@ -373,8 +349,7 @@ def main() -> int:
         processes = {s.node_id: local_cluster.start_node(s) for s in specs}
         by_id = {s.node_id: s for s in specs}
         try:
-            wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers", 120)
-            wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers", 120)
+            wait_listed(specs, processes, timeout=120)
             if args.partitions:
                 scale_phase(specs, processes, args.partitions, args.timeout_s, args.topics)
                 if args.idle_s > 0:
@@ -388,8 +363,11 @@ def main() -> int:
                     produces.append(produce_s)
         except KeyboardInterrupt:
             print("interrupted: stopping the nodes", flush=True)
+        except WaitTimeout as exc:
+            print(f"gave up: {exc}", flush=True)
+            return 1
         finally:
-            stop_all(processes)
+            stop_processes(processes, grace_s=60)
     if creates:
         line = (f"controller failover (kill -9 -> next CreateTopics), election timeout {args.election_ms} ms, "
                 f"fetch timeout {args.fetch_ms} ms, session timeout 9000 ms, {args.partitions} extra partitions: "

@@ -48,6 +48,7 @@ from kref.replication.purgatory import Purgatory
 from kref.trace.sink import NdjsonTraceSink, NullTraceSink, TraceSink
 from kref.broker.dynamic_config import DYNAMIC_CONFIG_FILE, DynamicBrokerConfigs, DynamicConfigError
 from kref.broker.resources import resource_warning
+from kref.controller.controller import delete_topic_refusal
 from kref.broker.topic_configs import TopicConfigError, validate_topic_configs
 from kref.storage.config import LogConfig
 from kref.storage.errors import StorageError
@@ -430,14 +431,12 @@ class Broker:
         return self.create_topic(name)
 
     def delete_topic(self, name: str) -> TopicMetadata:
-        if not self.config.delete_topic_enable:
-            raise BrokerError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
         topic = self.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
-        if topic.is_internal:
-            # Kafka refuses too: __consumer_offsets holds every group's state.
-            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}.")
+        # The single broker is its own controller: the controller core's gates.
+        refusal = delete_topic_refusal(name, topic is not None, delete_topic_enable=self.config.delete_topic_enable,
+                                       internal=topic is not None and topic.is_internal)
+        if refusal is not None:
+            raise BrokerError(*refusal)
         self._commit([mr.RemoveTopicRecord(topic.topic_id)])
         # Parked fetches and produces on the topic answer now, not at their timeout.
         for purgatory in (self.fetch_purgatory, self.produce_purgatory):

@@ -51,11 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-# A local controller answers AlterPartition at once; an error the core resends
-# on would otherwise loop within one call.
-_MAX_SYNC_ALTER_PARTITION_RESENDS = 3
-
-
 def _answering(response: core.AlterPartitionResponse, request: core.AlterPartition) -> core.AlterPartitionResponse:
     """Pair a synchronous answer with the request it answers."""
     return response if response.request is not None else dataclasses.replace(response, request=request)
@@ -197,8 +192,7 @@ class Partition:
 
     # ------------------------------------------------------------ effects
 
-    def _apply(self, effects: list[core.Effect], now_ms: int, *, backoff_ms: int = 1000,
-               alter_depth: int = 0) -> list[core.Effect]:
+    def _apply(self, effects: list[core.Effect], now_ms: int, *, backoff_ms: int = 1000) -> list[core.Effect]:
         """Carry out the side effects; return those the caller answers with."""
         answers: list[core.Effect] = []
         alter_requests: list[core.AlterPartition] = []
@@ -234,17 +228,12 @@ class Partition:
             self.produce_purgatory.check_and_complete(self.key)
             self.fetch_purgatory.check_and_complete(self.key)
         for request in alter_requests:
-            if alter_depth >= _MAX_SYNC_ALTER_PARTITION_RESENDS:
-                # A local controller that keeps answering at once with an error the
-                # core resends on (its metadata log failing): stop here; the core
-                # keeps the change pending until metadata or a new term resolves it.
-                log.warning("%s-%d: AlterPartition %s not resent: the local controller keeps failing",
-                            self.topic, self.partition, sorted(request.new_isr))
-                continue
+            # A local controller answers at once; an error without a decision makes
+            # the core schedule the resend (its backoff), never send again within
+            # this step, so this recursion ends.
             response = self.alter_partition(self, request)
             if response is not None:  # None: sent to a remote controller, answered later
-                answers += self._apply(self.core.step(_answering(response, request), now_ms), now_ms,
-                                       alter_depth=alter_depth + 1)
+                answers += self._apply(self.core.step(_answering(response, request), now_ms), now_ms)
         return answers
 
     def on_alter_partition_response(self, response: core.AlterPartitionResponse, now_ms: int) -> None:

@@ -1000,12 +1000,13 @@ class ControllerCore:
         if name is None:
             out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_ID, "no topic with this id")))
             return
-        if not self.delete_topic_enable:
-            out.append(Reply(e.request_id, TopicReply(ErrorCode.TOPIC_DELETION_DISABLED, "topic deletion is disabled")))
-            return
         topic = self.topics.get(name)
-        if topic is None:
-            out.append(Reply(e.request_id, TopicReply(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")))
+        # Internal topics come from each node's local metadata source, never from
+        # this controller: none of its topics is one.
+        refusal = delete_topic_refusal(name, topic is not None, delete_topic_enable=self.delete_topic_enable,
+                                       internal=False)
+        if refusal is not None:
+            out.append(Reply(e.request_id, TopicReply(*refusal)))
             return
         self._write([r.RemoveTopicRecord(topic_id=topic.topic_id)], e.request_id,
                     TopicReply(ErrorCode.NONE, None, topic.topic_id), out)
@@ -1256,6 +1257,23 @@ class _ReassignmentChange:
     fields: dict  # PartitionChangeRecord fields that change
     isr: tuple[int, ...]
     leader: int  # NO_LEADER_CHANGE unless a new term starts
+
+
+def delete_topic_refusal(name: str, exists: bool, *, delete_topic_enable: bool,
+                         internal: bool) -> tuple[int, str] | None:
+    """DeleteTopics' gates, one copy for the controller core and the single broker
+    (its own controller): (error code, message) to refuse the delete with, or None.
+
+    delete.topic.enable off refuses every delete, even of a topic that does not
+    exist (Kafka checks it first); then an unknown topic; then an internal one
+    (Kafka refuses __consumer_offsets: it holds every group's state)."""
+    if not delete_topic_enable:
+        return ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled."
+    if not exists:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}"
+    if internal:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete internal topic {name}."
+    return None
 
 
 def _rack_alternated(brokers: list[Broker]) -> list[Broker]:

@@ -46,7 +46,9 @@ import dataclasses
 import datetime
 import logging
 import sys
-from typing import Any
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import trio
 
@@ -68,14 +70,14 @@ FORWARD_MAX_TIMEOUT_S = 60.0  # bound on a client-given operation timeout while 
 RECONCILE_WAIT_S = 5.0
 FORWARD_RETRY_BACKOFF_S = 0.1  # between tries while no controller answers (Kafka: retry.backoff.ms 100)
 CREATE_TOPICS = 19
+DELETE_TOPICS = 20
 ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3  # NewIsrWithEpochs (KIP-903)
-# A failed AlterPartition send (timeout, broken connection) is reported to the
-# core after this backoff, doubled per consecutive failure of the partition up
-# to the cap: the core resends at once, so this paces an unreachable controller.
-ALTER_PARTITION_BACKOFF_S = 0.1
-ALTER_PARTITION_MAX_BACKOFF_S = 2.0
 
 
 class ClusterView:
@@ -98,10 +100,12 @@ class ClusterView:
             broker.serving_gate = self.serving
         # AlterPartition: one request in flight per partition (Kafka's
         # AlterPartitionManager); the newest proposal made meanwhile waits in
-        # its partition's one slot. Failures in a row, for the backoff.
+        # its partition's one slot.
         self._alter_in_flight: set[Any] = set()
         self._alter_waiting: dict[Any, tuple[Any, core.AlterPartition]] = {}
-        self._alter_failures: dict[Any, int] = {}
+        # Set when a proposal lands in the slot while its sender waits out the
+        # core's resend backoff: the newer proposal goes at once.
+        self._alter_wake: dict[Any, trio.Event] = {}
         raft.on_commit.append(self._on_commit)
         raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
@@ -196,13 +200,21 @@ class ClusterView:
                                                request)
         if part.key in self._alter_in_flight:
             self._alter_waiting[part.key] = (part, request)
+            wake = self._alter_wake.get(part.key)
+            if wake is not None:
+                wake.set()
             return None
         self._alter_in_flight.add(part.key)
         self.broker.start_soon(self._alter_partition_sender, part, request)
         return None
 
     async def _alter_partition_sender(self, part: Any, request: core.AlterPartition) -> None:
-        """Send, answer, then the proposal that waited meanwhile (if any), one at a time."""
+        """Send, answer, then the proposal that waited meanwhile (if any), one at a time.
+
+        A failure (no answer, NOT_CONTROLLER) goes to the core like an answer; the
+        core decides when to send again (its backoff) and names the time in
+        `alter_partition_resend_due_ms`: this task steps it then (a Tick, which
+        does nothing else while a change is pending), and sends what it emits."""
         key = part.key
         try:
             while True:
@@ -210,6 +222,14 @@ class ClusterView:
                 if self.broker.partitions.get(key) is part:
                     # A stale answer (to a request the core no longer waits for) changes nothing there.
                     part.on_alter_partition_response(response, self.broker.now_ms())
+                    due = part.core.alter_partition_resend_due_ms
+                    if due is not None and key not in self._alter_waiting:
+                        wake = self._alter_wake[key] = trio.Event()
+                        with trio.move_on_after(max(0, due - self.broker.now_ms()) / 1000):
+                            await wake.wait()
+                        del self._alter_wake[key]
+                        if key not in self._alter_waiting and self.broker.partitions.get(key) is part:
+                            part.tick(self.broker.now_ms())  # the resend lands in _alter_waiting
                 waiting = self._alter_waiting.pop(key, None)
                 if waiting is None:
                     return
@@ -217,6 +237,7 @@ class ClusterView:
         finally:
             self._alter_in_flight.discard(key)
             self._alter_waiting.pop(key, None)
+            self._alter_wake.pop(key, None)
 
     async def _send_alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse:
         topic = self.image.topic(part.topic)
@@ -246,13 +267,6 @@ class ClusterView:
                     IndexError, AttributeError) as exc:
                 log.info("node %d: AlterPartition %s-%d failed: %s", self.broker.node_id, part.topic, part.partition, exc)
                 code = ErrorCode.REQUEST_TIMED_OUT
-        if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER):
-            # No decision: the core resends at once, so pace it here.
-            failures = self._alter_failures.get(part.key, 0)
-            self._alter_failures[part.key] = failures + 1
-            await trio.sleep(min(ALTER_PARTITION_BACKOFF_S * 2 ** min(failures, 8), ALTER_PARTITION_MAX_BACKOFF_S))
-        else:
-            self._alter_failures.pop(part.key, None)
         return core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch), request)
 
     def partition_count(self, name: str) -> int | None:
@@ -294,7 +308,7 @@ class ClusterView:
                 if deadline - trio.current_time() <= FORWARD_RETRY_BACKOFF_S:
                     raise
             else:
-                if not _answered_not_controller(response) or deadline - trio.current_time() <= FORWARD_RETRY_BACKOFF_S:
+                if not _answered_not_controller(body, response) or deadline - trio.current_time() <= FORWARD_RETRY_BACKOFF_S:
                     return response, tries > 1
             await trio.sleep(FORWARD_RETRY_BACKOFF_S)
 
@@ -329,7 +343,7 @@ class ClusterView:
             # The answer to a resend may describe the first try's own effect; wait
             # until this broker's image has caught up with it, then reconcile.
             with trio.move_on_after(RECONCILE_WAIT_S):
-                while not applied(response) or not _image_answers(request, response, self.image):
+                while not applied(response) or not _image_answers(request, response, before, self.image):
                     await self.changed.wait()
             response = reconcile_resent(request, response, before, self.image)
         with trio.move_on_after(FORWARD_TIMEOUT_S):
@@ -380,89 +394,153 @@ class ClusterView:
         ))
 
 
-def _counts_before(request: Any, image: MetadataImage) -> dict[str, int | None]:
+# ------------------------------------------------------------ the forwarded APIs, one row each
+
+
+@dataclass(frozen=True)
+class _Forwarded:
+    """How the broker reads one forwarded API's answer (and, for the topic admin
+    APIs, its request): where the per-topic results are, and what "already done"
+    means for a resend that meets its own first try.
+
+    `results` None: the answer has one top-level error_code (absent in some old
+    versions, e.g. ElectLeaders v0: then there is nothing to resend on)."""
+
+    results: str | None = None  # the response's list of per-topic (per-resource) results
+    name: str = "name"  # a result's name field
+    # The per-topic errors a resend may meet as its own first try's effect ...
+    already_done: frozenset[int] = frozenset()
+    # ... the topics the request names, as (name, topic id, partition count asked) ...
+    targets: Callable[[Any], list[tuple[str | None, uuid.UUID | None, int | None]]] = lambda request: []
+    # ... whether the image now shows what such an answer claims (partitions now, asked) ...
+    shown: Callable[[int | None, int | None], bool] = lambda now, asked: True
+    # ... and whether it is this request's effect (partitions before the first try, now, asked).
+    done: Callable[[int | None, int | None, int | None], bool] = lambda before, now, asked: False
+
+
+def _delete_targets(request: Any) -> list[tuple[str | None, uuid.UUID | None, int | None]]:
+    if request.__version__ >= 6:  # by name or by topic id (KIP-516)
+        return [(t.name, t.topic_id if t.name is None else None, None) for t in request.topics]
+    return [(name, None, None) for name in request.topic_names]
+
+
+_FORWARDED: dict[int, _Forwarded] = {
+    CREATE_TOPICS: _Forwarded(
+        "topics", already_done=frozenset({ErrorCode.TOPIC_ALREADY_EXISTS}),
+        targets=lambda request: [(t.name, None, None) for t in request.topics],
+        shown=lambda now, asked: now is not None,
+        done=lambda before, now, asked: before is None and now is not None),
+    DELETE_TOPICS: _Forwarded(
+        "responses", already_done=frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}),
+        targets=_delete_targets,
+        shown=lambda now, asked: now is None,
+        done=lambda before, now, asked: before is not None and now is None),
+    CREATE_PARTITIONS: _Forwarded(
+        "results", already_done=frozenset({ErrorCode.INVALID_PARTITIONS}),  # "not more" than it has
+        targets=lambda request: [(t.name, None, t.count) for t in request.topics],
+        shown=lambda now, asked: now is not None and now >= (asked or 0),
+        done=lambda before, now, asked: before is not None and now is not None and before < (asked or 0) == now),
+    ALTER_CONFIGS: _Forwarded("responses", name="resource_name"),
+    ALTER_PARTITION: _Forwarded(),
+    ELECT_LEADERS: _Forwarded(),
+    ALTER_PARTITION_REASSIGNMENTS: _Forwarded(),
+    LIST_PARTITION_REASSIGNMENTS: _Forwarded(),
+}
+
+
+def _forwarded(message: Any) -> _Forwarded:
+    row = _FORWARDED.get(message.__api_key__)
+    if row is None:
+        raise ValueError(f"API {message.__api_key__} ({type(message).__name__}) is not one a broker forwards")
+    return row
+
+
+# What the image showed of the topics an admin request names, before its first
+# try: key (the name, or the topic id a by-id delete names) -> (name, partitions;
+# None: no such topic).
+Before = dict[Any, tuple[str | None, int | None]]
+
+
+def _counts_before(request: Any, image: MetadataImage) -> Before:
     """Partition counts, before the first try, of the topics an admin request names
     (None: no such topic); DeleteTopics by id names them through the image."""
-    names = [getattr(t, "name", None) for t in getattr(request, "topics", ())]
-    names += list(getattr(request, "topic_names", None) or ())
-    names += [image.topics_by_id.get(getattr(t, "topic_id", None)) for t in getattr(request, "topics", ())]
-    counts: dict[str, int | None] = {}
-    for name in names:
-        if isinstance(name, str):
-            topic = image.topics.get(name)
-            counts[name] = len(topic.partitions) if topic is not None else None
-    return counts
+    before: Before = {}
+    for name, topic_id, _ in _forwarded(request).targets(request):
+        resolved = name if name is not None else image.topics_by_id.get(topic_id)
+        topic = image.topics.get(resolved) if resolved is not None else None
+        before[name if name is not None else topic_id] = (resolved, len(topic.partitions) if topic is not None else None)
+    return before
 
 
-def reconcile_resent(request: Any, response: Any, before: dict[str, int | None], now: MetadataImage) -> Any:
+def _entry_key(entry: Any, row: _Forwarded) -> Any:
+    """The key `_counts_before` filed a result's topic under: its name, else (a
+    delete by id of a topic the controller no longer knows) its topic id."""
+    name = getattr(entry, row.name)
+    return name if name is not None else getattr(entry, "topic_id", None)
+
+
+def _partitions(image: MetadataImage, name: str | None) -> int | None:
+    topic = image.topics.get(name) if name is not None else None
+    return len(topic.partitions) if topic is not None else None
+
+
+def reconcile_resent(request: Any, response: Any, before: Before, now: MetadataImage) -> Any:
     """The answer a client should see after a resent admin request.
 
     A per-topic error that says "already done" (TOPIC_ALREADY_EXISTS,
     INVALID_PARTITIONS because the count is already there, UNKNOWN_TOPIC_OR_PARTITION
-    on a delete) is the first try's own effect when this broker's image showed
-    the change missing before the first try (`before`, from `_counts_before`)
-    and shows it present now; that entry then answers NONE. Anything else is
-    left as the controller said it. Kafka's forwarding has the same ambiguity
-    and passes the error on; kref resolves it here because the broker holds
-    both images. The one cost: a client racing an identical request through a
-    failover may also see NONE."""
-    kind = type(request).__name__
-    if kind.startswith("CreateTopicsRequest"):
-        entries = []
-        for t in response.topics:
-            topic = now.topics.get(t.name)
-            if (t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and t.name in before and before[t.name] is None
-                    and topic is not None):
-                t = dataclasses.replace(t, error_code=ErrorCode.NONE, error_message=None, **_present_fields(t, topic))
-            entries.append(t)
-        return dataclasses.replace(response, topics=tuple(entries))
-    if kind.startswith("CreatePartitionsRequest"):
-        counts = {t.name: t.count for t in request.topics}
-        entries = []
-        for r in response.results:
-            was, is_now = before.get(r.name), now.topics.get(r.name)
-            if (r.error_code == ErrorCode.INVALID_PARTITIONS and was is not None and is_now is not None
-                    and was < counts.get(r.name, 0) == len(is_now.partitions)):
-                r = dataclasses.replace(r, error_code=ErrorCode.NONE, error_message=None)
-            entries.append(r)
-        return dataclasses.replace(response, results=tuple(entries))
-    if kind.startswith("DeleteTopicsRequest"):
-        entries = []
-        for r in response.responses:
-            if (r.error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
-                    and r.name is not None and before.get(r.name) is not None and r.name not in now.topics):
-                r = dataclasses.replace(r, error_code=ErrorCode.NONE, error_message=None)
-            entries.append(r)
-        return dataclasses.replace(response, responses=tuple(entries))
-    return response
+    or UNKNOWN_TOPIC_ID on a delete) is the first try's own effect when this
+    broker's image showed the change missing before the first try (`before`,
+    from `_counts_before`) and shows it present now; that entry then answers
+    NONE. Anything else is left as the controller said it. Kafka's forwarding
+    has the same ambiguity and passes the error on; kref resolves it here
+    because the broker holds both images. The one cost: a client racing an
+    identical request through a failover may also see NONE."""
+    row = _forwarded(request)
+    if not row.already_done:
+        return response
+    asked = {name if name is not None else topic_id: count for name, topic_id, count in row.targets(request)}
+    entries = []
+    for entry in getattr(response, row.results):
+        key = _entry_key(entry, row)
+        if entry.error_code in row.already_done and key in before:
+            name, partitions_before = before[key]
+            if name is not None and row.done(partitions_before, _partitions(now, name), asked.get(key)):
+                entry = dataclasses.replace(entry, error_code=ErrorCode.NONE, error_message=None,
+                                            **_done_fields(entry, name, now.topics.get(name)))
+        entries.append(entry)
+    return dataclasses.replace(response, **{row.results: tuple(entries)})
 
 
-def _present_fields(entry: Any, topic: TopicImage) -> dict[str, Any]:
-    """CreateTopics answer fields (v5+) filled from the image for a reconciled entry."""
+def _done_fields(entry: Any, name: str, topic: TopicImage | None) -> dict[str, Any]:
+    """Fields of a reconciled entry that the controller left empty: a by-id delete's
+    topic name; CreateTopics' (v5+) topic id, partition count and replication
+    factor, from the image."""
     fields = {f.name for f in dataclasses.fields(entry)}
     values: dict[str, Any] = {}
-    if "topic_id" in fields:
+    if "name" in fields and entry.name is None:
+        values["name"] = name
+    if topic is not None and "num_partitions" in fields:  # CreateTopics v5+
         values["topic_id"] = topic.topic_id
-    if "num_partitions" in fields:
         values["num_partitions"] = len(topic.partitions)
-    if "replication_factor" in fields and topic.partitions:
-        values["replication_factor"] = len(next(iter(topic.partitions.values())).replicas)
+        if topic.partitions:
+            values["replication_factor"] = len(next(iter(topic.partitions.values())).replicas)
     return values
 
 
-def _image_answers(request: Any, response: Any, image: MetadataImage) -> bool:
+def _image_answers(request: Any, response: Any, before: Before, image: MetadataImage) -> bool:
     """Whether `image` already shows what an "already done" answer to a resend claims
     (so that `reconcile_resent` reads the state the controller answered from)."""
-    kind = type(request).__name__
-    if kind.startswith("CreateTopicsRequest"):
-        return all(t.name in image.topics for t in response.topics if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS)
-    if kind.startswith("CreatePartitionsRequest"):
-        counts = {t.name: t.count for t in request.topics}
-        return all(r.name in image.topics and len(image.topics[r.name].partitions) >= counts.get(r.name, 0)
-                   for r in response.results if r.error_code == ErrorCode.INVALID_PARTITIONS)
-    if kind.startswith("DeleteTopicsRequest"):
-        return all(r.name not in image.topics for r in response.responses
-                   if r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and r.name is not None)
+    row = _forwarded(request)
+    if not row.already_done:
+        return True
+    asked = {name if name is not None else topic_id: count for name, topic_id, count in row.targets(request)}
+    for entry in getattr(response, row.results):
+        key = _entry_key(entry, row)
+        if entry.error_code in row.already_done and key in before:
+            name = before[key][0]
+            if name is not None and not row.shown(_partitions(image, name), asked.get(key)):
+                return False
     return True
 
 
@@ -476,17 +554,12 @@ def _client_timeout_s(request: Any) -> float:
     return min(max(FORWARD_TIMEOUT_S, seconds), FORWARD_MAX_TIMEOUT_S)
 
 
-def _answered_not_controller(response: Any) -> bool:
-    """True when a controller's answer refused the whole request as NOT_CONTROLLER: the
+def _answered_not_controller(request: Any, response: Any) -> bool:
+    """True when a controller's answer refused the whole request as NOT_CONTROLLER: its
     top-level error, or every entry of its result list (CreateTopics and the like
     answer per topic)."""
-    code = getattr(response, "error_code", None)
-    if code == ErrorCode.NOT_CONTROLLER:
-        return True
-    if code not in (None, ErrorCode.NONE):
-        return False
-    for field in dataclasses.fields(response) if dataclasses.is_dataclass(response) else ():
-        value = getattr(response, field.name)
-        if isinstance(value, tuple) and value and all(hasattr(v, "error_code") for v in value):
-            return all(v.error_code == ErrorCode.NOT_CONTROLLER for v in value)
-    return False
+    row = _forwarded(request)
+    if row.results is None:
+        return getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.NOT_CONTROLLER
+    entries = getattr(response, row.results)
+    return bool(entries) and all(e.error_code == ErrorCode.NOT_CONTROLLER for e in entries)

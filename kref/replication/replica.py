@@ -74,8 +74,16 @@ answer is lost:
 - anything else (REQUEST_TIMED_OUT, NOT_CONTROLLER, a broken connection: the
   change may or may not have been committed): the proposed isr stays
   pending and the same AlterPartition is sent again (AlterPartitionManager's
-  resend; the driver paces resends). The single broker's controller is its local metadata source
-(the Broker commits the change as a PartitionChangeRecord and answers).
+  resend) once a backoff has passed: ALTER_PARTITION_BACKOFF_MS after the
+  first failure, doubled per failure in a row up to
+  ALTER_PARTITION_MAX_BACKOFF_MS (an unreachable controller is not hammered).
+  The core decides the time; the resend goes out from the first step at or
+  after it (any event: a Tick, a follower's fetch), and
+  `alter_partition_resend_due_ms` tells a driver with timers when to step it.
+  Until then the request still counts as in flight (the spec's
+  AlterPartitionLost puts the same request back): an answer to it is taken.
+The single broker's controller is its local metadata source (the Broker
+commits the change as a PartitionChangeRecord and answers).
 """
 
 from __future__ import annotations
@@ -110,6 +118,11 @@ _ALTER_PARTITION_AWAIT_METADATA = frozenset({
     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INVALID_REQUEST, ErrorCode.NEW_LEADER_ELECTED,
 })
+
+# The resend backoff after an AlterPartition that got no decision (Kafka's
+# retry.backoff.ms, 100 ms, doubled per failure in a row up to the cap).
+ALTER_PARTITION_BACKOFF_MS = 100
+ALTER_PARTITION_MAX_BACKOFF_MS = 2_000
 
 # ListOffsets special timestamps (KIP-79, KIP-734, KIP-405).
 LATEST_TIMESTAMP = -1
@@ -426,6 +439,11 @@ class PartitionReplica(FollowerSide):
     # The AlterPartition whose answer the leader waits for; None when none is
     # in flight (also while pending_isr waits for metadata after an error).
     alter_partition_sent: AlterPartition | None = None
+    # Set when alter_partition_sent got no decision (timeout, NOT_CONTROLLER):
+    # the time it goes again (None: it is out, or nothing is pending), and the
+    # failures in a row the backoff doubles with.
+    alter_partition_resend_due_ms: int | None = None
+    alter_partition_failures: int = 0
     # Follower side (kref/replication/follower.py): the epoch of the last
     # record in the local log, how the next request is built, and whether
     # the Fetch version has diverging epochs.
@@ -583,6 +601,8 @@ class PartitionReplica(FollowerSide):
                 self._on_epoch_end_offset(event, now_ms, out)
             case _:
                 raise TypeError(f"not a replica event: {event!r}")
+        if self.alter_partition_resend_due_ms is not None and now_ms >= self.alter_partition_resend_due_ms:
+            self._resend_alter_partition(out)
         return out
 
     # ------------------------------------------------------------ transitions
@@ -607,7 +627,7 @@ class PartitionReplica(FollowerSide):
         if self.role is Role.LEADER and e.leader_epoch == self.leader_epoch:
             return self._on_same_term_registration(e, now_ms, out)
         self.role = Role.LEADER
-        self.pending_isr, self.alter_partition_sent = None, None
+        self._drop_alter_partition()
         self.leader = self.replica_id
         self.leader_epoch = e.leader_epoch
         self.partition_epoch = e.partition_epoch
@@ -667,7 +687,7 @@ class PartitionReplica(FollowerSide):
             return
         self.partition_epoch = e.partition_epoch
         self.isr = frozenset(e.isr)
-        self.pending_isr, self.alter_partition_sent = None, None
+        self._drop_alter_partition()
         self._emit_become_leader(now_ms, out)
         # A smaller isr may let the high watermark move (Kafka's makeLeader
         # tries to increment it too); the spec takes that as its own step.
@@ -677,7 +697,7 @@ class PartitionReplica(FollowerSide):
         if e.leader_epoch < self.leader_epoch:
             raise InvariantViolation(f"leader epoch {e.leader_epoch} older than current {self.leader_epoch}")
         self.role = Role.FOLLOWER
-        self.pending_isr, self.alter_partition_sent = None, None
+        self._drop_alter_partition()
         self.leader = e.leader
         self.leader_epoch = e.leader_epoch
         self.partition_epoch = e.partition_epoch
@@ -898,7 +918,7 @@ class PartitionReplica(FollowerSide):
             # Not the answer to the request in flight: one a BecomeLeader or
             # BecomeFollower superseded, or an earlier send. Kafka ignores it.
             return
-        self.alter_partition_sent = None
+        self.alter_partition_sent, self.alter_partition_resend_due_ms = None, None
         code = e.error_code
         if code == ErrorCode.NONE:
             if self.is_leader and e.leader_epoch == self.leader_epoch and e.partition_epoch > self.partition_epoch:
@@ -909,8 +929,14 @@ class PartitionReplica(FollowerSide):
             self.pending_isr = None
         elif code not in _ALTER_PARTITION_AWAIT_METADATA:
             # The change may be committed or not: keep counting the proposed isr
-            # and ask again (Kafka's AlterPartitionManager resends).
+            # and ask again after the backoff (Kafka's AlterPartitionManager
+            # resends; its channel waits retry.backoff.ms between tries).
             self.alter_partition_sent = sent
+            self.alter_partition_resend_due_ms = now_ms + min(
+                ALTER_PARTITION_BACKOFF_MS << min(self.alter_partition_failures, 16), ALTER_PARTITION_MAX_BACKOFF_MS)
+            self.alter_partition_failures += 1
+        if self.alter_partition_resend_due_ms is None:
+            self.alter_partition_failures = 0
         self._emit(
             out,
             trace.HandleAlterPartitionResponse,
@@ -921,10 +947,20 @@ class PartitionReplica(FollowerSide):
             error_code=code,
             high_watermark=self.high_watermark,
         )
-        if self.alter_partition_sent is not None:
-            out.append(sent)
         if self.is_leader:
             self._maybe_advance_high_watermark(now_ms, out)
+
+    def _resend_alter_partition(self, out: list[Effect]) -> None:
+        """The backoff after a failed AlterPartition has passed: the same request again."""
+        self.alter_partition_resend_due_ms = None
+        if self.alter_partition_sent is not None and self.is_leader:
+            out.append(self.alter_partition_sent)
+
+    def _drop_alter_partition(self) -> None:
+        """Metadata replaced the isr change (BecomeLeader, BecomeFollower): nothing is
+        pending, in flight or to be resent any more; a late answer is stale."""
+        self.pending_isr, self.alter_partition_sent = None, None
+        self.alter_partition_resend_due_ms, self.alter_partition_failures = None, 0
 
     def _maybe_advance_high_watermark(self, now_ms: int, out: list[Effect]) -> None:
         # KAFKA-15583 (Kafka 3.7+, the spec's AdvanceHighWatermark): not while

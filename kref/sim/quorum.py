@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kref.controller import quorum as q
-from kref.sim.world import Violation, World
+from kref.sim.world import Violation, World, check_log_matching
 
 CLIENT = 1000
 
@@ -237,15 +237,7 @@ class QuorumSim:
         nodes = list(self.nodes.items())
         for i, (a, na) in enumerate(nodes):
             for b, nb in nodes[i + 1:]:
-                la, lb = na.log, nb.log
-                n = min(len(la), len(lb))
-                k = 0
-                while k < n and la[k] == lb[k]:
-                    k += 1
-                for o in range(k, n):
-                    if la[o][0] == lb[o][0]:
-                        raise Violation("LogMatching", f"nodes {a} and {b} hold epoch {la[o][0]} at offset {o} "
-                                        f"but differ at offset {k}")
+                check_log_matching(a, na.log, b, nb.log)
 
     def summary(self) -> dict:
         return {"events": self.world.events, "faults": self.world.faults, "committed": len(self.committed),

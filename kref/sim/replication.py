@@ -59,7 +59,7 @@ from kref.protocol.errors import ErrorCode
 from kref.replication import follower as fc
 from kref.replication import replica as rc
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, Purgatory
-from kref.sim.world import Violation, World
+from kref.sim.world import Violation, World, check_log_matching
 
 TOPIC, PARTITION = "t", 0
 CONTROLLER = 0
@@ -762,7 +762,7 @@ class ClusterSim:
                 la = self.brokers[a].log
                 for c, other in self.brokers.items():
                     if c != a:
-                        _log_matching(a, la, c, other.log)
+                        check_log_matching(a, la, c, other.log, "brokers")
                         self._below_high_watermarks(self.brokers[a], other)
             self.changed.clear()
 
@@ -851,14 +851,3 @@ class ClusterSim:
             "leader_epochs": len(self.leaders),
             "high_watermark": leader.core.high_watermark if leader else -1,
         }
-
-
-def _log_matching(a: int, log_a: list, b: int, log_b: list) -> None:
-    n = min(len(log_a), len(log_b))
-    k = 0
-    while k < n and log_a[k] == log_b[k]:
-        k += 1
-    for o in range(k, n):
-        if log_a[o][0] == log_b[o][0]:
-            raise Violation("LogMatching", f"brokers {a} and {b} both hold epoch {log_a[o][0]} at offset {o} "
-                            f"but differ at offset {k}: {log_a[k]} vs {log_b[k]}")

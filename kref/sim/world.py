@@ -40,6 +40,19 @@ class Violation(AssertionError):
         self.detail = detail
 
 
+def check_log_matching(a: int, log_a: list, b: int, log_b: list, who: str = "nodes") -> None:
+    """LogMatching of two logs of (epoch, ...) entries (both simulators): where they
+    hold the same epoch at an offset, they hold the same prefix up to it."""
+    n = min(len(log_a), len(log_b))
+    k = 0
+    while k < n and log_a[k] == log_b[k]:
+        k += 1
+    for o in range(k, n):
+        if log_a[o][0] == log_b[o][0]:
+            raise Violation("LogMatching", f"{who} {a} and {b} both hold epoch {log_a[o][0]} at offset {o} "
+                            f"but differ at offset {k}: {log_a[k]} vs {log_b[k]}")
+
+
 @dataclass
 class NetworkFaults:
     drop: float = 0.0

@@ -1,5 +1,5 @@
 """A resent admin request meets its own first try (kref/node/broker_view.py's
-reconcile_resent).
+reconcile_resent, read through its per-API table).
 
 A controller that resigns answers NOT_CONTROLLER to requests whose records it
 had proposed; the next leader may commit them, so the broker's resend is
@@ -15,13 +15,13 @@ import uuid
 
 from kref.metadata import records as r
 from kref.metadata.image import MetadataImage
-from kref.node.broker_view import _counts_before, reconcile_resent
+from kref.node.broker_view import _answered_not_controller, _counts_before, reconcile_resent
 from kref.protocol.codec import request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.messages import build, nested
 
 TID = uuid.UUID(int=7)
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_PARTITION = 19, 20, 37, 56
 
 
 def image_with(partitions: int | None) -> MetadataImage:
@@ -94,3 +94,49 @@ def test_delete_topics_resend_meeting_its_own_first_try_answers_none():
     assert fixed.responses[0].error_code == ErrorCode.NONE
     # It never existed: the client's error stands.
     assert reconcile_resent(request, response, _counts_before(request, image_with(None)), image_with(None)) == response
+
+
+def delete_topics_by_id(topic_id: uuid.UUID, code: int):
+    req_cls = request_class(DELETE_TOPICS, 6)
+    request = build(req_cls, topics=(build(nested(req_cls, "DeleteTopicState"), name=None, topic_id=topic_id),),
+                    timeout=datetime.timedelta(seconds=30))
+    resp_cls = response_class(DELETE_TOPICS, 6)
+    # The controller no longer knows the id: it echoes no name (controller_driver).
+    response = build(resp_cls, throttle_time_ms=0, responses=(build(
+        nested(resp_cls, "DeletableTopicResult"), name=None, topic_id=topic_id, error_code=code,
+        error_message="no topic with this id"),))
+    return request, response
+
+
+def test_delete_topics_by_id_resend_meeting_its_own_first_try_answers_none_with_the_name():
+    request, response = delete_topics_by_id(TID, ErrorCode.UNKNOWN_TOPIC_ID)
+    fixed = reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(None))
+    entry = fixed.responses[0]
+    assert (entry.error_code, entry.error_message, entry.name, entry.topic_id) == (ErrorCode.NONE, None, "orders", TID)
+
+
+def test_delete_topics_by_id_genuine_errors_stay():
+    # No topic had that id before the first try: the client's error stands.
+    request, response = delete_topics_by_id(uuid.UUID(int=99), ErrorCode.UNKNOWN_TOPIC_ID)
+    assert reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(None)) == response
+    # The topic is still there: not deleted by the first try.
+    request, response = delete_topics_by_id(TID, ErrorCode.UNKNOWN_TOPIC_ID)
+    assert reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(3)) == response
+    # Another error code is never rewritten.
+    request, response = delete_topics_by_id(TID, ErrorCode.TOPIC_DELETION_DISABLED)
+    assert reconcile_resent(request, response, _counts_before(request, image_with(3)), image_with(None)) == response
+
+
+def test_not_controller_is_read_from_each_apis_own_result_list():
+    """Per-topic answers refuse the request only when every entry says NOT_CONTROLLER;
+    one-error answers (AlterPartition, ElectLeaders v1+) by their top-level code."""
+    request, response = create_partitions(5, ErrorCode.NOT_CONTROLLER)
+    assert _answered_not_controller(request, response)
+    request, response = create_partitions(5, ErrorCode.INVALID_PARTITIONS)
+    assert not _answered_not_controller(request, response)
+    alter_cls = response_class(ALTER_PARTITION, 3)
+    alter_request = build(request_class(ALTER_PARTITION, 3), broker_id=1, broker_epoch=1, topics=())
+    assert _answered_not_controller(alter_request, build(alter_cls, throttle_time_ms=0,
+                                                         error_code=ErrorCode.NOT_CONTROLLER, topics=()))
+    assert not _answered_not_controller(alter_request, build(alter_cls, throttle_time_ms=0,
+                                                             error_code=ErrorCode.NONE, topics=()))

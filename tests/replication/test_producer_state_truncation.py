@@ -1,7 +1,7 @@
 """Idempotence across a follower truncation and a failover (KIP-98 state, KIP-101/320 truncation).
 
 Three `Partition` drivers over real Logs, each with a real ProducerStateManager
-(as every broker partition has), driven as in test_follower_driver.py:
+(as every broker partition has), driven as in test_follower_driver.py (tests/replication/partition_kit.py):
 
 1. leader 1 (epoch 0) takes producer 7's batches of sequence 0 and 1; 2 and 3
    replicate them;
@@ -20,24 +20,12 @@ step 4 appended sequence 1 a second time.
 
 from __future__ import annotations
 
-import os
-
 from kref.broker.partition import Partition
 from kref.protocol.errors import ErrorCode
 from kref.records.batch import Record, build_batch
-from kref.replication.purgatory import Purgatory
-from kref.storage.config import LogConfig
-from kref.storage.log import Log
-from kref.storage.producer_state import ProducerStateManager
-from tests.replication.test_follower_driver import NOW, REPLICAS, _batches, _fetch
+from tests.replication.partition_kit import NOW, REPLICAS, batches, elect, fetch, new_partition
 
 PRODUCER = 7
-
-
-def _partition(tmp_path, replica_id: int) -> Partition:
-    directory = os.path.join(tmp_path, f"n{replica_id}", "t-0")
-    log = Log.open(directory, LogConfig(), NOW, producer_state=ProducerStateManager(directory))
-    return Partition(log, replica_id=replica_id, produce_purgatory=Purgatory("p"), fetch_purgatory=Purgatory("f"))
 
 
 def _send(part: Partition, sequence: int):
@@ -46,42 +34,33 @@ def _send(part: Partition, sequence: int):
     return part.append_records_as_leader(records, 1, 1, NOW)
 
 
-def _lead(parts, leader: int, epoch: int, isr) -> None:
-    for rid, part in parts.items():
-        if rid == leader:
-            part.become_leader(NOW, leader_epoch=epoch, partition_epoch=epoch, isr=isr, replicas=REPLICAS)
-        else:
-            part.become_follower(NOW, leader_id=leader, leader_epoch=epoch, partition_epoch=epoch, isr=isr,
-                                 replicas=REPLICAS)
-
-
 def test_a_producer_whose_retained_batches_were_truncated_away_is_still_known(tmp_path):
-    parts = {rid: _partition(tmp_path, rid) for rid in REPLICAS}
-    _lead(parts, 1, 0, REPLICAS)
+    parts = {rid: new_partition(tmp_path, rid, producer_state=True) for rid in REPLICAS}
+    elect(parts, 1, 0, REPLICAS)
     for sequence in (0, 1):
         assert _send(parts[1], sequence).error_code == ErrorCode.NONE
     for rid in (2, 3):
-        _fetch(parts, rid)
+        fetch(parts, rid)
     for sequence in range(2, 7):
         assert _send(parts[1], sequence).error_code == ErrorCode.NONE
-    _fetch(parts, 2)
+    fetch(parts, 2)
     assert parts[2].log_end_offset == 7 and parts[3].log_end_offset == 2
 
     # 1 is gone: 3 leads epoch 1, and 2 truncates to where epoch 0 ends on 3.
     survivors = {rid: parts[rid] for rid in (2, 3)}
-    _lead(survivors, 3, 1, (2, 3))
+    elect(survivors, 3, 1, (2, 3))
     for _ in range(3):
         if parts[2].log_end_offset == 2:
             break
-        _fetch(survivors, 2)
+        fetch(survivors, 2)
     assert parts[2].log_end_offset == 2
 
     # 3 is gone: 2 leads epoch 2; producer 7 resends.
-    _lead({2: parts[2]}, 2, 2, (2,))
+    elect({2: parts[2]}, 2, 2, (2,))
     retry = _send(parts[2], 1)
     assert retry.error_code == ErrorCode.NONE and retry.base_offset == 1, retry
     assert parts[2].log_end_offset == 2, "sequence 1 was appended twice"
     assert _send(parts[2], 3).error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     after = _send(parts[2], 2)
     assert after.error_code == ErrorCode.NONE and after.base_offset == 2
-    assert [b[0] for b in _batches(parts[2])] == [0, 1, 2]
+    assert [b[0] for b in batches(parts[2])] == [0, 1, 2]

@@ -134,7 +134,9 @@ class Harness:
             f"high_watermark={p.high_watermark}"
         ]
         if p.pending_isr is not None:
-            lines.append(f"  pending_isr={_fmt(p.pending_isr)} in_flight={p.alter_partition_sent is not None}")
+            resend = p.alter_partition_resend_due_ms
+            lines.append(f"  pending_isr={_fmt(p.pending_isr)} in_flight={p.alter_partition_sent is not None}"
+                         + (f" resend_due_ms={resend} failures={p.alter_partition_failures}" if resend is not None else ""))
         for rid, s in sorted(p.followers.items()):
             lines.append(
                 f"  follower {rid}: log_end_offset={s.log_end_offset} "

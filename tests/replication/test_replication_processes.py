@@ -99,6 +99,22 @@ def _consume_all(bootstrap: str, expected: int) -> list[tuple[int, bytes]]:
     return got
 
 
+def _replicated_topic(specs, processes, **configs):
+    """Every broker unfenced, then TOPIC created (one partition, RF 3, `configs`) and led
+    with its three replicas in sync: (bootstrap servers, an AdminClient, the partition)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kref.node.local_cluster import bootstrap_servers
+
+    bootstrap = bootstrap_servers(specs)
+    wait_unfenced(specs, processes)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 3, config=configs)])[TOPIC].result(30)
+    first = wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,
+                       "the topic with a leader and 3 in-sync replicas")
+    return bootstrap, admin, first
+
+
 def _trace_events(spec) -> list[dict]:
     """This node's trace events of TOPIC, as flushed so far (a torn last line is skipped)."""
     import json
@@ -122,18 +138,9 @@ def _trace_types(spec) -> set[str]:
 
 @pytest.mark.timeout(900)  # the cluster run (~20 s) plus TLC on its trace (~25-300 s on a loaded box)
 def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path):
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from kref.node.local_cluster import bootstrap_servers
-
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        bootstrap = bootstrap_servers(specs)
-        wait_unfenced(specs, processes)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
-        first = wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,
-                           "the topic with a leader and 3 in-sync replicas")
+        bootstrap, admin, first = _replicated_topic(specs, processes, **{"min.insync.replicas": "2"})
 
         # 1. acks=all with two followers replicating.
         acked = _produce(bootstrap, 0, BATCH)
@@ -201,20 +208,12 @@ def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_pat
     (nothing appended) while acks=1 is still taken; once the follower is back
     in the isr acks=all succeeds again. kafka-python without retries shows
     the broker's error as it is."""
-    from confluent_kafka.admin import AdminClient, NewTopic
     from kafka import KafkaProducer
     from kafka.errors import NotEnoughReplicasError
 
-    from kref.node.local_cluster import bootstrap_servers
-
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
-        bootstrap = bootstrap_servers(specs)
-        wait_unfenced(specs, processes)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "3"})])[TOPIC].result(30)
-        first = wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0 and p,
-                           "the topic with a leader and 3 in-sync replicas")
+        bootstrap, admin, first = _replicated_topic(specs, processes, **{"min.insync.replicas": "3"})
         all_acks = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0, request_timeout_ms=10000)
         all_acks.send(TOPIC, b"before", partition=0).get(timeout=20)
 
@@ -251,19 +250,13 @@ def test_committed_offsets_survive_the_loss_of_the_coordinator(tmp_path):
     __consumer_offsets partition to a follower, which becomes the coordinator
     with the committed offsets it replicated; a new member resumes there."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kref.node.local_cluster import bootstrap_servers
     from tests.controller.test_cluster_groups import _find_coordinator
 
     group = "survivors"
     settings = {**SETTINGS, "offsets.topic.num.partitions": "3"}
     with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
-        bootstrap = bootstrap_servers(specs)
-        wait_unfenced(specs, processes)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
-        wait_until(lambda: (p := _partition(admin)) is not None and len(p.isrs) == 3 and p.leader >= 0, "the topic")
+        bootstrap, _, _ = _replicated_topic(specs, processes)
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         for i in range(20):
             producer.produce(TOPIC, value=b"c%d" % i, partition=0)

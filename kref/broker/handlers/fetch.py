@@ -81,8 +81,10 @@ class _Wanted:
 
 def register(router, broker) -> None:
     if broker is not None:
+        # Session ids come from the cache's own generator, seeded through the
+        # broker's ids port (a seeded broker replays the same ids).
         broker.fetch_sessions = FetchSessionCache(
-            broker.config.max_incremental_fetch_session_cache_slots, random.Random())
+            broker.config.max_incremental_fetch_session_cache_slots, random.Random(broker.ids.seed()))
 
     async def handle_fetch(ctx, request) -> Any:
         return await fetch(ctx.broker, ctx.api_version, request)
