@@ -50,6 +50,13 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   cannot queue them; an A/B of two versions is then comparable in one
   window. Figures from it are not quiet-machine figures: the other load
   still shares caches and memory bandwidth;
+- with `--hops`: the cluster nodes write replica traces, and each cluster
+  latency phase prints where a record's wall time goes, hop by hop (p50/p90
+  of produce() -> LeaderAppend -> each follower's answer -> its
+  FollowerAppend -> its next FollowerFetch -> the leader's LeaderHandleFetch
+  -> AdvanceHighWatermark -> delivery report), from the traces'
+  CLOCK_MONOTONIC stamps and the client's; writing traces costs each broker
+  a little per event, so the totals run slightly above a phase without;
 - follower catch-up: a follower of the RF=3 partition is killed (-9), the
   leader takes `--catchup-mb` MB with acks=1, the follower restarts; from
   the moment its log starts to grow until it holds as many bytes as the
@@ -64,7 +71,7 @@ median and min-max of the per-round ratios are printed. Every phase has a
 deadline.
 
     .venv/bin/python bench/cluster.py [--messages 20000] [--rounds 3] [--rates 100,300] [--catchup-mb 20]
-        [--cprofile DIR] [--only-throughput | --only-latency] [--realtime]
+        [--cprofile DIR] [--only-throughput | --only-latency] [--realtime] [--serial] [--instructions] [--hops]
 """
 
 from __future__ import annotations
