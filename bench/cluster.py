@@ -50,6 +50,13 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   cannot queue them; an A/B of two versions is then comparable in one
   window. Figures from it are not quiet-machine figures: the other load
   still shares caches and memory bandwidth;
+- with `--hops`: the cluster nodes write replica traces, and each cluster
+  latency phase prints where a record's wall time goes, hop by hop (p50/p90
+  of produce() -> LeaderAppend -> each follower's answer -> its
+  FollowerAppend -> its next FollowerFetch -> the leader's LeaderHandleFetch
+  -> AdvanceHighWatermark -> delivery report), from the traces'
+  CLOCK_MONOTONIC stamps and the client's; writing traces costs each broker
+  a little per event, so the totals run slightly above a phase without;
 - follower catch-up: a follower of the RF=3 partition is killed (-9), the
   leader takes `--catchup-mb` MB with acks=1, the follower restarts; from
   the moment its log starts to grow until it holds as many bytes as the
@@ -64,12 +71,13 @@ median and min-max of the per-round ratios are printed. Every phase has a
 deadline.
 
     .venv/bin/python bench/cluster.py [--messages 20000] [--rounds 3] [--rates 100,300] [--catchup-mb 20]
-        [--cprofile DIR] [--only-throughput | --only-latency] [--realtime]
+        [--cprofile DIR] [--only-throughput | --only-latency] [--realtime] [--serial] [--instructions] [--hops]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import os
 import resource
@@ -91,6 +99,7 @@ from bench.broker import start_kref_process  # noqa: E402
 from kref.broker.gc_tuning import GC_STATS_ENV, read_gc_stats  # noqa: E402
 from kref.node import local_cluster  # noqa: E402
 from kref.storage import meta_properties  # noqa: E402
+from kref.trace.sink import read_ndjson_trace  # noqa: E402
 
 PHASE_DEADLINE_S = 120
 REALTIME_PRIORITY = 10  # SCHED_FIFO priority of --realtime (1-99; the kernel's own threads use 50 and up)
@@ -107,13 +116,19 @@ CLUSTER_SETTINGS = {
 
 
 @contextlib.contextmanager
-def start_cluster(base: Path, env: dict[str, str] | None = None):
+def start_cluster(base: Path, env: dict[str, str] | None = None, trace_dir: Path | None = None):
+    """Three combined nodes; with `trace_dir`, each writes its replica trace to trace_dir/NODE.ndjson."""
     specs = local_cluster.plan(base, 3, 3, overrides=CLUSTER_SETTINGS)
     local_cluster.format_nodes(specs, meta_properties.random_uuid())
-    processes = {s.node_id: local_cluster.start_node(s, env=env) for s in specs}
+
+    def start(spec):
+        extra = ("--trace-file", str(trace_dir / f"{spec.node_id}.ndjson")) if trace_dir is not None else ()
+        return local_cluster.start_node(spec, *extra, env=env)
+
+    processes = {s.node_id: start(s) for s in specs}
 
     def restart(node_id):
-        processes[node_id] = local_cluster.start_node(next(s for s in specs if s.node_id == node_id), env=env)
+        processes[node_id] = start(next(s for s in specs if s.node_id == node_id))
 
     try:
         deadline = time.monotonic() + 60
@@ -399,28 +414,113 @@ def gc_lines(before: dict[str, dict | None], after: dict[str, dict | None], reco
     return out
 
 
+def _trace_events(path: Path, topic: str) -> dict[str, list[dict]]:
+    """One node's replica trace events of `topic` partition 0, by type, in CLOCK_MONOTONIC order."""
+    by_type: dict[str, list[dict]] = {}
+    if not path.exists():
+        return by_type
+    for event in read_ndjson_trace(path):
+        if event.get("topic") == topic and event.get("partition") == 0 and "mono_ns" in event:
+            by_type.setdefault(event["type"], []).append(event)
+    for events in by_type.values():
+        events.sort(key=lambda e: e["mono_ns"])
+    return by_type
+
+
+def _first(events: list[dict], after_ns: int, test) -> int | None:
+    """mono_ns of the first event at or after `after_ns` that passes `test`."""
+    start = bisect.bisect_left([e["mono_ns"] for e in events], after_ns)
+    return next((e["mono_ns"] for e in events[start:] if test(e)), None)
+
+
+def hop_lines(trace_dir: Path, topic: str, leader: int, followers: list[int],
+              records: list[tuple[int, int, int]]) -> list[str]:
+    """Where one acks=all record's wall time goes, hop by hop (medians over `records`).
+
+    `records` are (offset, produce() at, delivery report at), CLOCK_MONOTONIC ns,
+    the clock every trace event carries (kref/trace/sink.py), so the three
+    brokers' traces and the client line up. Per record: produce() -> the
+    leader's LeaderAppend; -> the leader's LeaderHandleFetch that sends the
+    record to each follower (a parked fetch woken by the append, re-stepped);
+    -> that follower's FollowerAppend; -> its next FollowerFetch (fetch offset
+    past the record); -> the leader's LeaderHandleFetch of that fetch; the
+    later of the two -> AdvanceHighWatermark past the record; -> the delivery
+    report. Followers are counted in the order the leader answered them.
+    """
+    traces = {n: _trace_events(trace_dir / f"{n}.ndjson", topic) for n in [leader, *followers]}
+    lead = traces[leader]
+    hops: dict[str, list[float]] = {}
+
+    def add(name: str, a: int | None, b: int | None) -> None:
+        if a is not None and b is not None:
+            hops.setdefault(name, []).append((b - a) / 1e6)
+
+    for offset, sent, acked in records:
+        appended = _first(lead.get("LeaderAppend", []), sent,
+                          lambda e: e["first_offset"] <= offset <= e["last_offset"])
+        if appended is None:
+            continue
+        per_follower = []
+        for f in followers:
+            sends = _first(lead.get("LeaderHandleFetch", []), appended,
+                           lambda e: e["follower"] == f and e["fetch_offset"] <= offset)
+            got = _first(traces[f].get("FollowerAppend", []), appended,
+                         lambda e: e["first_offset"] <= offset <= e["last_offset"])
+            asks = _first(traces[f].get("FollowerFetch", []), got or appended,
+                          lambda e: e["fetch_offset"] > offset)
+            heard = _first(lead.get("LeaderHandleFetch", []), asks or appended,
+                           lambda e: e["follower"] == f and e["fetch_offset"] > offset)
+            per_follower.append((sends if sends is not None else 1 << 62, got, asks, heard))
+        per_follower.sort()
+        advanced = _first(lead.get("AdvanceHighWatermark", []), appended, lambda e: e["high_watermark"] > offset)
+        add("produce() -> LeaderAppend", sent, appended)
+        for which, (sends, got, asks, heard) in zip(("1st", "2nd"), per_follower):
+            sends = None if sends == 1 << 62 else sends
+            add(f"LeaderAppend -> answer to {which} follower (LeaderHandleFetch)", appended, sends)
+            add(f"  {which}: answer -> FollowerAppend", sends, got)
+            add(f"  {which}: FollowerAppend -> its next FollowerFetch", got, asks)
+            add(f"  {which}: FollowerFetch -> the leader's LeaderHandleFetch", asks, heard)
+        last_heard = max((h for *_, h in per_follower if h is not None), default=None)
+        add("last LeaderHandleFetch -> AdvanceHighWatermark", last_heard, advanced)
+        add("AdvanceHighWatermark -> delivery report", advanced, acked)
+        add("total", sent, acked)
+    out = []
+    for name, values in hops.items():
+        values.sort()
+        out.append(f"{name}: p50 {values[len(values) // 2]:.3f} ms, p90 {values[int(len(values) * 0.9)]:.3f} ms "
+                   f"({len(values)} records)")
+    return out
+
+
 def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes,
             pids: dict[str, int] | None = None, realtime: bool = False,
             gc_prefix: str | None = None, serial: bool = False,
-            instructions: bool = False) -> tuple[float, float, int]:
+            instructions: bool = False, hops: list | None = None) -> tuple[float, float, int]:
     """(p50 ms, p99 ms, samples) of produce() -> delivery report at `rate` records/s.
 
     With `pids`, also prints each process's CPU and sleeps per 1000 records
-    and the slowest samples (time since the phase started).
+    and the slowest samples (time since the phase started). With `hops`, each
+    acknowledged record of the phase is appended to it as (offset, produce()
+    at, delivery report at) in CLOCK_MONOTONIC ns (see hop_lines).
     """
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
                          "enable.idempotence": acks == "all"})
     samples: list[tuple[float, float]] = []
+    stamped: list[tuple[int, int, int]] = []
 
     def callback(sent):
-        def on_delivery(err, _msg):
+        sent_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+        def on_delivery(err, msg):
             if err is None:
                 samples.append(((time.perf_counter() - sent) * 1000, sent))
+                stamped.append((msg.offset(), sent_ns, time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
         return on_delivery
 
     for _ in range(50):  # warm the connections
         producer.produce(topic, value)
     producer.flush(30)
+    stamped.clear()
     pids = pids or {}
     if realtime and not set_realtime([os.getpid(), *pids.values()], True):
         print("    --realtime: not permitted here (needs CAP_SYS_NICE); measuring at normal priority")
@@ -460,6 +560,8 @@ def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, 
         time.sleep(GC_STATS_SETTLE_S)
         for line in gc_lines(collected, gc_stats(gc_prefix, pids), len(samples), begun_mono, ended_mono):
             print(f"    gc per 1000 records, {line}")
+    if hops is not None:
+        hops.extend(stamped)
     if not samples:
         return float("nan"), float("nan"), 0
     if pids:
@@ -575,9 +677,11 @@ def latency_phases(args, rates: list[float], single: str, bootstrap: str, value:
                         for n in sorted(placement["replicas"], key=lambda n: n != placement["leader"])}
         rows = []
         for i in range(args.rounds):
+            stamped: list | None = [] if args.hops else None
+
             def cluster_phase():
                 return latency(bootstrap, topic, "all", rate, args.seconds, value, cluster_pids, args.realtime,
-                               args.gc_prefix, args.serial, args.instructions)
+                               args.gc_prefix, args.serial, args.instructions, stamped)
             if args.cprofile is not None and i == 0:
                 # The first round's cluster phase under cProfile (its figures carry the profiler's cost).
                 got: list = []
@@ -588,6 +692,10 @@ def latency_phases(args, rates: list[float], single: str, bootstrap: str, value:
             si = latency(single, topic, "1", rate, args.seconds, value, pids["single"], args.realtime,
                          args.gc_prefix, args.serial, args.instructions)
             rows.append((si, cl))
+            if stamped:
+                followers = [n for n in placement["replicas"] if n != placement["leader"]]
+                for line in hop_lines(args.trace_dir, topic, placement["leader"], followers, stamped):
+                    print(f"    hop {line}")
             print(f"  {rate:g}/s round {i + 1}: single acks=1 p50 {si[0]:.2f} p99 {si[1]:.2f} ms; "
                   f"cluster acks=all p50 {cl[0]:.2f} p99 {cl[1]:.2f} ms ({cl[2]} samples, load {os.getloadavg()[0]:.1f}"
                   f"{', real-time priority' if args.realtime else ''})")
@@ -623,6 +731,10 @@ def main() -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="latency phases also count each broker's instructions per record (perf stat), "
                              "net of its background: per-record work that load barely distorts")
+    parser.add_argument("--hops", action="store_true",
+                        help="the cluster nodes write replica traces; each cluster latency phase prints where a "
+                             "record's wall time goes hop by hop (the traces' CLOCK_MONOTONIC stamps; writing "
+                             "them costs each broker a little per event)")
     parser.add_argument("--cluster-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a property for every cluster node (repeatable), e.g. replica.fetch.wait.max.ms=50")
     args = parser.parse_args()
@@ -642,13 +754,17 @@ def main() -> int:
             args.cprofile.mkdir(parents=True, exist_ok=True)
         # Every broker measures its garbage collector (files under `base`; read in the latency phases).
         args.gc_prefix = str(base / "gc")
+        args.trace_dir = None
+        if args.hops:
+            args.trace_dir = base / "traces"
+            args.trace_dir.mkdir()
         single_env = {GC_STATS_ENV: args.gc_prefix}
         cluster_env = {GC_STATS_ENV: args.gc_prefix}
         if args.cprofile:
             single_env["KREF_CPROFILE"] = str(args.cprofile.resolve() / "single")
             cluster_env["KREF_CPROFILE"] = str(args.cprofile.resolve() / "cluster")
         with start_kref_process(single_env) as (single, single_proc), \
-                start_cluster(base, cluster_env) as (specs, processes, restart):
+                start_cluster(base, cluster_env, args.trace_dir) as (specs, processes, restart):
             bootstrap = local_cluster.bootstrap_servers(specs)
             create_topic(single, "bench", 1)
             placement = create_topic(bootstrap, "bench", 3)

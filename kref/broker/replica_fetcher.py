@@ -17,7 +17,8 @@ to the partition, repeat. kref does the same with trio tasks:
   (topic ids; ReplicaState = this broker's id and broker epoch, KIP-903: the
   leader records which incarnation fetched; max_wait = replica.fetch.wait.max.ms, min_bytes
   = replica.fetch.min.bytes, per-partition replica.fetch.max.bytes, response
-  bounded by replica.fetch.response.max.bytes) over one connection to the
+  bounded by replica.fetch.response.max.bytes; written straight to wire
+  bytes by kref/broker/replica_fetcher_request.py) over one connection to the
   leader's inter-broker listener, and hands every partition's answer to
   Partition.on_fetch_response (the core decides append / truncate / backoff).
 
@@ -41,11 +42,9 @@ its own timeout.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import logging
 import math
-import sys
 import zlib
 from typing import Any
 
@@ -53,7 +52,8 @@ import trio
 
 from kref.broker.fetch_session import FetchPlan, FetcherSession
 from kref.broker.loop_steps import StepBudget
-from kref.protocol.codec import decode_response, encode_request, request_class, response_class
+from kref.broker.replica_fetcher_request import FETCH, FETCH_VERSION, encode_fetch_request
+from kref.protocol.codec import decode_response, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.framing import FrameDecoder, FrameError
 from kref.broker import replication_quota
@@ -62,8 +62,6 @@ from kref.replication.replica import Role
 
 log = logging.getLogger("kref.replica_fetcher")
 
-FETCH = 1
-FETCH_VERSION = 15  # topic ids (v13), diverging epochs (KIP-320), ReplicaState with the broker epoch (KIP-903)
 SCAN_INTERVAL_S = 0.05
 # Frame headroom over replica.fetch.response.max.bytes (KIP-74 lets the first
 # batch exceed it: one replica.fetch.max.bytes more, plus headers).
@@ -88,13 +86,13 @@ def _fetch_data(due: SendFetch, config: Any) -> tuple:
             config.replica_fetch_max_bytes)
 
 
-def _forgotten(m: Any, keys: tuple, topic_ids: dict[str, Any]) -> tuple:
+def _forgotten(keys: tuple, topic_ids: dict[str, Any]) -> list[tuple[Any, list[int]]]:
     by_topic: dict[Any, list[int]] = {}
     for topic, partition in keys:
         topic_id = topic_ids.get(topic)
         if topic_id is not None:  # never sent by id: the leader's session does not hold it
             by_topic.setdefault(topic_id, []).append(partition)
-    return tuple(m.ForgottenTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    return list(by_topic.items())
 
 
 class _Unchanged:
@@ -236,7 +234,6 @@ class ReplicaFetcherManager:
                     await trio.sleep(min(backoff_s, 0.1))
                     continue
                 plan = session.plan({(part.topic, part.partition): _fetch_data(due, config) for part, due in wanted})
-                body = self._request(wanted, plan)
                 try:
                     timeout_s = config.replica_socket_timeout_ms / 1000 + config.replica_fetch_wait_max_ms / 1000
                     with watchdog.request(timeout_s):
@@ -246,7 +243,7 @@ class ReplicaFetcherManager:
                             watchdog.stream = stream
                             decoder = FrameDecoder(max_frame)
                         correlation_id += 1
-                        await stream.send_all(encode_request(body, correlation_id, name))
+                        await stream.send_all(self._request(wanted, plan, correlation_id, name))
                         frame = decoder.next_frame()
                         while frame is None:
                             data = await stream.receive_some(max(RECEIVE_BYTES, min(decoder.missing_bytes, RECEIVE_MAX_BYTES)))
@@ -291,10 +288,11 @@ class ReplicaFetcherManager:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
 
-    def _request(self, wanted: list[tuple[Any, SendFetch]], plan: FetchPlan) -> Any:
+    def _request(self, wanted: list[tuple[Any, SendFetch]], plan: FetchPlan, correlation_id: int,
+                 client_id: str) -> bytes:
+        """The Fetch v15 frame for `wanted` as the session plans it (written straight to
+        bytes: kref/broker/replica_fetcher_request.py)."""
         config = self.broker.config
-        cls = request_class(FETCH, FETCH_VERSION)
-        m = sys.modules[cls.__module__]
         by_topic: dict[Any, list] = {}
         named = set(plan.send)
         for part, due in wanted:
@@ -303,29 +301,20 @@ class ReplicaFetcherManager:
                 self.topic_ids[part.topic] = topic.topic_id
             if (part.topic, part.partition) not in named or part.topic not in self.topic_ids:
                 continue  # unchanged since the session last heard of it
-            by_topic.setdefault(self.topic_ids[part.topic], []).append(
-                m.FetchPartition(
-                    partition=part.partition,
-                    current_leader_epoch=due.current_leader_epoch,
-                    fetch_offset=due.fetch_offset,
-                    last_fetched_epoch=due.last_fetched_epoch,
-                    log_start_offset=due.log_start_offset,
-                    partition_max_bytes=config.replica_fetch_max_bytes,
-                )
-            )
-        broker_epoch = wanted[0][1].broker_epoch if wanted else -1
-        return cls(
-            cluster_id=None,
-            replica_state=m.ReplicaState(replica_id=self.broker.node_id, replica_epoch=broker_epoch),
-            max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms),
+            by_topic.setdefault(self.topic_ids[part.topic], []).append((
+                part.partition, due.current_leader_epoch, due.fetch_offset, due.last_fetched_epoch,
+                due.log_start_offset, config.replica_fetch_max_bytes))
+        return encode_fetch_request(
+            correlation_id, client_id,
+            replica_id=self.broker.node_id,
+            replica_epoch=wanted[0][1].broker_epoch if wanted else -1,
+            max_wait_ms=config.replica_fetch_wait_max_ms,
             min_bytes=config.replica_fetch_min_bytes,
             max_bytes=config.replica_fetch_response_max_bytes,
-            isolation_level=0,
             session_id=plan.session_id,
             session_epoch=plan.session_epoch,
-            topics=tuple(m.FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=_forgotten(m, plan.forgotten, self.topic_ids),
-            rack_id="",
+            topics=list(by_topic.items()),
+            forgotten=_forgotten(plan.forgotten, self.topic_ids),
         )
 
     async def _apply(self, wanted: list[tuple[Any, SendFetch]], response: Any, session: FetcherSession,
