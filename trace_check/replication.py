@@ -216,23 +216,28 @@ def _uncommitted_controller_writes(events) -> set[str]:
     until it resigns; a new controller never sees those records, and the
     deposed one truncates them when it follows (KRaft's
     TruncateToEpochEndOffset, its metadata log's end offset after). Neither
-    spec step happened. A write's offset is at least the metadata log end
-    offset its node logged last before it, so a write is lost when the
-    first truncation of that node's metadata log after it goes to that
-    offset or below (committed records are never truncated); a write no
-    truncation reached is kept.
+    spec step happened. A write is lost when the first truncation of that
+    node's metadata log after it goes to the write's offset or below
+    (committed records are never truncated); a write no truncation reached
+    is kept. The offset is the event's `record_offset` (logged since session
+    10); in older traces, the metadata log end offset its node logged last
+    before it, a lower bound: a zombie controller that appended records no
+    quorum event of its own shows (session 10's fault seed 501: a paused
+    controller fenced and unfenced every broker on resuming, and its
+    follower fetched part of it) then has its later, truncated writes taken.
     """
     log_end: dict[int, int] = {}  # node -> its metadata log end offset, as its last quorum event said
-    pending: dict[int, list[tuple[int, str]]] = {}  # node -> (offset at least, origin) of writes not yet judged
+    pending: dict[int, list[tuple[int, str]]] = {}  # node -> (offset, or a lower bound; origin) of writes not yet judged
     lost: set[str] = set()
     for e, origin in events:
         node = e.get("replica")
         if e.get("topic") == METADATA_TOPIC and "state" in e and "log_end_offset" in e:
             if e["type"] == "TruncateToEpochEndOffset":
-                lost.update(o for at_least, o in pending.pop(node, ()) if at_least >= e["log_end_offset"])
+                lost.update(o for offset, o in pending.pop(node, ()) if offset >= e["log_end_offset"])
             log_end[node] = e["log_end_offset"]
-        elif e["type"] in CONTROLLER_WRITES and node in log_end:
-            pending.setdefault(node, []).append((log_end[node], origin))
+        elif e["type"] in CONTROLLER_WRITES and (e.get("record_offset", -1) >= 0 or node in log_end):
+            offset = e["record_offset"] if e.get("record_offset", -1) >= 0 else log_end[node]
+            pending.setdefault(node, []).append((offset, origin))
     return lost
 
 
