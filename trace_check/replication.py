@@ -686,16 +686,31 @@ def _delayed_fetch_completions(mine, skipped):
     (a silent step of TraceReplication) and fetched again at once with the
     same offsets: that FollowerFetch, which kref does not send, is put before
     the second LeaderHandleFetch and named "inferred" in the report.
+
+    A diverging-epoch answer logged twice for one request (session 10's fault
+    seeds 502 and 602: the leader parked the fetch and answered it again at
+    completion, the same diverging epoch and end offset) is one answer: the
+    second changes nothing the spec tracks (the leader learns no offset from a
+    follower it sends to truncate) and is left out; the follower truncates
+    once, on whichever arrived.
     """
     out = []
     pending: dict[int, tuple[dict[str, Any], bool]] = {}  # follower -> (its last FollowerFetch, answered)
-    inferred = 0
+    diverged: dict[int, tuple] = {}  # follower -> the diverging answer its pending request got
+    inferred = repeated = 0
     for e, origin in mine:
         kind = e["type"]
         if kind == "FollowerFetch":
             pending[e["replica"]] = (e, False)
+            diverged.pop(e["replica"], None)
         elif kind == "LeaderHandleFetch" and e["follower"] in pending:
             request, answered = pending[e["follower"]]
+            answer = (e["replica"], e["leader_epoch"], e["fetch_offset"], e["diverging_epoch"], e["diverging_end_offset"])
+            if answered and diverged.get(e["follower"]) == answer:
+                repeated += 1
+                continue
+            if e["diverging_epoch"] != -1 or e["diverging_end_offset"] != -1:
+                diverged[e["follower"]] = answer
             if answered:
                 again = {k: v for k, v in request.items() if k not in ("seq", "mono_ns", "time_ms")}
                 out.append((again, f"inferred: {origin} completes a parked fetch (the follower asks again)"))
@@ -703,9 +718,12 @@ def _delayed_fetch_completions(mine, skipped):
             pending[e["follower"]] = (request, True)
         elif kind == "FollowerAppend" or _resets_fetch(e):
             pending.pop(e["replica"], None)
+            diverged.pop(e["replica"], None)
         out.append((e, origin))
     if inferred:
         skipped["LeaderHandleFetch completing a parked fetch (a FollowerFetch inferred before it)"] = inferred
+    if repeated:
+        skipped["LeaderHandleFetch repeating a diverging-epoch answer (a parked fetch's completion)"] = repeated
     return out
 
 
