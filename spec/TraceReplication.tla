@@ -297,9 +297,27 @@ TraceStep ==
     /\ tl' = tl + 1
     /\ pe_shift' = pe_shift + (IF Ev.type \in {"ElectLeader", "UncleanElectLeader"} THEN ElectionShift ELSE 0)
 
+\* An AlterPartition resent where the leader's core cannot see it: kref's
+\* broker-to-controller channel, like Kafka's, sends a request again when the
+\* controller it went to resigned (NOT_CONTROLLER) or its connection broke.
+\* If that controller had proposed the change and the next one committed it
+\* (Raft commits the old epoch's tail), the resend meets its own first try:
+\* INVALID_UPDATE_VERSION (FENCED_LEADER_EPOCH after an election), the only
+\* answer the leader logs. In the spec that is AlterPartitionLost (the first
+\* answer lost, the request sent again), then the silent CommitAlterPartition
+\* that refuses it; taken only right before such a logged answer of that
+\* leader, so TLC does not try it everywhere.
+ResentUnseen ==
+    /\ tl <= Len(TraceLog)
+    /\ Ev.type = "HandleAlterPartitionResponse"
+    /\ ~("lost" \in DOMAIN Ev)
+    /\ Ev.error_code \in {74, 95}  \* FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION
+    /\ AlterPartitionLost(Ev.replica)
+
 \* Steps the replicas do not log (see the theory of operation).
 SilentStep ==
     /\ \/ \E l \in Replicas : CommitAlterPartition(l)
+       \/ ResentUnseen
        \/ \E f \in Replicas :
              /\ fetch[f].type = "FetchResponse"
              /\ fetch[f].records = << >>

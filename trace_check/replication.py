@@ -8,9 +8,10 @@ renders that list as TLA+.
 
 What is not one-to-one, and why (docs/trace-validation.md has the table):
 
-- Broker registration and heartbeats (RegisterBroker, BrokerHeartbeat) and
-  produce acknowledgements (ProduceAcknowledged) have no action in the
-  replication spec: they are left out. Fencing and unfencing before the
+- Broker registration and heartbeats (RegisterBroker, BrokerHeartbeat),
+  produce acknowledgements (ProduceAcknowledged) and the group
+  coordinator's events (GroupStateChange, GroupWriteCommitted) have no
+  action in the replication spec: they are left out. Fencing and unfencing before the
   partition exists are left out too: the spec starts with every broker
   registered and unfenced (its Init).
 - A partition is created with leader epoch 0 without an election event; the
@@ -40,6 +41,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from kref.trace.group_events import GROUP_EVENT_TYPES
 from kref.trace.sink import RUN_HEADER_TYPE
 
 # Event types the trace spec has a matcher for.
@@ -49,8 +51,9 @@ SPEC_ACTIONS = frozenset({
     "BecomeLeader", "BecomeFollower", "ElectLeader", "ElectPreferredLeader", "UncleanElectLeader",
     "FenceBroker", "UnfenceBroker", "Crash", "Restart",
 })
-# Events with no replication-spec action, left out on purpose (see above).
-NOT_IN_SPEC = frozenset({"RegisterBroker", "BrokerHeartbeat", "ProduceAcknowledged", "TraceRun"})
+# Events with no replication-spec action, left out on purpose (see above); the group coordinator's
+# (kref/trace/group_events.py: no spec of the group protocol yet) share a node's file with them.
+NOT_IN_SPEC = frozenset({"RegisterBroker", "BrokerHeartbeat", "ProduceAcknowledged", "TraceRun"}) | GROUP_EVENT_TYPES
 # Faults the spec does not model: a trace holding one is refused.
 UNMODELLED_FAULTS = frozenset({"MessageDropped", "MessageDuplicated", "Partition", "Heal", "Pause", "Resume"})
 # Steps neither spec models, of a broker hosting the partition: the check ends before the first
@@ -213,23 +216,28 @@ def _uncommitted_controller_writes(events) -> set[str]:
     until it resigns; a new controller never sees those records, and the
     deposed one truncates them when it follows (KRaft's
     TruncateToEpochEndOffset, its metadata log's end offset after). Neither
-    spec step happened. A write's offset is at least the metadata log end
-    offset its node logged last before it, so a write is lost when the
-    first truncation of that node's metadata log after it goes to that
-    offset or below (committed records are never truncated); a write no
-    truncation reached is kept.
+    spec step happened. A write is lost when the first truncation of that
+    node's metadata log after it goes to the write's offset or below
+    (committed records are never truncated); a write no truncation reached
+    is kept. The offset is the event's `record_offset` (logged since session
+    10); in older traces, the metadata log end offset its node logged last
+    before it, a lower bound: a zombie controller that appended records no
+    quorum event of its own shows (session 10's fault seed 501: a paused
+    controller fenced and unfenced every broker on resuming, and its
+    follower fetched part of it) then has its later, truncated writes taken.
     """
     log_end: dict[int, int] = {}  # node -> its metadata log end offset, as its last quorum event said
-    pending: dict[int, list[tuple[int, str]]] = {}  # node -> (offset at least, origin) of writes not yet judged
+    pending: dict[int, list[tuple[int, str]]] = {}  # node -> (offset, or a lower bound; origin) of writes not yet judged
     lost: set[str] = set()
     for e, origin in events:
         node = e.get("replica")
         if e.get("topic") == METADATA_TOPIC and "state" in e and "log_end_offset" in e:
             if e["type"] == "TruncateToEpochEndOffset":
-                lost.update(o for at_least, o in pending.pop(node, ()) if at_least >= e["log_end_offset"])
+                lost.update(o for offset, o in pending.pop(node, ()) if offset >= e["log_end_offset"])
             log_end[node] = e["log_end_offset"]
-        elif e["type"] in CONTROLLER_WRITES and node in log_end:
-            pending.setdefault(node, []).append((log_end[node], origin))
+        elif e["type"] in CONTROLLER_WRITES and (e.get("record_offset", -1) >= 0 or node in log_end):
+            offset = e["record_offset"] if e.get("record_offset", -1) >= 0 else log_end[node]
+            pending.setdefault(node, []).append((offset, origin))
     return lost
 
 
@@ -678,16 +686,31 @@ def _delayed_fetch_completions(mine, skipped):
     (a silent step of TraceReplication) and fetched again at once with the
     same offsets: that FollowerFetch, which kref does not send, is put before
     the second LeaderHandleFetch and named "inferred" in the report.
+
+    A diverging-epoch answer logged twice for one request (session 10's fault
+    seeds 502 and 602: the leader parked the fetch and answered it again at
+    completion, the same diverging epoch and end offset) is one answer: the
+    second changes nothing the spec tracks (the leader learns no offset from a
+    follower it sends to truncate) and is left out; the follower truncates
+    once, on whichever arrived.
     """
     out = []
     pending: dict[int, tuple[dict[str, Any], bool]] = {}  # follower -> (its last FollowerFetch, answered)
-    inferred = 0
+    diverged: dict[int, tuple] = {}  # follower -> the diverging answer its pending request got
+    inferred = repeated = 0
     for e, origin in mine:
         kind = e["type"]
         if kind == "FollowerFetch":
             pending[e["replica"]] = (e, False)
+            diverged.pop(e["replica"], None)
         elif kind == "LeaderHandleFetch" and e["follower"] in pending:
             request, answered = pending[e["follower"]]
+            answer = (e["replica"], e["leader_epoch"], e["fetch_offset"], e["diverging_epoch"], e["diverging_end_offset"])
+            if answered and diverged.get(e["follower"]) == answer:
+                repeated += 1
+                continue
+            if e["diverging_epoch"] != -1 or e["diverging_end_offset"] != -1:
+                diverged[e["follower"]] = answer
             if answered:
                 again = {k: v for k, v in request.items() if k not in ("seq", "mono_ns", "time_ms")}
                 out.append((again, f"inferred: {origin} completes a parked fetch (the follower asks again)"))
@@ -695,9 +718,12 @@ def _delayed_fetch_completions(mine, skipped):
             pending[e["follower"]] = (request, True)
         elif kind == "FollowerAppend" or _resets_fetch(e):
             pending.pop(e["replica"], None)
+            diverged.pop(e["replica"], None)
         out.append((e, origin))
     if inferred:
         skipped["LeaderHandleFetch completing a parked fetch (a FollowerFetch inferred before it)"] = inferred
+    if repeated:
+        skipped["LeaderHandleFetch repeating a diverging-epoch answer (a parked fetch's completion)"] = repeated
     return out
 
 

@@ -141,7 +141,17 @@ class BrokerEvent(TraceEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RegisterBroker(BrokerEvent):
+class BrokerWrite(BrokerEvent):
+    """A membership event the controller logs when it proposes its records."""
+
+    # The metadata log offset of the write's first record: trace_check compares it with a later
+    # truncation of the controller's log to tell a write never committed (a zombie
+    # controller's) from one that was.
+    record_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBroker(BrokerWrite):
     pass
 
 
@@ -151,17 +161,17 @@ class BrokerHeartbeat(BrokerEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FenceBroker(BrokerEvent):
+class FenceBroker(BrokerWrite):
     pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UnfenceBroker(BrokerEvent):
+class UnfenceBroker(BrokerWrite):
     metadata_offset: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ControlledShutdown(BrokerEvent):
+class ControlledShutdown(BrokerWrite):
     """A broker asked to shut down: spec/KRaft.tla's ControlledShutdown(l, b). The
     same batch marks it in controlled shutdown (BrokerRegistrationChangeRecord)
     and moves it off its partitions (the leader moves and isr removals follow)."""
@@ -177,6 +187,7 @@ class LeaderElection(TraceEvent):
     partition_epoch: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
+    record_offset: int = -1  # the PartitionChangeRecord's metadata log offset (see BrokerEvent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -572,27 +583,27 @@ class ControllerCore:
 
     def _write(self, records: list, request_id: int | None, reply: object, out: list[Effect],
                now_ms: int = 0, announce=None) -> None:
-        """Apply and propose `records`; `announce()` emits the batch's own trace
-        event (FenceBroker, ...) before the elections it caused."""
+        """Apply and propose `records`; `announce(offset)` emits the batch's own trace
+        event (FenceBroker, ...; offset: its first record's) before the elections it caused."""
         base = self.next_offset
         elections = []
         for i, record in enumerate(records):
             if self.tracing and isinstance(record, r.PartitionChangeRecord) and record.leader >= 0:
-                elections.append((record, self._partition_by_id(record.topic_id, record.partition_id)))
+                elections.append((record, self._partition_by_id(record.topic_id, record.partition_id), base + i))
             self._apply(record, base + i)
         self.next_offset = base + len(records)
         out.append(WriteRecords(base, tuple(records), request_id, reply))
         if announce is not None:
-            announce()
-        for record, before in elections:
-            self._emit_election(out, now_ms, record, before)
+            announce(base)
+        for record, before, offset in elections:
+            self._emit_election(out, now_ms, record, before, offset)
 
     def _partition_by_id(self, topic_id: uuid.UUID, pid: int) -> Partition | None:
         name = self.topics_by_id.get(topic_id)
         return self.topics[name].partitions.get(pid) if name is not None else None
 
     def _emit_election(self, out: list[Effect], now_ms: int, record: r.PartitionChangeRecord,
-                       before: Partition | None) -> None:
+                       before: Partition | None, offset: int) -> None:
         """Name the leader change after the spec action that justifies it."""
         after = self._partition_by_id(record.topic_id, record.partition_id)
         if before is None or after is None or before.leader == after.leader:
@@ -606,7 +617,7 @@ class ControllerCore:
         out.append(Emit(cls(
             time_ms=now_ms, replica=self.node_id, topic=self.topics_by_id[record.topic_id],
             partition=record.partition_id, leader=after.leader, leader_epoch=after.leader_epoch,
-            partition_epoch=after.partition_epoch, isr=after.isr, replicas=after.replicas,
+            partition_epoch=after.partition_epoch, isr=after.isr, replicas=after.replicas, record_offset=offset,
         )))
 
     def _apply(self, record: object, offset: int) -> None:
@@ -648,7 +659,7 @@ class ControllerCore:
             records += self._leave_partitions(existing.broker_id)
         self.shutting_down.pop(e.broker_id, None)
         self._write(records, e.request_id, RegistrationReply(ErrorCode.NONE, broker_epoch), out, now_ms,
-                    lambda: self._emit(out, RegisterBroker, now_ms, self.brokers[e.broker_id]))
+                    lambda at: self._emit(out, RegisterBroker, now_ms, self.brokers[e.broker_id], record_offset=at))
         self.last_heartbeat_ms[e.broker_id] = now_ms
 
     def _on_heartbeat(self, e: BrokerHeartbeatRequest, now_ms: int, out: list[Effect]) -> None:
@@ -669,8 +680,8 @@ class ControllerCore:
             records: list = [r.UnfenceBrokerRecord(id=broker.broker_id, epoch=broker.broker_epoch)]
             records += self._elect_for_unfenced(broker.broker_id)
             self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, True, False), out, now_ms,
-                        lambda: self._emit(out, UnfenceBroker, now_ms, broker,
-                                           metadata_offset=e.current_metadata_offset))
+                        lambda at: self._emit(out, UnfenceBroker, now_ms, broker,
+                                              metadata_offset=e.current_metadata_offset, record_offset=at))
             return
         out.append(Reply(e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, broker.fenced)))
 
@@ -690,7 +701,7 @@ class ControllerCore:
             records += self._leave_partitions(broker_id)
             self.shutting_down[broker_id] = self.next_offset + len(records)
             self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms,
-                        lambda: self._emit(out, ControlledShutdown, now_ms, broker))
+                        lambda at: self._emit(out, ControlledShutdown, now_ms, broker, record_offset=at))
             return
         # A controller that took over mid-shutdown: the broker must apply what it has.
         self.shutting_down.setdefault(broker_id, self.next_offset)
@@ -701,7 +712,7 @@ class ControllerCore:
         del self.shutting_down[broker_id]
         self._write([r.FenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch)], e.request_id,
                     HeartbeatReply(ErrorCode.NONE, caught_up, True, True), out, now_ms,
-                    lambda: self._emit(out, FenceBroker, now_ms, broker))
+                    lambda at: self._emit(out, FenceBroker, now_ms, broker, record_offset=at))
 
     def _on_tick(self, now_ms: int, out: list[Effect]) -> None:
         for broker_id in sorted(self.brokers):
@@ -712,7 +723,8 @@ class ControllerCore:
             self.shutting_down.pop(broker_id, None)
             records: list = [r.FenceBrokerRecord(id=broker_id, epoch=broker.broker_epoch)]
             records += self._leave_partitions(broker_id)
-            self._write(records, None, None, out, now_ms, lambda b=broker: self._emit(out, FenceBroker, now_ms, b))
+            self._write(records, None, None, out, now_ms,
+                        lambda at, b=broker: self._emit(out, FenceBroker, now_ms, b, record_offset=at))
         if (self.auto_leader_rebalance_enable and self.next_imbalance_check_ms is not None
                 and now_ms >= self.next_imbalance_check_ms):
             self.next_imbalance_check_ms = now_ms + self.leader_imbalance_check_interval_ms

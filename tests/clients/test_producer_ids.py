@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import json
 
+import pytest
+
 from kref.coordinator.producer_id import LEGACY_STATE_FILE, PRODUCER_ID_BLOCK_SIZE
 
 
@@ -46,12 +48,14 @@ def test_single_broker_migrates_the_legacy_file_and_never_repeats(kref_broker_fa
     assert code == 0 and after == 7000 + PRODUCER_ID_BLOCK_SIZE, after
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_cluster_brokers_hand_out_disjoint_producer_ids(tmp_path):
     from kref.node.local_cluster import bootstrap_servers
     from tests.controller.test_cluster_clients import SETTINGS
-    from tests.clusterkit import running_cluster, wait_unfenced, wait_until
+    from tests.clusterkit import wait_unfenced, wait_until
+    from tests.controller.trace_validation import checked_cluster
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
         wait_unfenced(specs, processes)
         ids = {}

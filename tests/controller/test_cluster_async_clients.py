@@ -8,6 +8,8 @@ replicas and a full isr, acks=all produce reaches the leaders, and a
 consumer group (two members for kafkajs) reads every record and commits.
 kafkajs runs under node (tests/clients/js/kafkajs_cluster.js, installed by
 scripts/setup.sh); that test skips only when node or that install is missing.
+Once both ran, the cluster's traces are checked against spec/KRaft.tla and
+spec/Replication.tla (tests/controller/trace_validation.py).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_listed
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_listed
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = FAST_CLUSTER_SETTINGS
 JS = Path(__file__).parents[1] / "clients" / "js" / "kafkajs_cluster.js"
@@ -34,11 +37,13 @@ MESSAGES = 60
 def bootstrap(tmp_path_factory):
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path_factory.mktemp("cluster"), 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path_factory.mktemp("cluster"), 3, 3, SETTINGS, kraft_strict=False) as (
+            specs, processes, start):
         wait_listed(specs, processes)
         yield bootstrap_servers(specs)
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_aiokafka_on_three_nodes(bootstrap):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -91,6 +96,7 @@ def test_aiokafka_on_three_nodes(bootstrap):
 
 @pytest.mark.skipif(shutil.which("node") is None or not (NODE_MODULES / "kafkajs").is_dir(),
                     reason="node or kafkajs is not installed (scripts/setup.sh installs kafkajs when npm exists)")
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_kafkajs_on_three_nodes(bootstrap):
     out = subprocess.run(["node", str(JS), bootstrap], capture_output=True, text=True, timeout=150,
                          env={**os.environ, "NODE_PATH": str(NODE_MODULES)})

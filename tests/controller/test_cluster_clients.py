@@ -9,7 +9,9 @@ produce to the leaders and consume it back in a group, add partitions and
 delete the topic (forwarded to the controller as well).
 
 Replication of the data itself (followers fetching, the isr as
-replication state) is tested in tests/replication (issue 10).
+replication state) is tested in tests/replication (issue 10). After each
+test every node's trace is checked against spec/KRaft.tla and, partition by
+partition, spec/Replication.tla (tests/controller/trace_validation.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 
 import pytest
 
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_listed
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until, wait_listed
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = FAST_CLUSTER_SETTINGS
 MESSAGES = 30
@@ -28,12 +31,13 @@ MESSAGES = 30
 def bootstrap(tmp_path):
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         servers = bootstrap_servers(specs)
         wait_listed(specs, processes)
         yield servers
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_confluent_kafka_sees_three_brokers_and_uses_a_replicated_topic(bootstrap):
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -83,6 +87,7 @@ def test_confluent_kafka_sees_three_brokers_and_uses_a_replicated_topic(bootstra
     wait_until(lambda: "replicated" not in admin.list_topics(timeout=10).topics, "the topic gone from Metadata")
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_kafka_python_sees_three_brokers_and_uses_a_replicated_topic(bootstrap):
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka.admin import NewTopic

@@ -21,10 +21,13 @@ import sys
 import threading
 import time
 
+import pytest
+
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
 from kref.protocol.errors import ErrorCode
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_for_leader, wait_listed, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_for_leader, wait_listed, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 TOPIC = "after-failover"
 
@@ -54,8 +57,9 @@ def lists_topic(port: int, name: str) -> bool:
     return any(t.name == name and t.error_code == ErrorCode.NONE for t in response.topics)
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_create_topics_sent_while_the_quorum_has_no_leader_succeeds_once_it_has_one(tmp_path):
-    with running_cluster(tmp_path, 3, 3, FAST_CLUSTER_SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, FAST_CLUSTER_SETTINGS, kraft_strict=False) as (specs, processes, start):
         wait_listed(specs, processes)
         leader, quorum = wait_for_leader(specs)
         by_id = {s.node_id: s for s in specs}

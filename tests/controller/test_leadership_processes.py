@@ -13,6 +13,9 @@ Three combined nodes; confluent-kafka's AdminClient sends ElectLeaders
   PREFERRED_LEADER_NOT_AVAILABLE (it is fenced).
 - (With replication) when it returns, catches up and rejoins the isr, a
   preferred election gives it its partition back.
+- Every node's trace is then checked (tests/controller/trace_validation.py):
+  the quorum against spec/KRaft.tla, each partition against
+  spec/Replication.tla up to the controlled shutdown (not in that spec).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from __future__ import annotations
 import importlib.util
 import signal
 
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_listed
+import pytest
+
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until, wait_listed
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = {
     **FAST_CLUSTER_SETTINGS,
@@ -39,13 +45,14 @@ def _codes(result) -> dict[int, str]:
     return {tp.partition: (None if err is None else (err.args[0] if err.args else err).name() if hasattr(err, 'args') else err.name()) for tp, err in result.items()}
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_elect_leaders_and_controlled_shutdown(tmp_path):
     from confluent_kafka import ElectionType, TopicCollection, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})

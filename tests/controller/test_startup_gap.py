@@ -23,9 +23,12 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster
+from tests.clusterkit import FAST_CLUSTER_SETTINGS
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = FAST_CLUSTER_SETTINGS
 BOUND_S = 60  # generous for a loaded 2-core box (start-up alone took 16 s at load 16); the old code never answered usefully
@@ -49,8 +52,9 @@ def _first_metadata(port: int):
                                   include_topic_authorized_operations=False))
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_first_answers_list_the_node_and_a_reachable_controller(tmp_path):
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         for s in specs:
             try:
                 response = _first_metadata(s.client_port)
@@ -61,12 +65,13 @@ def test_first_answers_list_the_node_and_a_reachable_controller(tmp_path):
             assert response.controller_id in listed, (response.controller_id, listed)
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_create_topics_sent_while_the_cluster_starts(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs), "log_level": 0})
         # Replication factor 1: a client this early may find fewer than three brokers
         # unfenced, and then a larger factor is refused (INVALID_REPLICATION_FACTOR, fast).
@@ -75,6 +80,7 @@ def test_create_topics_sent_while_the_cluster_starts(tmp_path):
         assert topics["early"].error is None and len(topics["early"].partitions) == 2
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_controller_only_quorum_leader_is_never_the_client_controller(tmp_path):
     """Three controllers, one broker (node 1; nodes 2 and 3 are controller-only).
     The quorum leader is a controller-only node about two runs in three; naming it
@@ -83,7 +89,7 @@ def test_controller_only_quorum_leader_is_never_the_client_controller(tmp_path):
     The answer names node 1, the broker that forwards."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    with running_cluster(tmp_path, 3, 1, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 1, SETTINGS, kraft_strict=False) as (specs, processes, start):
         broker = specs[0]
         response = _first_metadata(broker.client_port)
         assert [b.node_id for b in response.brokers] == [1] and response.controller_id == 1

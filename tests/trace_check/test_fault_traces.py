@@ -11,17 +11,29 @@ got no decision (NOT_CONTROLLER, REQUEST_TIMED_OUT: the spec's AlterPartitionLos
 this run's first rejections). Session 9: the run predates issue 10's fix (a leader that lost an
 AlterPartition answer dropped its proposal); with the fixed spec two partitions are rejected at
 that bug, which the test now asserts (tests/trace_check/test_live_fencing.py likewise).
+
+testdata/faults-fixed: a fresh run of the fixed code (session 10, gzip: `python -m
+tests.faults.run --seed 313 --seconds 12 --trace`): node 2's data links cut 3.9 s, then the
+active controller (node 3) isolated 1.4 s. Every partition is accepted: the counterpart of seed
+42 (the old bug is caught, the fixed code's run is not). It holds the case that made seed 313
+rejected before: node 2's ExpandIsr was proposed by the isolated controller, which resigned and
+answered NOT_CONTROLLER; the channel resent it unseen by the replica core and the next
+controller, which had committed the first try, refused the resend (INVALID_UPDATE_VERSION):
+TraceReplication's ResentUnseen.
 """
 
 from __future__ import annotations
 
+import gzip
 import shutil
 from pathlib import Path
 
+from tests.faults.traces import validate_run
 from trace_check.replication import load_events, normalise
 from trace_check.tlc import check_and_explain_batch
 
 RUN = Path(__file__).parent / "testdata" / "faults-seed42"
+FIXED_RUN = Path(__file__).parent / "testdata" / "faults-fixed"
 
 
 def _as_run_dir(tmp_path: Path) -> Path:
@@ -68,3 +80,47 @@ def test_the_run_exercises_lost_alter_partitions_and_failed_fetches(tmp_path):
     kinds = {s["type"] for st in steps for s in st.steps}
     assert {"ShrinkIsr", "ExpandIsr", "HandleAlterPartitionResponse"} <= kinds, kinds
     assert any("failed fetch" in k or "answer was lost" in k for st in steps for k in st.skipped)
+
+
+def _fixed_run(tmp_path: Path, doctor=None) -> Path:
+    """testdata/faults-fixed unpacked as a run directory (node-N/trace.ndjson); `doctor(line)`
+    may rewrite each event line."""
+    for f in sorted(FIXED_RUN.glob("node-*.ndjson.gz")):
+        node = tmp_path / f.name.split(".")[0]
+        node.mkdir()
+        with gzip.open(f, "rt") as src, open(node / "trace.ndjson", "w") as dst:
+            for line in src:
+                dst.write(doctor(line) if doctor else line)
+    return tmp_path
+
+
+def test_a_fault_run_of_the_fixed_code_is_a_behaviour_of_replication_tla(tmp_path):
+    """Recorded with issue 10's fix in (session 10): every partition is accepted, by the same
+    code as the live fault test (tests/faults/traces.py), and the run is no idle one: it holds
+    what the faults made the nodes do, a refused resend among them."""
+    _fixed_run(tmp_path)
+    verdicts, _ = validate_run(tmp_path, "jepsen", 3, min_insync_replicas=2)
+    assert [v.code for v in verdicts] == [0, 0, 0], "\n".join(v.text for v in verdicts)
+    events = load_events(sorted(tmp_path.glob("node-*/trace.ndjson")))
+    steps = [normalise(events, "jepsen", p) for p in range(3)]
+    assert all(len(s.steps) > 100 for s in steps), [len(s.steps) for s in steps]
+    kinds = {s["type"] for st in steps for s in st.steps}
+    assert {"ShrinkIsr", "ExpandIsr", "HandleAlterPartitionResponse", "FollowerAppend"} <= kinds, kinds
+    assert any(s["type"] == "HandleAlterPartitionResponse" and s["error_code"] == 95 for st in steps for s in st.steps)
+
+
+def test_a_refused_resend_read_as_a_success_is_rejected(tmp_path):
+    """ResentUnseen is bound to the logged refusal: the same run with node 2's INVALID_UPDATE_VERSION
+    answer turned into NONE (isr and partition epoch unchanged) is rejected at that line: the
+    controller committed the expansion, so an answer NONE carries the new isr."""
+    def doctor(line: str) -> str:
+        return line.replace('"error_code":95', '"error_code":0') if '"HandleAlterPartitionResponse"' in line else line
+
+    _fixed_run(tmp_path, doctor)
+    events = load_events(sorted(tmp_path.glob("node-*/trace.ndjson")))
+    steps = normalise(events, "jepsen", 1)
+    verdict, = check_and_explain_batch([steps], min_insync_replicas=2, timeout_s=300)
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "HandleAlterPartitionResponse" and bad["error_code"] == 0, bad
+    assert steps.origin[verdict.reached - 1].endswith("node-2/trace.ndjson:158")

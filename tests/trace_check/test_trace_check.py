@@ -225,8 +225,6 @@ def test_crash_only_seed_prefix_is_a_behaviour_of_the_spec(tmp_path):
     assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
 
 
-# Not strict: the lead's fix (branch replspeed 98a8dc7) makes it pass (checked: 630 steps accepted);
-# drop this mark once that fix is on main.
 def test_whole_crash_only_seed_is_a_behaviour_of_the_spec(tmp_path):
     # Before the KAFKA-15583 rule in the replica core (98a8dc7) this seed was rejected at
     # exactly the AdvanceHighWatermark of a leader alone in its isr (sim line 853).
