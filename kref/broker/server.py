@@ -122,6 +122,15 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                 # What trio's stream raises for a dead socket (reset, timeout).
                 raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
 
+    def write_now(frame: bytes) -> int:
+        """Write what the socket takes now, without waiting: the bytes written."""
+        try:
+            return os.write(fd, frame)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+
     async def answer(request: DecodedRequest, *, more_waiting: bool) -> None:
         """Run the handler for `request` and send (or queue) its response."""
         nonlocal unsent
@@ -160,8 +169,18 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
         if unsent == 0 and not more_waiting:
             # Nothing queued before it and nothing to answer right after: a
             # hand-off to the writer task would only add a scheduling round
-            # to the latency of this response (a lone request's case).
-            await stream.send_all(frame)
+            # to the latency of this response (a lone request's case). And
+            # no other task is writing (unsent == 0: the writer holds
+            # nothing, and only this task answers now), so one write()
+            # straight to the socket keeps the byte order; trio's send_all
+            # ends even a complete send in a scheduling round of its own.
+            # What the kernel does not take (a large response, a full
+            # socket buffer: EAGAIN) goes through send_all, which waits for
+            # writability, before this task reads or answers anything else.
+            written = write_now(frame)
+            if written < len(frame):
+                with memoryview(frame) as view:
+                    await stream.send_all(view[written:])
         else:
             unsent += 1
             await send_frames.send(frame)
