@@ -18,10 +18,13 @@ there: a broker that closes or corrupts a connection makes librdkafka
 reconnect after a backoff, which looks like a stall) and kref's WARNING or
 worse log lines. Tansu runs the same workload in the same run (--only kref
 skips it) for a side-by-side figure. Stalls show even on a loaded machine,
-as a max in the hundreds of milliseconds; --fail-max-ms makes the exit
-status say so.
+as a max in the hundreds of milliseconds; but so does the load itself (a
+run of other work holding both cores): --realtime runs kref's timed phase
+(broker and client threads) at SCHED_FIFO priority (bench/cluster.py's
+set_realtime; root or CAP_SYS_NICE), so that what is left is the broker's
+own. --fail-max-ms makes the exit status say so.
 
-    .venv/bin/python bench/latency_smoke.py [--rate 100] [--seconds 8] [--only kref] [--fail-max-ms 100]
+    .venv/bin/python bench/latency_smoke.py [--rate 100] [--seconds 8] [--only kref] [--realtime] [--fail-max-ms 100]
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker import create_topic, free_port, start_tansu, wait_for_port  # noqa: E402
+from cluster import set_realtime  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 STALL_MS = 100.0
@@ -82,7 +86,7 @@ def start_kref_logged():
         )
     try:
         wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}", log_path
+        yield f"127.0.0.1:{port}", log_path, proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -106,7 +110,8 @@ def tail(bootstrap: str, topic: str, stop: threading.Event, counter: list[int], 
         consumer.close()
 
 
-def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool) -> tuple[list[float], list[str], int]:
+def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool,
+        realtime_pid: int | None = None) -> tuple[list[float], list[str], int]:
     topic = f"smoke-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
     errors: list[str] = []
@@ -125,6 +130,9 @@ def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool) -> tup
         time.sleep(1.0)  # let it join and start long-polling
     latencies: list[float] = []
     n = int(rate * seconds)
+    if realtime_pid is not None and not set_realtime([os.getpid(), realtime_pid], True):
+        print("--realtime: not permitted here (needs CAP_SYS_NICE); measuring at normal priority")
+        realtime_pid = None
     start = time.perf_counter()
     try:
         for k in range(n):
@@ -139,6 +147,8 @@ def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool) -> tup
                 raise RuntimeError(f"request {k} not acknowledged within 10 s")
             latencies.append((time.perf_counter() - t0) * 1000)
     finally:
+        if realtime_pid is not None:
+            set_realtime([os.getpid(), realtime_pid], False)
         stop.set()
         if with_consumer:
             consumer.join(10)
@@ -151,6 +161,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of the timed run (1-120)")
     parser.add_argument("--only", choices=["kref", "tansu"], default=None)
     parser.add_argument("--no-consumer", action="store_true", help="no tailing consumer on a second connection")
+    parser.add_argument("--realtime", action="store_true",
+                        help="kref's timed phase at SCHED_FIFO priority (broker and client), so load does not stall it")
     parser.add_argument("--fail-max-ms", type=float, default=None,
                         help="exit 1 when kref's max latency is above this (or any client error / broker warning)")
     args = parser.parse_args()
@@ -162,8 +174,9 @@ def main() -> int:
     results: dict[str, Result] = {}
     load0 = os.getloadavg()[0]
     if args.only in (None, "kref"):
-        with start_kref_logged() as (bootstrap, log_path):
-            lat, errors, consumed = run(bootstrap, args.rate, args.seconds, not args.no_consumer)
+        with start_kref_logged() as (bootstrap, log_path, pid):
+            lat, errors, consumed = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
+                                        pid if args.realtime else None)
             warnings = [line.rstrip() for line in open(log_path)
                         if " WARNING " in line or " ERROR " in line or "Traceback" in line]
         results["kref"] = Result(lat, errors, warnings, consumed)
@@ -173,7 +186,8 @@ def main() -> int:
         results["tansu"] = Result(lat, errors, [], consumed)
     load = max(load0, os.getloadavg()[0])
     print(f"latency smoke: {args.rate:.0f} req/s for {args.seconds:.0f} s, acks=1, 100-byte values, "
-          f"{'no consumer' if args.no_consumer else 'a consumer tailing'}; load {load:.1f}")
+          f"{'no consumer' if args.no_consumer else 'a consumer tailing'}"
+          f"{'; kref at real-time priority' if args.realtime else ''}; load {load:.1f}")
     for name, result in results.items():
         print(result.line(name))
         for line in (result.client_errors + result.broker_warnings)[:5]:
