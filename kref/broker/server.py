@@ -199,26 +199,29 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
     async def read_requests() -> None:
         nonlocal unanswered, waiting_since
         async with send_requests:
+            clock = trio.lowlevel.current_clock()  # trio.current_time() is three calls deep
             while True:
-                waiting_since = trio.current_time()
+                waiting_since = clock.current_time()
                 data = await receive(max(RECEIVE_CHUNK_BYTES, min(decoder.missing_bytes, RECEIVE_MAX_BYTES)))
                 waiting_since = None
                 if not data:
                     decoder.end_of_stream()
                     return
                 decoder.feed(data)
-                # Bounded: these frames are bytes the decoder holds already.
-                # A bad frame is raised after answering those before it.
-                frames: list[bytes] = []
+                # Frame by frame with one frame of look-ahead (whether another
+                # follows decides who answers); bounded: these are bytes the
+                # decoder holds already. A bad frame is raised after answering
+                # those before it.
                 bad_frame = None
-                try:
-                    frames.extend(decoder.frames())
-                except FrameError as exc:
-                    bad_frame = exc
-                last = len(frames) - 1
-                for i, frame in enumerate(frames):
+                frame = decoder.next_frame()
+                while frame is not None:
+                    try:
+                        following = decoder.next_frame()
+                    except FrameError as exc:
+                        following, bad_frame = None, exc
                     request = decode_request(frame, router.supported_versions)
-                    if unanswered == 0 and i == last:
+                    frame = following
+                    if unanswered == 0 and following is None:
                         # A lone request with the processor idle: answering it
                         # here keeps the order and saves two task switches
                         # (reader -> processor -> writer) on its latency.
