@@ -18,7 +18,13 @@ port with a temporary log dir. Both run on this machine at the same time as
 the client, so ratios (not absolute numbers) are the result. Everything is
 bounded: message counts, and a deadline for each phase.
 
-    .venv/bin/python bench/broker.py [--messages 200000] [--requests 3000] [--rounds 5]
+On a loaded machine the single-record phase measures the load more than
+either broker (a one-threaded Python broker loses more to a busy run queue
+than a multi-threaded one): --realtime runs that phase, for both brokers
+alike, with the broker's and the client's threads at SCHED_FIFO priority
+(bench/cluster.py's set_realtime; root or CAP_SYS_NICE).
+
+    .venv/bin/python bench/broker.py [--messages 200000] [--requests 3000] [--rounds 5] [--realtime]
 """
 
 from __future__ import annotations
@@ -68,6 +74,13 @@ def tansu_binary() -> Path:
 
 @contextlib.contextmanager
 def start_tansu():
+    with start_tansu_process() as (bootstrap, _proc):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def start_tansu_process():
+    """Tansu on a free port: yields (bootstrap, process)."""
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -77,7 +90,7 @@ def start_tansu():
     )
     try:
         wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", proc
     finally:
         proc.terminate()
         try:
@@ -220,26 +233,37 @@ def batched_consume(bootstrap: str, topic: str, messages: int, queue_backoff_ms:
     return messages / elapsed
 
 
-def single_record_produces(bootstrap: str, topic: str, requests: int, value: bytes) -> tuple[float, float, float]:
+def single_record_produces(bootstrap: str, topic: str, requests: int, value: bytes,
+                           realtime_pid: int | None = None) -> tuple[float, float, float]:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1,
                          "max.in.flight.requests.per.connection": 1})
     producer.produce(topic, value, partition=0)  # connect and learn metadata outside the timing
     producer.flush(30)
+    if realtime_pid is not None:
+        from cluster import set_realtime  # noqa: PLC0415 (bench/cluster.py imports this module)
+
+        if not set_realtime([os.getpid(), realtime_pid], True):
+            print("--realtime: not permitted here (needs CAP_SYS_NICE); measuring at normal priority")
+            realtime_pid = None
     latencies = []
-    start = time.perf_counter()
-    for _ in range(requests):
-        t0 = time.perf_counter()
-        producer.produce(topic, value, partition=0)
-        if producer.flush(10) != 0:
-            raise RuntimeError("single-record produce not acknowledged within 10 s")
-        latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            producer.produce(topic, value, partition=0)
+            if producer.flush(10) != 0:
+                raise RuntimeError("single-record produce not acknowledged within 10 s")
+            latencies.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - start
+    finally:
+        if realtime_pid is not None:
+            set_realtime([os.getpid(), realtime_pid], False)
     q = statistics.quantiles(latencies, n=100)
     return requests / elapsed, q[49] * 1000, q[98] * 1000
 
 
 def measure(bootstrap: str, messages: int, requests: int, value_bytes: int,
-            queue_backoff_ms: int | None = None) -> Figures:
+            queue_backoff_ms: int | None = None, realtime_pid: int | None = None) -> Figures:
     value = os.urandom(value_bytes)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
@@ -248,7 +272,7 @@ def measure(bootstrap: str, messages: int, requests: int, value_bytes: int,
     consume = batched_consume(bootstrap, topic, messages, queue_backoff_ms)
     single_topic = f"bench-single-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, single_topic)
-    rate, p50, p99 = single_record_produces(bootstrap, single_topic, requests, value)
+    rate, p50, p99 = single_record_produces(bootstrap, single_topic, requests, value, realtime_pid)
     return Figures(produce, consume, rate, p50, p99)
 
 
@@ -277,6 +301,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="paired rounds (1-9): each runs both brokers back to back, the order alternating")
     parser.add_argument("--only", choices=["kref", "tansu"], default=None)
+    parser.add_argument("--realtime", action="store_true",
+                        help="the single-record phase at SCHED_FIFO priority (broker and client, both brokers alike)")
     parser.add_argument("--fetch-queue-backoff-ms", type=int, default=10,
                         help="consumer's fetch.queue.backoff.ms, the same for both brokers (default 10: without it "
                              "librdkafka's 1000 ms queue-full pause decides the consume figure; -1: librdkafka's default)")
@@ -291,16 +317,16 @@ def main() -> int:
     # (both brokers measured back to back, the order alternating so neither
     # always runs second), then the median and the spread over the pairs
     # are reported, as issue 12 asks, rather than one broker's best run.
-    brokers = [("kref", start_kref), ("tansu", start_tansu)]
+    brokers = [("kref", start_kref_process), ("tansu", start_tansu_process)]
     pairs: list[dict[str, Figures]] = []
     for round_no in range(args.rounds):
         pair: dict[str, Figures] = {}
         for name, start in (brokers if round_no % 2 == 0 else brokers[::-1]):
             if args.only and args.only != name:
                 continue
-            with start() as bootstrap:
+            with start() as (bootstrap, proc):
                 pair[name] = measure(bootstrap, args.messages, args.requests, args.value_bytes,
-                                     args.fetch_queue_backoff_ms)
+                                     args.fetch_queue_backoff_ms, proc.pid if args.realtime else None)
         pairs.append(pair)
         load = os.getloadavg()[0]
         print(f"round {round_no + 1}: load {load:.1f}; " + "; ".join(
@@ -309,7 +335,8 @@ def main() -> int:
 
     print(f"\n{args.messages} x {args.value_bytes}-byte records batched; {args.requests} single-record produces; "
           f"{args.rounds} paired round(s); medians, [min-max] over rounds; consumer fetch.queue.backoff.ms "
-          f"{args.fetch_queue_backoff_ms if args.fetch_queue_backoff_ms >= 0 else 'default (1000)'}")
+          f"{args.fetch_queue_backoff_ms if args.fetch_queue_backoff_ms >= 0 else 'default (1000)'}"
+          f"{'; single-record phase at real-time priority' if args.realtime else ''}")
     print(f"{'figure':40} {'kref':>12} {'tansu':>12} {'kref advantage':>16} {'[min-max]':>13}")
     for label, attr, higher_is_better in ROWS:
         def med(name: str) -> float:

@@ -150,6 +150,10 @@ def run_phase(phase: str, args) -> None:
           f"(wall {wall / args.requests * 1e6:.0f} us/request), load {load:.1f}")
     if args.no_profile:
         return
+    calls = pstats.Stats(dump).total_calls
+    # Deterministic where CPU time is not (a shared machine): Python calls
+    # per request, the broker's background work included.
+    print(f"  Python function calls per request (profiled run): {calls / args.requests:.0f}")
     print(f"  {'stage (cumulative, share of profiled broker CPU)':<56} share")
     for label, share in stage_table(dump):
         print(f"  {label:<56} {share * 100:5.1f}%")

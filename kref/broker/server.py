@@ -1,7 +1,7 @@
 """The trio server: listeners, one task pair per connection, shutdown.
 
 Theory of operation: every accepted connection gets three tasks joined by
-bounded channels. The reader feeds socket bytes to the sans-IO
+bounded channels (and an idle watchdog). The reader feeds socket bytes to the sans-IO
 FrameDecoder and decodes each frame (codec.decode_request); the processor
 takes requests one by one and runs the router's handler; the writer sends
 the encoded responses, coalescing those that are ready together into one
@@ -14,6 +14,14 @@ their responses are still coalesced. Each channel holds at most MAX_IN_FLIGHT_RE
 they are full the reader stops reading and TCP pushes back on the client,
 so memory per connection is bounded by about
 (2 * MAX_IN_FLIGHT_REQUESTS + 1) * socket.request.max.bytes.
+
+The reader waits for readability and then reads once; a lone response
+is written with one non-blocking write(), falling back to trio's send_all
+for what the kernel does not take; connections.max.idle.ms is a watchdog
+task that reads when the reader started waiting, rather than a deadline
+re-armed around every receive. Each of these removed work from every
+request (see docs/performance.md); none may leave bytes unread or unsent
+while the connection's tasks sleep (see receive and answer).
 
 A framing or decoding error, an unknown API key or an unsupported version
 closes only that connection, with the reason logged (Kafka does the same);
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -94,6 +103,44 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
     # which holds it before it runs: an empty channel does not mean idle.
     unanswered = 0
     unsent = 0
+    # When the reader started waiting for bytes (trio clock), None while it
+    # handles what it read: read by the idle watchdog (close_when_idle).
+    waiting_since: float | None = None
+
+    fd = stream.socket.fileno()
+
+    async def receive(max_bytes: int) -> bytes:
+        """The next bytes from the peer (b"" at end of stream).
+
+        Waits for readability first, then reads once: trio's receive_some
+        tries the read first, which fails with EAGAIN whenever the client
+        waits for each answer, and wraps it in a cancellation sandwich
+        (several context managers and a second scheduling point), 7-12% of a
+        lone request's CPU. The wait is level-triggered (trio re-arms its
+        one-shot epoll registration with EPOLL_CTL_MOD, which reports bytes
+        already queued), so bytes left in the kernel by a read that took only
+        part of them, or a frame whose rest arrives while this task was busy
+        answering, still wake it; and the wait is a scheduling point, so one
+        busy connection cannot starve the others.
+        """
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                return os.read(fd, max_bytes)
+            except BlockingIOError:
+                continue  # a spurious wake-up: wait again
+            except OSError as exc:
+                # What trio's stream raises for a dead socket (reset, timeout).
+                raise trio.BrokenResourceError(f"receive failed: {exc}") from exc
+
+    def write_now(frame: bytes) -> int:
+        """Write what the socket takes now, without waiting: the bytes written."""
+        try:
+            return os.write(fd, frame)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"send failed: {exc}") from exc
 
     async def answer(request: DecodedRequest, *, more_waiting: bool) -> None:
         """Run the handler for `request` and send (or queue) its response."""
@@ -133,52 +180,79 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
         if unsent == 0 and not more_waiting:
             # Nothing queued before it and nothing to answer right after: a
             # hand-off to the writer task would only add a scheduling round
-            # to the latency of this response (a lone request's case).
-            await stream.send_all(frame)
+            # to the latency of this response (a lone request's case). And
+            # no other task is writing (unsent == 0: the writer holds
+            # nothing, and only this task answers now), so one write()
+            # straight to the socket keeps the byte order; trio's send_all
+            # ends even a complete send in a scheduling round of its own.
+            # What the kernel does not take (a large response, a full
+            # socket buffer: EAGAIN) goes through send_all, which waits for
+            # writability, before this task reads or answers anything else.
+            written = write_now(frame)
+            if written < len(frame):
+                with memoryview(frame) as view:
+                    await stream.send_all(view[written:])
         else:
             unsent += 1
             await send_frames.send(frame)
 
     async def read_requests() -> None:
-        nonlocal unanswered
+        nonlocal unanswered, waiting_since
         async with send_requests:
-            # One idle timer for the connection's life, armed only while
-            # waiting for bytes (a fresh cancel scope per receive was a
-            # visible share of a lone request's cost).
-            with trio.CancelScope() as idle:
-                while True:
-                    idle.deadline = trio.current_time() + idle_timeout
-                    data = await stream.receive_some(max(RECEIVE_CHUNK_BYTES, min(decoder.missing_bytes, RECEIVE_MAX_BYTES)))
-                    idle.deadline = math.inf
-                    if not data:
-                        decoder.end_of_stream()
-                        return
-                    decoder.feed(data)
-                    # Bounded: these frames are bytes the decoder holds already.
-                    # A bad frame is raised after answering those before it.
-                    frames: list[bytes] = []
-                    bad_frame = None
+            clock = trio.lowlevel.current_clock()  # trio.current_time() is three calls deep
+            while True:
+                waiting_since = clock.current_time()
+                data = await receive(max(RECEIVE_CHUNK_BYTES, min(decoder.missing_bytes, RECEIVE_MAX_BYTES)))
+                waiting_since = None
+                if not data:
+                    decoder.end_of_stream()
+                    return
+                decoder.feed(data)
+                # Frame by frame with one frame of look-ahead (whether another
+                # follows decides who answers); bounded: these are bytes the
+                # decoder holds already. A bad frame is raised after answering
+                # those before it.
+                bad_frame = None
+                frame = decoder.next_frame()
+                while frame is not None:
                     try:
-                        frames.extend(decoder.frames())
+                        following = decoder.next_frame()
                     except FrameError as exc:
-                        bad_frame = exc
-                    last = len(frames) - 1
-                    for i, frame in enumerate(frames):
-                        request = decode_request(frame, router.supported_versions)
-                        if unanswered == 0 and i == last:
-                            # A lone request with the processor idle: answering it
-                            # here keeps the order and saves two task switches
-                            # (reader -> processor -> writer) on its latency.
-                            # Pipelined requests still go through the processor,
-                            # so their responses are coalesced into one write.
-                            await answer(request, more_waiting=False)
-                        else:
-                            unanswered += 1
-                            await send_requests.send(request)
-                    if bad_frame is not None:
-                        raise bad_frame
-            log.info("closing idle connection from %s after %d ms", peer, idle_ms)
-            raise _CloseConnection
+                        following, bad_frame = None, exc
+                    request = decode_request(frame, router.supported_versions)
+                    frame = following
+                    if unanswered == 0 and following is None:
+                        # A lone request with the processor idle: answering it
+                        # here keeps the order and saves two task switches
+                        # (reader -> processor -> writer) on its latency.
+                        # Pipelined requests still go through the processor,
+                        # so their responses are coalesced into one write.
+                        await answer(request, more_waiting=False)
+                    else:
+                        unanswered += 1
+                        await send_requests.send(request)
+                if bad_frame is not None:
+                    raise bad_frame
+
+    async def close_when_idle(scope: trio.CancelScope) -> None:
+        """connections.max.idle.ms: close the connection once the reader has
+        waited that long for a request.
+
+        A watchdog task that wakes about once per timeout, instead of a
+        cancel scope around each receive: re-arming a scope's deadline twice
+        per request (trio's deadline heap) cost about as much as a scheduling
+        round on a lone request. It holds no cancel scope over the reader, so
+        it cannot cut a request short: it only reads `waiting_since`, which
+        the reader sets when it starts waiting and clears when bytes arrive.
+        """
+        with scope:  # cancelled when the reader ends, however it ends
+            while True:
+                since = waiting_since
+                await trio.sleep_until((trio.current_time() if since is None else since) + idle_timeout)
+                since = waiting_since
+                if since is not None and trio.current_time() - since >= idle_timeout:
+                    log.info("closing idle connection from %s after %d ms", peer, idle_ms)
+                    raise _CloseConnection
 
     async def process_requests() -> None:
         nonlocal unanswered
@@ -209,6 +283,9 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(process_requests)
                 nursery.start_soon(write_responses)
+                watchdog = trio.CancelScope()
+                if idle_timeout != math.inf:
+                    nursery.start_soon(close_when_idle, watchdog)
                 try:
                     await read_requests()
                 except (FrameError, ProtocolError) as exc:
@@ -216,6 +293,10 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                     # Answer what was decoded before the bad frame, then close.
                 except _CloseConnection:
                     nursery.cancel_scope.cancel()
+                finally:
+                    # The nursery then waits only for the answers still owed
+                    # (an end of stream, a bad frame), not for the watchdog.
+                    watchdog.cancel()
     except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         log.debug("connection from %s closed by peer", peer)
     except* _CloseConnection:

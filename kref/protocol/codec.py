@@ -131,8 +131,20 @@ def _writer(entity_type: type):
 
 
 @functools.cache
-def _header_version(header_type: type) -> int:
-    return int(header_type.__version__)
+def _request_layout(api_key: int, api_version: int) -> tuple[type, int] | None:
+    """(body class, request header version) of a request: one cached lookup per request."""
+    body_type = request_class(api_key, api_version)
+    if body_type is None:
+        return None
+    return body_type, int(body_type.__header_schema__.__version__)
+
+
+@functools.cache
+def _response_layout(response_type: type) -> tuple[int, int, bool]:
+    """(api key, version, flexible header?) of a response class, read once
+    (each is a class attribute converted by int(), on every response)."""
+    return (int(response_type.__api_key__), int(response_type.__version__),
+            bool(response_type.__header_schema__.__flexible__))
 
 
 def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> DecodedRequest:
@@ -157,10 +169,10 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
             api_version,
             f"unsupported version {api_version} of API key {api_key} (supported {versions[0]}-{versions[1]})",
         )
-    body_type = request_class(api_key, api_version)
-    if body_type is None:  # a registration outside kio's range is refused by the router
+    layout = _request_layout(api_key, api_version)
+    if layout is None:  # a registration outside kio's range is refused by the router
         raise UnsupportedApiError(api_key, api_version, f"no schema for API key {api_key} v{api_version}")
-    header_version = _header_version(body_type.__header_schema__)
+    body_type, header_version = layout
     try:
         client_id, header_size = _request_header_rest(frame, header_version)
         body = decode_produce(frame, header_size, api_version) if api_key == PRODUCE_KEY else None
@@ -225,27 +237,28 @@ class PreEncoded:
 
 def encode_response(request: DecodedRequest, response: object) -> bytes:
     """Encode header + body of `response` to a frame, size prefix included."""
-    if isinstance(response, PreEncoded):
-        response_type = response.response_type
-    else:
-        response_type = type(response)
-    if request.is_unsupported_api_versions:
-        if int(response_type.__version__) != 0 or int(response_type.__api_key__) != API_VERSIONS_KEY:
+    pre_encoded = type(response) is PreEncoded
+    response_type = response.response_type if pre_encoded else type(response)
+    api_key, version, flexible_header = _response_layout(response_type)
+    if api_key != request.api_key or version != request.api_version:
+        # Only an ApiVersions request of a version we do not know gets another
+        # version back: the v0 body (KIP-511).
+        if not request.is_unsupported_api_versions:
+            raise ValueError(
+                f"response {response_type.__qualname__} v{version} does not match "
+                f"request key {request.api_key} v{request.api_version}"
+            )
+        if version != 0 or api_key != API_VERSIONS_KEY:
             raise ValueError("an unsupported ApiVersions request is answered with a v0 body")
-    elif int(response_type.__api_key__) != request.api_key or int(response_type.__version__) != request.api_version:
-        raise ValueError(
-            f"response {response_type.__qualname__} v{response_type.__version__} does not match "
-            f"request key {request.api_key} v{request.api_version}"
-        )
     # Response header v0 is the correlation id; v1 adds an empty tag buffer
     # (we never send response-header tagged fields).
-    flexible_header = response_type.__header_schema__.__flexible__
-    if isinstance(response, PreEncoded):
+    if pre_encoded:
         body = response.body
-        chunks = body if isinstance(body, tuple) else (body,)
-        size = sum(map(len, chunks)) if isinstance(body, tuple) else len(body)
-        header = _HEADER.pack(size + (9 if flexible_header else 8) - 4, request.correlation_id)
-        return b"".join((header, b"\x00" if flexible_header else b"", *chunks))
+        if type(body) is tuple:
+            header = _HEADER.pack(sum(map(len, body)) + (5 if flexible_header else 4), request.correlation_id)
+            return b"".join((header, b"\x00" if flexible_header else b"", *body))
+        header = _HEADER.pack(len(body) + (5 if flexible_header else 4), request.correlation_id)
+        return b"".join((header, b"\x00", body)) if flexible_header else header + body
     buffer = io.BytesIO()
     buffer.write(_HEADER.pack(0, request.correlation_id))
     if flexible_header:
