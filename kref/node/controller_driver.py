@@ -152,7 +152,7 @@ class ControllerDriver:
                         replies.append(self._after_commit(
                             effect.request_id, effect.base_offset + len(effect.records), effect.reply))
                 case c.Reply():
-                    if effect.commit_offset > self.raft.core.high_watermark:
+                    if effect.commit_offset > self.raft.high_watermark:
                         replies.append(self._after_commit(effect.request_id, effect.commit_offset, effect.reply))
                     else:
                         replies.append((effect.request_id, effect.reply, None))
@@ -168,8 +168,8 @@ class ControllerDriver:
         done = trio.Event()
         entry = [commit_offset - 1, reply, done]
         self.pending[request_id] = entry
-        if commit_offset <= self.raft.core.high_watermark:
-            self._on_high_watermark(self.raft.core.high_watermark)
+        if commit_offset <= self.raft.high_watermark:
+            self._on_high_watermark(self.raft.high_watermark)
         return request_id, entry, done
 
     async def request(self, make_event) -> object:
