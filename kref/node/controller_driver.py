@@ -261,44 +261,57 @@ class ControllerDriver:
             ))
         return build(response_type, responses=tuple(results))
 
-    async def _handle_create_partitions(self, ctx: RequestContext, request: Any) -> Any:
-        response_type = response_class(CREATE_PARTITIONS, ctx.api_version)
-        result_type = nested(response_type, "CreatePartitionsTopicResult")
-        results = []
-        for topic in request.topics:
+    async def _per_topic(self, topics, make_event) -> list[tuple[Any, object]]:
+        """(topic, reply) for each topic of a CreateTopics or CreatePartitions,
+        in order: one core request each (`make_event(request_id, topic)`); a
+        manual replica assignment is refused (not supported yet)."""
+        out = []
+        for topic in topics:
             if topic.assignments:
                 reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
             else:
-                # validate_only: the core makes every check and writes nothing.
-                reply = await self.request(lambda rid, t=topic: c.CreatePartitions(
-                    rid, t.name, t.count, validate_only=bool(request.validate_only)))
-            results.append(build(result_type, name=topic.name, error_code=reply.error_code,
-                                 error_message=getattr(reply, "message", None)))
-        return build(response_type, results=tuple(results))
+                reply = await self.request(lambda rid, t=topic: make_event(rid, t))
+            out.append((topic, reply))
+        return out
+
+    async def _handle_create_partitions(self, ctx: RequestContext, request: Any) -> Any:
+        response_type = response_class(CREATE_PARTITIONS, ctx.api_version)
+        result_type = nested(response_type, "CreatePartitionsTopicResult")
+        # validate_only: the core makes every check and writes nothing.
+        replies = await self._per_topic(request.topics, lambda rid, t: c.CreatePartitions(
+            rid, t.name, t.count, validate_only=bool(request.validate_only)))
+        return build(response_type, results=tuple(
+            build(result_type, name=topic.name, error_code=reply.error_code, error_message=getattr(reply, "message", None))
+            for topic, reply in replies))
 
     async def _handle_create_topics(self, ctx: RequestContext, request: Any) -> Any:
         """CreateTopics forwarded by a broker (or sent by an admin tool to the controller)."""
         response_type = response_class(CREATE_TOPICS, ctx.api_version)
         result_type = nested(response_type, "CreatableTopicResult")
+
+        def num_partitions(topic) -> int:
+            return self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+
+        def replication_factor(topic) -> int:
+            rf = topic.replication_factor
+            return self.config.default_replication_factor if rf == -1 else rf
+
+        def create(rid: int, topic) -> c.CreateTopic:
+            configs = tuple((cfg.name, cfg.value) for cfg in topic.configs if cfg.value is not None)
+            # The topic id is drawn here (the node's ids port) and handed to the core as data.
+            # validate_only: the core makes every check and writes nothing.
+            topic_id = uuid.UUID(int=0) if request.validate_only else self.raft.ids.uuid()
+            return c.CreateTopic(rid, topic.name, num_partitions(topic), replication_factor(topic), topic_id, configs,
+                                 validate_only=bool(request.validate_only))
+
         results = []
-        for topic in request.topics:
-            num_partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-            rf = self.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
-            values = dict(name=topic.name, topic_id=uuid.UUID(int=0), num_partitions=num_partitions,
-                          replication_factor=rf, configs=None, error_message=None)
-            if topic.assignments:
-                reply = c.TopicReply(ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet")
-            else:
-                # validate_only: the core makes every check and writes nothing.
-                configs = tuple((cfg.name, cfg.value) for cfg in topic.configs if cfg.value is not None)
-                # The topic id is drawn here (the node's ids port) and handed to the core as data.
-                topic_id = uuid.UUID(int=0) if request.validate_only else self.raft.ids.uuid()
-                reply = await self.request(lambda rid: c.CreateTopic(
-                    rid, topic.name, num_partitions, rf, topic_id, configs, validate_only=bool(request.validate_only)))
-            values.update(error_code=reply.error_code, error_message=getattr(reply, "message", None))
-            if reply.error_code == ErrorCode.NONE and getattr(reply, "topic_id", None) is not None:
-                values["topic_id"] = reply.topic_id
-            results.append(build(result_type, **values))
+        for topic, reply in await self._per_topic(request.topics, create):
+            topic_id = getattr(reply, "topic_id", None) if reply.error_code == ErrorCode.NONE else None
+            results.append(build(
+                result_type, name=topic.name, topic_id=topic_id or uuid.UUID(int=0),
+                num_partitions=num_partitions(topic), replication_factor=replication_factor(topic), configs=None,
+                error_code=reply.error_code, error_message=getattr(reply, "message", None),
+            ))
         return build(response_type, topics=tuple(results))
 
     async def _handle_registration(self, ctx: RequestContext, request: Any) -> Any:
