@@ -64,6 +64,7 @@ the log fully, load the image) and answered with SnapshotInstalled.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import sys
@@ -105,6 +106,7 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500  # what Kafka's KRaft followers ask for (KafkaRaftClient)
 
 VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52, 1, 53, 54, 55, 59
+MAX_HELD_HIGH_WATERMARKS = 1024  # commits waiting for a sync (see _hold_high_watermark)
 RETENTION_CHECK_TICKS = 100  # metadata.max.retention.ms is checked about once a second
 
 
@@ -179,7 +181,10 @@ class RaftNode:
         # and the sequence number keep an older state from overwriting a newer one.
         self._state_lock = threading.Lock()
         self._state_seq_written = 0
-        self._held_high_watermark: int | None = None
+        # (high watermark, the write generation it needs durable), oldest first:
+        # each is delivered once its own writes are synced, so that a stream of
+        # new appends never holds back the delivery of an older commit.
+        self._held_high_watermarks: collections.deque[tuple[int, int]] = collections.deque()
         self._delivered_high_watermark = 0
         self._sync_wanted: trio.Event | None = None
         self._synced: trio.Event | None = None
@@ -454,8 +459,7 @@ class RaftNode:
                         self._enqueue(effect.destination, response)
                 case q.HighWatermarkAdvanced():
                     if self._durable < self._written:
-                        held_hw = self._held_high_watermark or 0
-                        self._held_high_watermark = max(held_hw, effect.high_watermark)
+                        self._hold_high_watermark(effect.high_watermark)
                     else:
                         self._deliver_committed(effect.high_watermark)
                 case q.LeaderChanged():
@@ -482,9 +486,15 @@ class RaftNode:
     def high_watermark(self) -> int:
         """The high watermark this node may act on: the core's, unless its
         delivery waits for a sync (then the one delivered before it)."""
-        if self._held_high_watermark is not None:
+        if self._held_high_watermarks:
             return self._delivered_high_watermark
         return self.core.high_watermark
+
+    def _hold_high_watermark(self, high_watermark: int) -> None:
+        held = self._held_high_watermarks
+        if len(held) >= MAX_HELD_HIGH_WATERMARKS:
+            held.pop()  # bounded: the newer one needs newer writes anyway, it stands for both
+        held.append((high_watermark, self._written))
 
     def _deliver_committed(self, high_watermark: int) -> None:
         self._delivered_high_watermark = max(self._delivered_high_watermark, high_watermark)
@@ -604,9 +614,12 @@ class RaftNode:
             synced, self._synced = self._synced, None
             if synced is not None:
                 synced.set()
-            if self._held_high_watermark is not None and self._durable >= self._written:
-                high_watermark, self._held_high_watermark = self._held_high_watermark, None
-                self._apply([q.HighWatermarkAdvanced(high_watermark)], self.now_ms(), None)
+            high_watermark = None
+            while self._held_high_watermarks and self._held_high_watermarks[0][1] <= self._durable:
+                high_watermark = self._held_high_watermarks.popleft()[0]
+            if high_watermark is not None:
+                self._deliver_committed(high_watermark)
+                self._apply([], self.now_ms(), None)  # what the delivery set off (a snapshot written, ...)
 
     def _enqueue(self, destination: int, message: q.Message) -> None:
         queue = self._queues.get(destination)
