@@ -176,7 +176,10 @@ def run(args: Any, config: BrokerConfig) -> int:
                         with trio.move_on_after(config.broker_session_timeout_ms / 1000):
                             await lifecycle.controlled_shutdown()
                     raft.shutdown()
-                    # Let the EndQuorumEpoch requests leave before the senders stop.
+                    # Let the EndQuorumEpoch requests leave before the senders stop:
+                    # they wait for the resignation's sync (bounded here).
+                    with trio.move_on_after(2):
+                        await raft.until_durable()
                     await trio.sleep(0.2)
                     nursery.cancel_scope.cancel()
                     return

@@ -578,6 +578,11 @@ class RaftNode:
                 write_quorum_state(self.metadata_log.dir, state, list(self.voters), self.fs)
                 self._state_seq_written = seq
 
+    async def until_durable(self) -> None:
+        """Wait until everything written so far is durable (a graceful shutdown
+        lets its EndQuorumEpoch requests, which wait for it, leave)."""
+        await self._until_durable(self._written)
+
     async def _until_durable(self, written: int) -> None:
         """Wait until every write up to generation `written` is durable (at once
         when syncing in place). Bounded: the syncer makes progress or the node
