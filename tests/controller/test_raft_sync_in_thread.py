@@ -11,7 +11,8 @@ is held:
   disk names the candidate (durable before the candidate can count it).
 
 And a leader's own append: the high watermark it reaches is delivered to the
-node (committed records, on_high_watermark) only after the append's sync.
+node (committed records, on_high_watermark) only after the append's sync,
+and appends made meanwhile do not hold back the delivery of an older commit.
 """
 
 from __future__ import annotations
@@ -31,17 +32,22 @@ from kref.storage.metadata_log import METADATA_TOPIC, read_quorum_state
 
 
 class GatedFileSystem(RealFileSystem):
-    """The real file system whose fsync waits until the test opens the gate."""
+    """The real file system whose fsync waits until the test opens the gate
+    (or lets single fsyncs through with `permits`)."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.gate.set()
+        self.permits = threading.Semaphore(0)
         self.fsyncs_waiting = 0
 
     def fsync(self, path: str) -> None:
         if not self.gate.is_set():
             self.fsyncs_waiting += 1
-            assert self.gate.wait(30), "the test never opened the gate"
+            deadline = 30.0
+            while not self.gate.is_set() and not self.permits.acquire(timeout=0.01):
+                deadline -= 0.01
+                assert deadline > 0, "the test never opened the gate"
         super().fsync(path)
 
 
@@ -138,3 +144,42 @@ def test_a_leader_delivers_its_commit_only_after_the_sync_of_its_append(tmp_path
     trio.run(main)
     raft.close()
     assert raft.core.state is q.State.LEADER
+
+
+def test_new_appends_do_not_hold_back_the_delivery_of_an_older_commit(tmp_path):
+    fs = GatedFileSystem()
+    raft = _node(tmp_path, "1@127.0.0.1:9093", fs, election_ms=200)
+    delivered: list[int] = [0]
+    raft.on_high_watermark.append(delivered.append)
+    record = serde.encode(r.FeatureLevelRecord("metadata.version", 20))
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(raft.run)
+            with trio.fail_after(20):
+                while not (raft.core.is_leader() and max(delivered) > 0):
+                    await trio.sleep(0.01)
+            fs.gate.clear()
+            first = raft.propose([record])
+            with trio.fail_after(10):
+                while fs.fsyncs_waiting == 0:
+                    await trio.sleep(0.01)  # the sync of the first append has started
+            written_first = raft._written
+            second = raft.propose([record])  # written while that sync runs: the next sync's
+            # One fsync at a time, until the first sync is through.
+            with trio.fail_after(10):
+                while raft._durable < written_first:
+                    fs.permits.release()
+                    await trio.sleep(0.05)
+            await trio.sleep(0.1)
+            # The first commit is delivered; the second waits for its own sync.
+            assert max(delivered) == first + 1 == raft.high_watermark
+            assert raft.core.high_watermark == second + 1
+            fs.gate.set()
+            with trio.fail_after(10):
+                while max(delivered) < second + 1:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    raft.close()
