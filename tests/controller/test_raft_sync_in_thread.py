@@ -39,15 +39,23 @@ class GatedFileSystem(RealFileSystem):
         self.gate = threading.Event()
         self.gate.set()
         self.permits = threading.Semaphore(0)
-        self.fsyncs_waiting = 0
+        self.fsyncs_waiting = 0  # ever held at the gate
+        self.waiting_now = 0  # held at the gate now
+        self.let_through = 0  # held, then let through
+        self._lock = threading.Lock()
 
     def fsync(self, path: str) -> None:
         if not self.gate.is_set():
-            self.fsyncs_waiting += 1
+            with self._lock:
+                self.fsyncs_waiting += 1
+                self.waiting_now += 1
             deadline = 30.0
             while not self.gate.is_set() and not self.permits.acquire(timeout=0.01):
                 deadline -= 0.01
                 assert deadline > 0, "the test never opened the gate"
+            with self._lock:
+                self.waiting_now -= 1
+                self.let_through += 1
         super().fsync(path)
 
 
@@ -166,11 +174,17 @@ def test_new_appends_do_not_hold_back_the_delivery_of_an_older_commit(tmp_path):
                     await trio.sleep(0.01)  # the sync of the first append has started
             written_first = raft._written
             second = raft.propose([record])  # written while that sync runs: the next sync's
-            # One fsync at a time, until the first sync is through.
+            # One held fsync at a time, until the first sync is through (the
+            # syncer runs on this loop: between the two checks it cannot start
+            # the second sync, so no permit is left over for it).
             with trio.fail_after(10):
                 while raft._durable < written_first:
-                    fs.permits.release()
-                    await trio.sleep(0.05)
+                    if fs.waiting_now > 0:
+                        through = fs.let_through
+                        fs.permits.release()
+                        while fs.let_through == through:
+                            await trio.sleep(0.005)
+                    await trio.sleep(0.005)
             await trio.sleep(0.1)
             # The first commit is delivered; the second waits for its own sync.
             assert max(delivered) == first + 1 == raft.high_watermark
