@@ -106,6 +106,7 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500  # what Kafka's KRaft followers ask for (KafkaRaftClient)
 
 VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52, 1, 53, 54, 55, 59
+SLOW_SYNC_MS = 500  # a quorum sync this slow is logged
 MAX_HELD_HIGH_WATERMARKS = 1024  # commits waiting for a sync (see _hold_high_watermark)
 RETENTION_CHECK_TICKS = 100  # metadata.max.retention.ms is checked about once a second
 
@@ -187,6 +188,9 @@ class RaftNode:
         self._held_high_watermarks: collections.deque[tuple[int, int]] = collections.deque()
         self._delivered_high_watermark = 0
         self._sync_wanted: trio.Event | None = None
+        # Its own worker thread: never queued behind the broker's file work
+        # (log layout, checkpoints) on trio's default limiter.
+        self._sync_limiter = trio.CapacityLimiter(1)
         self._synced: trio.Event | None = None
         self.snapshot_policy = snap.SnapshotPolicy(
             max_bytes_between_snapshots=config.metadata_log_max_record_bytes_between_snapshots,
@@ -611,7 +615,14 @@ class RaftNode:
                     self._write_state(*state)
                 self.metadata_log.sync_paths(paths, names_changed)
 
-            await trio.to_thread.run_sync(sync)
+            started = self.clock.monotonic_ms()
+            await trio.to_thread.run_sync(sync, limiter=self._sync_limiter)
+            took_ms = self.clock.monotonic_ms() - started
+            if took_ms >= SLOW_SYNC_MS:
+                # Everything the quorum sends waited this long: on a busy disk this,
+                # not the event loop, is what outlasts the election timeout.
+                log.warning("node %d: quorum sync took %d ms (%d paths, quorum-state %s)", self.node_id, took_ms,
+                            len(paths), "yes" if state is not None else "no")
             if self.closed:
                 return
             self.metadata_log.mark_synced(end_offset, truncations, names_changed)
