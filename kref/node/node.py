@@ -112,9 +112,10 @@ def run(args: Any, config: BrokerConfig) -> int:
         raft = RaftNode(
             config, cluster_id, metadata_log_dir(config), trace_sink=trace_sink,
             jitter_seed=int(seed) if seed else None,
-            # The quorum's fsyncs off the event loop (kref/node/raft_driver.py);
-            # KREF_QUORUM_SYNC_IN_PLACE=1 keeps them in the step (the bench's A/B).
-            sync_in_thread=os.environ.get("KREF_QUORUM_SYNC_IN_PLACE") != "1",
+            # KREF_QUORUM_SYNC_IN_THREAD=1: the quorum's fsyncs off the event loop
+            # (kref/node/raft_driver.py). Opt-in until measured on a quiet machine
+            # (docs/kraft.md, "Session 10"); the default fsyncs inside the step.
+            sync_in_thread=os.environ.get("KREF_QUORUM_SYNC_IN_THREAD") == "1",
         )
     except ConfigError as exc:
         print(f"kref broker: invalid configuration: {exc}", file=sys.stderr)

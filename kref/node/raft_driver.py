@@ -22,10 +22,11 @@ node). It decides nothing; it translates:
   them leaves the node: that is what makes a granted vote durable before the
   candidate can count it, and a follower's log durable before its next
   Fetch tells the leader how far it has it. With `sync_in_thread=False` each
-  is fsynced in place, inside the step. With `sync_in_thread=True` (a node's
-  default, since an fsync on a busy disk held the event loop for tens to
-  hundreds of milliseconds, stalling the quorum's own timers and RPCs, as
-  Kafka avoids by running KafkaRaftClient on its own thread) the step only
+  is fsynced in place, inside the step (a node's default). With
+  `sync_in_thread=True` (KREF_QUORUM_SYNC_IN_THREAD=1 on a node; an fsync on
+  a busy disk held the event loop for tens to hundreds of milliseconds,
+  stalling the quorum's own timers and RPCs, as Kafka avoids by running
+  KafkaRaftClient on its own thread) the step only
   writes (page cache; quorum-state is kept in memory) and a `_syncer` task
   makes it durable in a worker thread: quorum-state first (tmp file, fsync,
   rename), then the log's segment files (MetadataLog.unsynced / sync_paths).
