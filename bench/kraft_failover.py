@@ -25,6 +25,17 @@ phase: wall-clock figures on a shared 2-core box are noise otherwise.
 
     .venv/bin/python bench/kraft_failover.py [--rounds 5] [--election-ms 1000] [--fetch-ms 2000]
         [--partitions 10000] [--metadata-requests 5]
+
+Issue 9's scale figures in one bounded command (a fresh cluster per size, in
+turn; --budget-s bounds the whole run, each size gets an equal share of what
+is left; a size that runs out of time says so and the next one starts):
+
+    .venv/bin/python bench/kraft_failover.py --sizes 1000,3000,10000 --rounds 2 --idle-s 30 --budget-s 3600
+
+The summary at the end repeats every figure with the load average at the
+moment it was taken. --sync thread runs the nodes with the quorum's fsyncs
+in a worker thread (KREF_QUORUM_SYNC_IN_THREAD=1), for a side-by-side run
+against the default (in place, inside the event-loop step).
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ from kref.node import local_cluster  # noqa: E402
 from kref.storage import meta_properties  # noqa: E402
 from kref.protocol.client import WireClient  # noqa: E402
 from kref.protocol.codec import request_class  # noqa: E402
-from kref.node.cluster_waits import WaitTimeout, describe_quorum, stop_processes, wait_listed, wait_until  # noqa: E402
+from kref.node.cluster_waits import describe_quorum, stop_processes  # noqa: E402
 
 TOPIC = "scale"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -64,6 +75,37 @@ def cpu_s(pid: int) -> float:
 
 def load() -> str:
     return "load %.1f/%.1f/%.1f" % os.getloadavg()
+
+
+# The monotonic time by which the current cluster's run must end (--budget-s).
+DEADLINE = [float("inf")]
+# Every figure printed, with the cluster size it belongs to (repeated at the end).
+SUMMARY: list[str] = []
+SIZE = [0]
+
+
+class OutOfTime(Exception):
+    """A wait did not end in time: this size's run stops here."""
+
+
+def remaining_s(timeout_s: float) -> float:
+    return max(0.0, min(timeout_s, DEADLINE[0] - time.monotonic()))
+
+
+def figure(text: str) -> None:
+    print(text, flush=True)
+    SUMMARY.append(f"[{SIZE[0]} partitions] {text}")
+
+
+def wait_until(predicate, what: str, timeout_s: float, poll_s: float = 0.2):
+    timeout_s = remaining_s(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise OutOfTime(f"timed out after {timeout_s:.0f} s waiting for {what}; {load()}")
 
 
 def create_topic(port: int, name: str, partitions: int = 1, replication_factor: int = 1, timeout_s: float = 5,
@@ -149,11 +191,11 @@ def idle_phase(specs, processes, idle_s: float) -> None:
     since = log_offsets(specs)
     cpu0 = {s.node_id: cpu_s(processes[s.node_id].pid) for s in specs}
     epoch0 = quorum_epoch(specs)
-    time.sleep(idle_s)
+    time.sleep(remaining_s(idle_s))
     epoch1 = quorum_epoch(specs)
     cpu = {s.node_id: round((cpu_s(processes[s.node_id].pid) - cpu0[s.node_id]) / idle_s, 2) for s in specs}
-    print(f"idle {idle_s:.0f} s: quorum epoch {epoch0} -> {epoch1} ({'stable' if epoch0 == epoch1 else 'RE-ELECTED'}); "
-          f"CPU s per s per node {cpu}; loop steps: {loop_steps(specs, since)}; {load()}", flush=True)
+    figure(f"idle {idle_s:.0f} s: quorum epoch {epoch0} -> {epoch1} ({'stable' if epoch0 == epoch1 else 'RE-ELECTED'}); "
+           f"CPU s per s per node {cpu}; loop steps: {loop_steps(specs, since)}; {load()}")
 
 
 def logs_created(spec, prefix: str) -> int:
@@ -207,10 +249,11 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float, topics: int
             print(f"  CreateTopics {name} answered {why[-1]} after {time.monotonic() - start:.1f} s; asking again",
                   flush=True)
             if not wait_until(lambda: create_topic(specs[0].client_port, name, each, 3, 60, why) or why[-1][0] == 36,
-                              "the topic", timeout_s, interval=2):
-                raise SystemExit(f"CreateTopics of {each} partitions failed: {why}")
+                              "the topic", timeout_s, poll_s=2):
+                raise OutOfTime(f"CreateTopics of {each} partitions failed: {why}")
     answered = time.monotonic() - start
-    print(f"  CreateTopics answered after {answered:.1f} s", flush=True)
+    figure(f"CreateTopics ({len(names)} x {each} partitions, RF 3) answered after {answered:.1f} s; "
+           f"quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}")
     last = [-1.0]
     partitions = each * len(names)
 
@@ -228,14 +271,13 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float, topics: int
     done = time.monotonic() - start
     cpu = {s.node_id: cpu_s(processes[s.node_id].pid) - cpu0[s.node_id] for s in specs}
     per_node = {n: sum(1 for leader in led.values() if leader == n) for n in sorted(cpu)}
-    print(
+    figure(
         f"created {partitions} partitions (RF 3): answered {answered:.1f} s, every broker's logs {created:.1f} s, "
         f"every partition led {done:.1f} s; leaders per node {per_node}; CPU s per node "
         f"{ {n: round(c, 1) for n, c in cpu.items()} } ({sum(cpu.values()) / (3 * partitions) * 1000:.2f} ms CPU "
-        f"per partition replica); quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}",
-        flush=True,
+        f"per partition replica); quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}"
     )
-    print(f"  loop steps during creation: {loop_steps(specs, since)}", flush=True)
+    figure(f"loop steps during creation: {loop_steps(specs, since)}")
 
 
 def metadata_phase(specs, processes, requests: int) -> None:
@@ -248,19 +290,19 @@ def metadata_phase(specs, processes, requests: int) -> None:
         times.append(time.monotonic() - t0)
         cpus.append(cpu_s(pid) - c0)
         if response is None:
-            raise SystemExit("Metadata for every topic failed")
+            raise OutOfTime("Metadata for every topic failed")
         sizes.append(sum(len(t.partitions) for t in response.topics))
-    print(
+    figure(
         f"Metadata (v12, every topic: {max(sizes)} partitions) from node {spec.node_id}: wall median "
         f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, first {times[0] * 1000:.0f}); "
         f"broker CPU per request median {statistics.median(cpus) * 1000:.0f} ms (clock tick "
-        f"{1000 // CLOCK_TICKS} ms) over {requests} requests; {load()}",
-        flush=True,
+        f"{1000 // CLOCK_TICKS} ms) over {requests} requests; {load()}"
     )
 
 
 def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: float,
                    topic: str = TOPIC) -> tuple[float, float | None]:
+    epoch0 = quorum_epoch(specs)
     leader = wait_until(
         lambda: next((s.node_id for s in specs if describe_quorum(s.controller_port)), None), "a leader", timeout_s
     )
@@ -275,8 +317,9 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
         led = leaders(survivor.client_port, topic) or {}
         victim_partition = next((p for p, n in sorted(led.items()) if n == leader), None)
         if victim_partition is not None and not produce_acks_all(bootstrap, topic, victim_partition, 30):
-            raise SystemExit(f"produce before the kill failed (partition {victim_partition})")
+            raise OutOfTime(f"produce before the kill failed (partition {victim_partition})")
     results: dict[str, float] = {}
+    timeout_s = remaining_s(timeout_s)
 
     def timed_create() -> None:
         deadline = start + timeout_s
@@ -306,36 +349,23 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
     if "create" not in results:
         for s in specs:
             print(f"== node {s.node_id}", "\n".join(s.log_file.read_text().splitlines()[-25:]))
-        raise SystemExit(f"no CreateTopics success within {timeout_s:.0f} s")
+        raise OutOfTime(f"no CreateTopics success within {timeout_s:.0f} s")
     produce = results.get("produce")
     produced = (f", acks=all produce to partition {victim_partition} (led by it) ok after {produce * 1000:.0f} ms"
                 if produce is not None else (", no acks=all produce within the bound" if victim_partition is not None else ""))
-    print(f"round {round_ + 1}: killed node {leader}, CreateTopics ok after {results['create'] * 1000:.0f} ms{produced}; "
-          f"{load()}", flush=True)
+    figure(f"round {round_ + 1}: killed node {leader} (active controller), CreateTopics ok after "
+           f"{results['create'] * 1000:.0f} ms{produced}; quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}")
     before = by_id[leader].log_file.read_text().count("unfenced")
     restarted = time.monotonic()
     processes[leader] = local_cluster.start_node(by_id[leader])
-    wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, interval=0.5)
-    print(f"  node {leader} restarted and unfenced after {time.monotonic() - restarted:.1f} s", flush=True)
+    wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, poll_s=0.5)
+    figure(f"node {leader} restarted and unfenced after {time.monotonic() - restarted:.1f} s; {load()}")
     return results["create"], produce
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--election-ms", type=int, default=1000)
-    parser.add_argument("--fetch-ms", type=int, default=2000)
-    parser.add_argument("--partitions", type=int, default=0, help="first create a topic of this many partitions (RF 3)")
-    parser.add_argument("--metadata-requests", type=int, default=5)
-    parser.add_argument("--topics", type=int, default=1,
-                        help="spread --partitions over this many topics (one CreateTopics each, in turn)")
-    parser.add_argument("--timeout-s", type=float, default=600, help="bound on each wait")
-    parser.add_argument("--idle-s", type=float, default=60, help="with --partitions: a quiet spell after creation")
-    parser.add_argument("--loop-steps-s", type=float, default=10,
-                        help="nodes report their longest event-loop step this often (KREF_LOOP_STEPS; 0: off)")
-    args = parser.parse_args()
-    if args.loop_steps_s > 0:
-        os.environ["KREF_LOOP_STEPS"] = str(args.loop_steps_s)
+def run_cluster(args, partitions: int) -> None:
+    """One fresh 3-node cluster: create `partitions`, idle, Metadata, failover rounds."""
+    SIZE[0] = partitions
     settings = {
         "controller.quorum.election.timeout.ms": str(args.election_ms),
         "controller.quorum.fetch.timeout.ms": str(args.fetch_ms),
@@ -349,34 +379,76 @@ def main() -> int:
         processes = {s.node_id: local_cluster.start_node(s) for s in specs}
         by_id = {s.node_id: s for s in specs}
         try:
-            wait_listed(specs, processes, timeout=120)
-            if args.partitions:
-                scale_phase(specs, processes, args.partitions, args.timeout_s, args.topics)
+            wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers", 120)
+            wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers", 120)
+            if partitions:
+                scale_phase(specs, processes, partitions, args.timeout_s, args.topics)
                 if args.idle_s > 0:
                     idle_phase(specs, processes, args.idle_s)
                 metadata_phase(specs, processes, args.metadata_requests)
             for round_ in range(args.rounds):
-                create_s, produce_s = failover_round(round_, specs, processes, by_id, args.partitions, args.timeout_s,
+                create_s, produce_s = failover_round(round_, specs, processes, by_id, partitions, args.timeout_s,
                                                      topic_names(args.topics)[0])
                 creates.append(create_s)
                 if produce_s is not None:
                     produces.append(produce_s)
+        except OutOfTime as exc:
+            figure(f"NOT FINISHED: {exc}")
         except KeyboardInterrupt:
             print("interrupted: stopping the nodes", flush=True)
-        except WaitTimeout as exc:
-            print(f"gave up: {exc}", flush=True)
-            return 1
+            raise
         finally:
             stop_processes(processes, grace_s=60)
     if creates:
         line = (f"controller failover (kill -9 -> next CreateTopics), election timeout {args.election_ms} ms, "
-                f"fetch timeout {args.fetch_ms} ms, session timeout 9000 ms, {args.partitions} extra partitions: "
+                f"fetch timeout {args.fetch_ms} ms, session timeout 9000 ms, {partitions} extra partitions: "
                 f"median {statistics.median(creates) * 1000:.0f} ms, min {min(creates) * 1000:.0f}, "
                 f"max {max(creates) * 1000:.0f} over {len(creates)} rounds")
         if produces:
             line += (f"; next acks=all produce to a partition the killed node led: median "
                      f"{statistics.median(produces) * 1000:.0f} ms, max {max(produces) * 1000:.0f}")
-        print(line)
+        figure(line)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--election-ms", type=int, default=1000)
+    parser.add_argument("--fetch-ms", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=0, help="first create a topic of this many partitions (RF 3)")
+    parser.add_argument("--sizes", default="", help="comma-separated partition counts, a fresh cluster each "
+                        "(overrides --partitions)")
+    parser.add_argument("--budget-s", type=float, default=3600, help="bound on the whole run")
+    parser.add_argument("--sync", choices=("thread", "in-place"), default="in-place",
+                        help="where the nodes fsync quorum-state and the metadata log")
+    parser.add_argument("--metadata-requests", type=int, default=5)
+    parser.add_argument("--topics", type=int, default=1,
+                        help="spread --partitions over this many topics (one CreateTopics each, in turn)")
+    parser.add_argument("--timeout-s", type=float, default=600, help="bound on each wait")
+    parser.add_argument("--idle-s", type=float, default=60, help="with --partitions: a quiet spell after creation")
+    parser.add_argument("--loop-steps-s", type=float, default=10,
+                        help="nodes report their longest event-loop step this often (KREF_LOOP_STEPS; 0: off)")
+    args = parser.parse_args()
+    if args.loop_steps_s > 0:
+        os.environ["KREF_LOOP_STEPS"] = str(args.loop_steps_s)
+    if args.sync == "thread":
+        os.environ["KREF_QUORUM_SYNC_IN_THREAD"] = "1"
+    else:
+        os.environ.pop("KREF_QUORUM_SYNC_IN_THREAD", None)
+    sizes = [int(n) for n in args.sizes.split(",") if n] or [args.partitions]
+    end = time.monotonic() + args.budget_s
+    print(f"sizes {sizes}, budget {args.budget_s:.0f} s, quorum fsyncs {args.sync}, election {args.election_ms} ms, "
+          f"fetch {args.fetch_ms} ms; {load()}", flush=True)
+    try:
+        for i, partitions in enumerate(sizes):
+            # An equal share of what is left for each size still to run.
+            DEADLINE[0] = time.monotonic() + (end - time.monotonic()) / (len(sizes) - i)
+            run_cluster(args, partitions)
+    except KeyboardInterrupt:
+        pass
+    print(f"\nsummary (quorum fsyncs {args.sync}):", flush=True)
+    for line in SUMMARY:
+        print(f"  {line}")
     return 0
 
 

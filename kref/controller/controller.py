@@ -17,8 +17,13 @@ isr, leader, leader_epoch and partition_epoch), plus the volatile heartbeat
 sessions. It applies its own records to that state as it writes them
 (Kafka's controller does the same), so a second request sees the first
 one's effect before it commits. A standby controller replays committed
-records (`Replay`); on `BecomeActive` it takes over with a fresh session for
-every registered broker (a grace period: it never heard from them).
+records (`Replay`), or is handed the committed image at once (`LoadImage`:
+the node's quorum driver keeps that image anyway, so a controller node
+replays nothing twice and a deposed controller drops what it wrote past the
+commit without replaying the whole log, as Kafka's controller reverts to its
+last committed snapshot); on `BecomeActive` it takes over with a fresh
+session for every registered broker (a grace period: it never heard from
+them).
 
 Decisions, with the spec/KRaft.tla actions they implement:
 
@@ -361,11 +366,21 @@ class Replay:
     records: tuple
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadImage:
+    """The committed image at `offset` replaces the core's whole state (it is
+    a standby again). The core keeps a copy (O(partitions), no record is
+    replayed): the caller's image goes on changing."""
+
+    image: MetadataImage
+    offset: int
+
+
 Event = (
     BrokerRegistration | BrokerHeartbeatRequest | CreateTopic | CreatePartitions | DeleteTopic
     | AlterPartition | AllocateProducerIds | ElectLeaders | AlterTopicConfigs | AlterBrokerConfigs
     | AlterPartitionReassignments
-    | ListPartitionReassignments | Tick | BecomeActive | Resign | Replay
+    | ListPartitionReassignments | Tick | BecomeActive | Resign | Replay | LoadImage
 )
 
 
@@ -539,9 +554,11 @@ class ControllerCore:
                 self.next_imbalance_check_ms = now_ms + self.leader_imbalance_check_interval_ms
                 self.next_unclean_check_ms = now_ms  # the first Tick checks
             case Resign():
-                self.active = False
-                self.last_heartbeat_ms.clear()
-                self.shutting_down.clear()
+                self._resign()
+            case LoadImage():
+                self._resign()
+                self.image = event.image.copy()
+                self.next_offset = event.offset
             case _ if not self.active:
                 request_id = getattr(event, "request_id", None)
                 if request_id is not None:
@@ -578,6 +595,13 @@ class ControllerCore:
             # A read of state that may not be committed yet waits for it (see Reply).
             out = [Reply(e.request_id, e.reply, self.next_offset) if isinstance(e, Reply) else e for e in out]
         return out
+
+    def _resign(self) -> None:
+        self.active = False
+        self.last_heartbeat_ms.clear()
+        self.shutting_down.clear()
+        self.next_imbalance_check_ms = None
+        self.next_unclean_check_ms = None
 
     # ------------------------------------------------------------ records
 

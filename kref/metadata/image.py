@@ -302,6 +302,21 @@ class MetadataImage:
         first = delta.changed_partitions.get((topic.name, partition))
         delta.changed_partitions[(topic.name, partition)] = (first[0] if first is not None else before, after)
 
+    def copy(self) -> "MetadataImage":
+        """An independent image with the same content. Partitions and brokers are
+        immutable values, so only the containers are copied: O(partitions) dict
+        entries, no record decoded or replayed (a controller taking over copies
+        its node's committed image; 10,000 partitions cost milliseconds, a
+        replay of them about a second)."""
+        return MetadataImage(
+            topics={n: TopicImage(t.name, t.topic_id, dict(t.partitions)) for n, t in self.topics.items()},
+            topics_by_id=dict(self.topics_by_id),
+            brokers=dict(self.brokers),
+            configs={k: dict(v) for k, v in self.configs.items()},
+            features=dict(self.features),
+            next_producer_id=self.next_producer_id,
+        )
+
     # ------------------------------------------------------------ snapshot
 
     def changes_to(self, target: "MetadataImage") -> list[r.MetadataRecord]:

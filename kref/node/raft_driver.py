@@ -17,10 +17,26 @@ node). It decides nothing; it translates:
   message) and one request in flight, over one connection that is
   re-opened after a failure. Responses come back as `Received`; a failed
   connection as `SendFailed`;
-- effects, carried out in list order inside the step, synchronously: the
-  quorum-state write (fsync) and log appends (fsync) happen before any
-  message of the same step is queued, which is what makes a granted vote
-  durable before the candidate can count it.
+- effects, carried out in list order inside the step. The quorum-state
+  write and the log appends must be durable before anything that follows
+  them leaves the node: that is what makes a granted vote durable before the
+  candidate can count it, and a follower's log durable before its next
+  Fetch tells the leader how far it has it. With `sync_in_thread=False` each
+  is fsynced in place, inside the step (a node's default). With
+  `sync_in_thread=True` (KREF_QUORUM_SYNC_IN_THREAD=1 on a node; an fsync on
+  a busy disk held the event loop for tens to hundreds of milliseconds,
+  stalling the quorum's own timers and RPCs, as Kafka avoids by running
+  KafkaRaftClient on its own thread) the step only
+  writes (page cache; quorum-state is kept in memory) and a `_syncer` task
+  makes it durable in a worker thread: quorum-state first (tmp file, fsync,
+  rename), then the log's segment files (MetadataLog.unsynced / sync_paths).
+  Every write bumps `_written`; every output of a step is tagged with it and
+  held until `_durable` reaches it: queued messages (the sender waits), RPC
+  replies and parked Fetch answers (the handler waits), and the delivery of
+  newly committed records (a high watermark the core reached is delivered
+  after the sync, so the leader's own records count only once durable, as
+  Kafka's leader counts its flushed offset). A crash before the sync is a
+  crash before the step for everyone else: nothing it decided was seen.
 
 Committed records (below the high watermark, control batches skipped) are
 handed, in offset order and once each, to the `on_commit` callbacks: the
@@ -49,9 +65,11 @@ the log fully, load the image) and answered with SnapshotInstalled.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -89,6 +107,8 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500  # what Kafka's KRaft followers ask for (KafkaRaftClient)
 
 VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52, 1, 53, 54, 55, 59
+SLOW_SYNC_MS = 500  # a quorum sync this slow is logged
+MAX_HELD_HIGH_WATERMARKS = 1024  # commits waiting for a sync (see _hold_high_watermark)
 RETENTION_CHECK_TICKS = 100  # metadata.max.retention.ms is checked about once a second
 
 
@@ -133,6 +153,7 @@ class RaftNode:
         clock: Clock | None = None,
         fs: FileSystem | None = None,
         ids: Ids | None = None,
+        sync_in_thread: bool = False,
     ) -> None:
         # The ports: the quorum's timers run on `clock` (monotonic), its files
         # (metadata log, snapshots, quorum-state) live on `fs`, the election
@@ -148,8 +169,30 @@ class RaftNode:
         now = self.now_ms()
         self.metadata_log = MetadataLog(
             metadata_log_dir, now, segment_bytes=config.metadata_log_segment_bytes,
-            segment_ms=config.metadata_log_segment_ms, fs=self.fs,
+            segment_ms=config.metadata_log_segment_ms, fs=self.fs, defer_sync=sync_in_thread,
         )
+        # Deferred durability (see the module doc): a write's generation, the
+        # generation made durable, the quorum-state not written yet, and a
+        # high watermark whose delivery waits for the sync.
+        self.sync_in_thread = sync_in_thread
+        self._written = 0
+        self._durable = 0
+        self._unsynced_state: tuple[int, QuorumState] | None = None  # (its sequence number, the state)
+        self._state_seq = 0
+        # The syncer's thread and close() may both write quorum-state: the lock
+        # and the sequence number keep an older state from overwriting a newer one.
+        self._state_lock = threading.Lock()
+        self._state_seq_written = 0
+        # (high watermark, the write generation it needs durable), oldest first:
+        # each is delivered once its own writes are synced, so that a stream of
+        # new appends never holds back the delivery of an older commit.
+        self._held_high_watermarks: collections.deque[tuple[int, int]] = collections.deque()
+        self._delivered_high_watermark = 0
+        self._sync_wanted: trio.Event | None = None
+        # Its own worker thread: never queued behind the broker's file work
+        # (log layout, checkpoints) on trio's default limiter.
+        self._sync_limiter = trio.CapacityLimiter(1)
+        self._synced: trio.Event | None = None
         self.snapshot_policy = snap.SnapshotPolicy(
             max_bytes_between_snapshots=config.metadata_log_max_record_bytes_between_snapshots,
             max_interval_ms=config.metadata_log_max_snapshot_interval_ms,
@@ -350,12 +393,13 @@ class RaftNode:
         for effect in effects:
             match effect:
                 case q.PersistQuorumState():
-                    write_quorum_state(
-                        self.metadata_log.dir,
-                        QuorumState(effect.leader_epoch, effect.voted_for, effect.leader_id),
-                        list(self.voters),
-                        self.fs,
-                    )
+                    state = QuorumState(effect.leader_epoch, effect.voted_for, effect.leader_id)
+                    if self.sync_in_thread:
+                        self._state_seq += 1  # the latest wins: nothing saw the ones before
+                        self._unsynced_state = (self._state_seq, state)
+                        self._wrote()
+                    else:
+                        write_quorum_state(self.metadata_log.dir, state, list(self.voters), self.fs)
                 case q.AppendAsLeader():
                     if effect.control:
                         value = leader_change_value(self.node_id, list(self.voters), sorted(self.voters))
@@ -368,8 +412,10 @@ class RaftNode:
                         raise q.InvariantViolation(
                             f"metadata log end {self.metadata_log.log_end_offset} after appending at {effect.base_offset}"
                         )
+                    self._wrote()
                 case q.AppendAsFollower():
                     self.metadata_log.append_as_follower(b"".join(b.payload for b in effect.batches), now)
+                    self._wrote()
                 case q.TruncateTo():
                     self.metadata_log.truncate_to(effect.log_end_offset)
                     self.applied_offset = min(self.applied_offset, effect.log_end_offset)
@@ -411,13 +457,16 @@ class RaftNode:
                     if effect.parked:
                         held = self._parked.pop(effect.destination, None)
                         if held is not None:  # else its RPC is gone (connection closed)
-                            held.answer(response)
+                            held.answer(response, self._written)
                     elif reply_to is not None and effect.destination == reply_to:
                         reply = response
                     else:
                         self._enqueue(effect.destination, response)
                 case q.HighWatermarkAdvanced():
-                    self._deliver_committed(effect.high_watermark)
+                    if self._durable < self._written:
+                        self._hold_high_watermark(effect.high_watermark)
+                    else:
+                        self._deliver_committed(effect.high_watermark)
                 case q.LeaderChanged():
                     log.info(
                         "node %d: %s, leader %s in epoch %d",
@@ -438,7 +487,22 @@ class RaftNode:
             self._apply(self.core.step(event, now), now, None)
         return reply
 
+    @property
+    def high_watermark(self) -> int:
+        """The high watermark this node may act on: the core's, unless its
+        delivery waits for a sync (then the one delivered before it)."""
+        if self._held_high_watermarks:
+            return self._delivered_high_watermark
+        return self.core.high_watermark
+
+    def _hold_high_watermark(self, high_watermark: int) -> None:
+        held = self._held_high_watermarks
+        if len(held) >= MAX_HELD_HIGH_WATERMARKS:
+            held.pop()  # bounded: the newer one needs newer writes anyway, it stands for both
+        held.append((high_watermark, self._written))
+
     def _deliver_committed(self, high_watermark: int) -> None:
+        self._delivered_high_watermark = max(self._delivered_high_watermark, high_watermark)
         if high_watermark <= self.applied_offset:
             return
         records = self.metadata_log.committed_records(self.applied_offset, high_watermark)
@@ -465,6 +529,8 @@ class RaftNode:
         async with trio.open_nursery() as nursery:
             for peer in self._receivers:
                 nursery.start_soon(self._sender, peer)
+            if self.sync_in_thread:
+                nursery.start_soon(self._syncer)
             self._deliver_pending_load()
             task_status.started()
             ticks = 0
@@ -495,7 +561,82 @@ class RaftNode:
                 held.answer(None)
             self._parked.clear()
             self.controller_channel.close()
-            self.metadata_log.close()
+            if self._unsynced_state is not None:  # e.g. a Shutdown step's state: written in place now
+                self._write_state(*self._unsynced_state)
+                self._unsynced_state = None
+            self.metadata_log.close()  # flushes the log
+
+    # ------------------------------------------------------------ deferred durability
+
+    def _wrote(self) -> None:
+        if self.sync_in_thread:
+            self._written += 1
+            if self._sync_wanted is not None:
+                self._sync_wanted.set()
+        else:
+            self._durable = self._written = self._written + 1
+
+    def _write_state(self, seq: int, state: QuorumState) -> None:
+        """Write quorum-state (tmp file, fsync, rename) unless a newer one is written."""
+        with self._state_lock:
+            if seq > self._state_seq_written:
+                write_quorum_state(self.metadata_log.dir, state, list(self.voters), self.fs)
+                self._state_seq_written = seq
+
+    async def until_durable(self) -> None:
+        """Wait until everything written so far is durable (a graceful shutdown
+        lets its EndQuorumEpoch requests, which wait for it, leave)."""
+        await self._until_durable(self._written)
+
+    async def _until_durable(self, written: int) -> None:
+        """Wait until every write up to generation `written` is durable (at once
+        when syncing in place). Bounded: the syncer makes progress or the node
+        stops (a failed fsync ends the node, as a failed flush of the metadata
+        log ends a Kafka node)."""
+        while self._durable < written and not self.closed:
+            if self._synced is None:
+                self._synced = trio.Event()
+            await self._synced.wait()
+
+    async def _syncer(self) -> None:
+        """Make writes durable from a worker thread, one sync at a time, in order:
+        quorum-state before the log (a restart must never find a log of a newer
+        epoch than its quorum-state). Then release what waited for it."""
+        while not self.closed:
+            if self._durable >= self._written:
+                self._sync_wanted = trio.Event()
+                await self._sync_wanted.wait()
+                continue
+            target = self._written
+            state, self._unsynced_state = self._unsynced_state, None
+            paths, names_changed, end_offset, truncations = self.metadata_log.unsynced()
+
+            def sync() -> None:
+                if state is not None:
+                    self._write_state(*state)
+                self.metadata_log.sync_paths(paths, names_changed)
+
+            started = self.clock.monotonic_ms()
+            await trio.to_thread.run_sync(sync, limiter=self._sync_limiter)
+            took_ms = self.clock.monotonic_ms() - started
+            if took_ms >= SLOW_SYNC_MS:
+                # Everything the quorum sends waited this long: on a busy disk this,
+                # not the event loop, is what outlasts the election timeout.
+                log.warning("node %d: quorum sync took %d ms (%d paths, quorum-state %s)", self.node_id, took_ms,
+                            len(paths), "yes" if state is not None else "no")
+            if self.closed:
+                return
+            self.metadata_log.mark_synced(end_offset, truncations, names_changed)
+            self._durable = target
+            synced, self._synced = self._synced, None
+            if synced is not None:
+                synced.set()
+            high_watermark = None
+            while self._held_high_watermarks and self._held_high_watermarks[0][1] <= self._durable:
+                high_watermark = self._held_high_watermarks.popleft()[0]
+            if high_watermark is not None:
+                self._deliver_committed(high_watermark)
+                self._apply([], self.now_ms(), None)  # what the delivery set off (a snapshot written, ...)
 
     def _enqueue(self, destination: int, message: q.Message) -> None:
         queue = self._queues.get(destination)
@@ -503,7 +644,7 @@ class RaftNode:
             log.debug("node %d: no address for node %d, message dropped", self.node_id, destination)
             return
         try:
-            queue.send_nowait(message)
+            queue.send_nowait((self._written, message))
         except trio.WouldBlock:
             log.warning("node %d: queue to node %d full, %s dropped", self.node_id, destination, type(message).__name__)
 
@@ -514,7 +655,8 @@ class RaftNode:
         decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         correlation_id = 0
         timeout_s = self.quorum_config.fetch_timeout_ms / 1000
-        async for message in receive:
+        async for written, message in receive:
+            await self._until_durable(written)
             if self.closed:
                 return
             try:
@@ -668,13 +810,28 @@ class RaftNode:
             m.PartitionData(partition_index=0, **partition),
         )),), **extra)
 
+    def _refusal(self, request: Any, valid: bool) -> int | None:
+        """The top-level error of a quorum RPC that is not for this node's
+        __cluster_metadata-0 of this cluster (None: serve it)."""
+        if not valid:
+            return ErrorCode.INVALID_REQUEST
+        if self._wrong_cluster(request):
+            return ErrorCode.INCONSISTENT_CLUSTER_ID
+        return None
+
+    async def _step_rpc(self, event: q.Event, reply_to: int) -> q.Message | None:
+        """Step an inbound RPC; its answer once what the step wrote is durable."""
+        reply = self.step(event, reply_to=reply_to)
+        await self._until_durable(self._written)
+        return reply
+
     async def _handle_vote(self, ctx: RequestContext, request: Any) -> Any:
         p = self._partition(request)
-        if self._wrong_cluster(request) or p is None:
-            code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
+        code = self._refusal(request, p is not None)
+        if code is not None:
             return self._respond(VOTE, code, None, ctx.api_version)
         pre_vote = bool(getattr(p, "pre_vote", False))  # v2 (KIP-996); older versions never pre-vote
-        reply = self.step(
+        reply = await self._step_rpc(
             q.Received(p.replica_id, q.VoteRequest(p.replica_epoch, p.replica_id, p.last_offset_epoch, p.last_offset,
                                                    pre_vote=pre_vote)),
             reply_to=p.replica_id,
@@ -686,10 +843,11 @@ class RaftNode:
 
     async def _handle_begin_quorum_epoch(self, ctx: RequestContext, request: Any) -> Any:
         p = self._partition(request)
-        if self._wrong_cluster(request) or p is None:
-            code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
+        code = self._refusal(request, p is not None)
+        if code is not None:
             return self._respond(BEGIN_QUORUM_EPOCH, code, None)
-        reply = self.step(q.Received(p.leader_id, q.BeginQuorumEpochRequest(p.leader_id, p.leader_epoch)), reply_to=p.leader_id)
+        reply = await self._step_rpc(q.Received(p.leader_id, q.BeginQuorumEpochRequest(p.leader_id, p.leader_epoch)),
+                                     reply_to=p.leader_id)
         if reply is None:
             reply = q.BeginQuorumEpochResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch)
         return self._respond(BEGIN_QUORUM_EPOCH, 0, reply, error_code=reply.error_code, leader_id=reply.leader_id,
@@ -697,10 +855,10 @@ class RaftNode:
 
     async def _handle_end_quorum_epoch(self, ctx: RequestContext, request: Any) -> Any:
         p = self._partition(request)
-        if self._wrong_cluster(request) or p is None:
-            code = ErrorCode.INCONSISTENT_CLUSTER_ID if p is not None else ErrorCode.INVALID_REQUEST
+        code = self._refusal(request, p is not None)
+        if code is not None:
             return self._respond(END_QUORUM_EPOCH, code, None)
-        reply = self.step(
+        reply = await self._step_rpc(
             q.Received(p.leader_id, q.EndQuorumEpochRequest(p.leader_id, p.leader_epoch, tuple(p.preferred_successors))),
             reply_to=p.leader_id,
         )
@@ -709,17 +867,22 @@ class RaftNode:
         return self._respond(END_QUORUM_EPOCH, 0, reply, error_code=reply.error_code, leader_id=reply.leader_id,
                              leader_epoch=reply.leader_epoch)
 
+    def _metadata_partition(self, request: Any, name_field: str) -> tuple[int | None, Any]:
+        """Fetch and FetchSnapshot's shared guard: (the top-level error, the one
+        partition asked for); a controller serves exactly __cluster_metadata-0."""
+        topics = request.topics
+        valid = _only_metadata_partition(topics, getattr(topics[0], name_field) if len(topics) == 1 else None)
+        code = self._refusal(request, valid)
+        return code, topics[0].partitions[0] if code is None else None
+
     async def _handle_fetch(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(FETCH, FETCH_VERSION, "response")
-        topics = request.topics
-        valid = _only_metadata_partition(topics, topics[0].topic if len(topics) == 1 else None)
-        if self._wrong_cluster(request) or not valid:
-            code = ErrorCode.INCONSISTENT_CLUSTER_ID if valid else ErrorCode.INVALID_REQUEST
+        code, fp = self._metadata_partition(request, "topic")
+        if code is not None:
             return cls(throttle_time=_zero(), error_code=code, responses=())
-        fp = topics[0].partitions[0]
         source = request.replica_id
         max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000)) if request.max_wait else 0
-        reply = self.step(
+        reply = await self._step_rpc(
             q.Received(source, q.FetchRequest(
                 source, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch, max_wait_ms,
             )),
@@ -745,7 +908,8 @@ class RaftNode:
                    responses=(m.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),))
 
     async def _wait_parked(self, source: int) -> q.FetchResponse | None:
-        """Hold the Fetch RPC until the core answers the Fetch it parked.
+        """Hold the Fetch RPC until the core answers the Fetch it parked, and
+        until what was written before that answer is durable.
 
         The core answers at the latest on the first Tick past its deadline
         (at most the fetch timeout away); the bound here only guards against
@@ -759,18 +923,16 @@ class RaftNode:
         finally:
             if self._parked.get(source) is held:
                 del self._parked[source]
+        await self._until_durable(held.written)
         return held.response
 
     async def _handle_fetch_snapshot(self, ctx: RequestContext, request: Any) -> Any:
         cls, m = _kio(FETCH_SNAPSHOT, ctx.api_version, "response")
-        topics = request.topics
-        valid = _only_metadata_partition(topics, topics[0].name if len(topics) == 1 else None)
-        if self._wrong_cluster(request) or not valid:
-            code = ErrorCode.INCONSISTENT_CLUSTER_ID if valid else ErrorCode.INVALID_REQUEST
+        code, p = self._metadata_partition(request, "name")
+        if code is not None:
             return cls(throttle_time=_zero(), error_code=code, topics=())
-        p = topics[0].partitions[0]
         source = request.replica_id
-        reply = self.step(q.Received(source, q.FetchSnapshotRequest(
+        reply = await self._step_rpc(q.Received(source, q.FetchSnapshotRequest(
             source, p.current_leader_epoch, p.snapshot_id.end_offset, p.snapshot_id.epoch, p.position,
             min(int(request.max_bytes), MAX_RESPONSE_BYTES // 2),
         )), reply_to=source)
@@ -808,16 +970,19 @@ class RaftNode:
 
 
 class _HeldFetch:
-    """One parked Fetch RPC: the handler waits on `event` for the core's answer."""
+    """One parked Fetch RPC: the handler waits on `event` for the core's answer
+    (and then for the writes before it, generation `written`, to be durable)."""
 
-    __slots__ = ("event", "response")
+    __slots__ = ("event", "response", "written")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.response: q.FetchResponse | None = None
+        self.written = 0
 
-    def answer(self, response: q.FetchResponse | None) -> None:
+    def answer(self, response: q.FetchResponse | None, written: int = 0) -> None:
         self.response = response
+        self.written = written
         self.event.set()
 
 

@@ -142,3 +142,22 @@ def test_changes_to_a_snapshot_image_reach_it_and_say_only_what_changed():
     assert set(delta.deleted_topics) == {"gone"} and delta.created_topics == ["new"]
     assert set(delta.changed_partitions) == {("kept", 1), ("new", 0)}
     assert 2 in delta.changed_brokers
+
+
+def test_a_copy_has_the_same_content_and_changes_independently():
+    image = MetadataImage()
+    image.apply(topic_records())
+    image.apply([r.ConfigRecord(r.TOPIC_RESOURCE, "orders", "cleanup.policy", "compact"),
+                 r.RegisterBrokerRecord(1, uuid.UUID(int=1), 10, ()), r.UnfenceBrokerRecord(1, 10)])
+    copy = image.copy()
+    assert copy == image
+    copy.apply([
+        r.PartitionChangeRecord(0, TID, leader=2, isr=(2, 3)),
+        r.PartitionRecord(2, TID, (1, 2, 3), (1, 2, 3), 1, 0, 0),
+        r.ConfigRecord(r.TOPIC_RESOURCE, "orders", "retention.ms", "1"),
+        r.FenceBrokerRecord(1, 10),
+    ])
+    assert image.partition("orders", 0).leader == 1 and image.partition("orders", 2) is None
+    assert image.topic_configs("orders") == {"cleanup.policy": "compact"}
+    assert not image.brokers[1].fenced
+    assert copy != image
