@@ -882,15 +882,25 @@ NoZombieWrite ==
 \* in l's epoch and follows l again once it hears from it.  Without
 \* pre-vote (PreVoteEnabled = FALSE) c's RequestVote breaks it at once, and
 \* c's higher epoch would then depose l on c's return (MCKRaftNoPreVote).
-ServedByAllBut(l, c) ==
+\* Nor does any voter grant c (or anyone) a pre-vote meanwhile: a follower
+\* of a live leader and the leader refuse (KIP-996's rule; without it a
+\* follower's grant would let c stand, one step later).  That half holds
+\* whatever grants c kept from before l's election (a prospective counts
+\* grants across rounds), which is why the epoch half asks for none.
+FollowedByAllBut(l, c) ==
     /\ Live(l) /\ state[l] = Leader
     /\ \A v \in Voters \ {l} :
           /\ leader_epoch[v] = leader_epoch[l]
           /\ leader_id[v] = l
           /\ \/ state[v] = Follower
-             \/ v = c /\ state[v] = Prospective /\ votes_granted[v] = {v}
+             \/ v = c /\ state[v] = Prospective
+ServedByAllBut(l, c) ==
+    /\ FollowedByAllBut(l, c)
+    /\ state[c] = Prospective => votes_granted[c] = {c}
 PreVoteStability ==
     [][\A l, c \in Voters :
-          ServedByAllBut(l, c) => \A v \in Voters : leader_epoch'[v] = leader_epoch[v]]_vars
+          /\ ServedByAllBut(l, c) => \A v \in Voters : leader_epoch'[v] = leader_epoch[v]
+          /\ FollowedByAllBut(l, c) =>
+                \A w \in Voters : votes_granted'[w] \subseteq votes_granted[w] \cup {w}]_vars
 
 =============================================================================

@@ -14,7 +14,10 @@ default set (`make tlc`) catches.
 - Each mutation is applied to a copy of spec/ in a temporary directory,
   never to the real files. The default models of the mutated spec (every
   manifest row whose wrapper module extends it) run one after the other
-  with one TLC worker, passing models first; the first verdict that is not
+  with one TLC worker, passing models first, in manifest order (the
+  manifest puts the models that catch most, soonest, first: not the
+  cheapest to pass, since a caught mutation stops early); the first
+  verdict that is not
   the manifest's expectation (a passing model violated, or a must-fail
   model no longer failing for its reason) catches the mutation, and the
   remaining models are skipped.
@@ -22,8 +25,13 @@ default set (`make tlc`) catches.
   spec: a catalogue that no longer matches the spec fails loudly (exit 2)
   instead of silently testing nothing.
 
-Output: one row per mutation (mutation, caught or not, by which model and
-property, states, seconds) and a last line `caught C of N spec mutations`.
+Output: one line per mutation as it finishes, naming each model run and
+its CPU seconds; then one row per mutation (mutation, caught or not, by
+which model and property, states, seconds) and a last line `caught C of N
+spec mutations`. `--jobs` runs that many mutations at once (each still
+one TLC worker), `--spec` keeps the mutations of one spec, and
+`--skip-argued` leaves out the rows argued uncatchable (each of which
+otherwise runs its spec's whole default set).
 Exit status 0 when every mutation is caught or argued uncatchable in its
 row, 1 otherwise, 2 for a catalogue that does not apply.
 """
@@ -31,6 +39,7 @@ row, 1 otherwise, 2 for a catalogue that does not apply.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import pathlib
 import re
@@ -149,6 +158,18 @@ CATALOGUE: list[Mutation] = [
              "                         !.leader = IF @ = r THEN NoLeader ELSE @,\n"
              "                         !.isr = new_isr,\n",
              "                         !.isr = new_isr,\n"),
+    # Session 9's AlterPartition rules (issue 10), caught by
+    # MCReplicationAlterPartitionLost (the only model with lost answers).
+    Mutation("a lost AlterPartition answer drops the proposal instead of resending", R,
+             "    /\\ alter_partition' = [alter_partition EXCEPT ![l] = alter_partition[l].request]",
+             "    /\\ alter_partition' = [alter_partition EXCEPT ![l] = NoAlterPartition]"),
+    Mutation("a stale-epoch AlterPartition error drops the proposal (issue 10)", R,
+             "          IF @.error \\in {\"FENCED_LEADER_EPOCH\", \"INVALID_UPDATE_VERSION\"}",
+             "          IF FALSE"),
+    # KIP-903 and live fencing: a fenced broker that is up keeps fetching.
+    Mutation("AlterPartition adds a fenced replica", R,
+             "               \\/ r \\in controller.fenced\n",
+             "               \\/ FALSE\n"),
     # ---- KRaft.tla ----
     Mutation("KRaft: a candidate wins with any votes", K,
              "    /\\ votes_granted[c] \\in Quorums\n",
@@ -196,6 +217,27 @@ CATALOGUE: list[Mutation] = [
              "    /\\ LET S == snapshot_end_offset[l] IN\n"),
     # Both conjuncts of MajorityOffset: with only the first one changed,
     # TLC's CHOOSE still picks the smallest candidate, the majority offset.
+    # KIP-996 pre-vote (session 9): caught by MCKRaftPreVote's PreVoteStability.
+    Mutation("KRaft: a prospective bumps the epoch (a pre-vote changes durable state)", K,
+             "    /\\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, high_watermark, end_offsets>>\n",
+             "    /\\ leader_epoch' = [leader_epoch EXCEPT ![c] = @ + 1]\n"
+             "    /\\ UNCHANGED <<voted_for, leader_id, log, high_watermark, end_offsets>>\n"),
+    Mutation("KRaft: a prospective stands without a majority of pre-votes", K,
+             "    /\\ PreVoteEnabled => state[c] = Prospective /\\ votes_granted[c] \\in Quorums\n",
+             "    /\\ PreVoteEnabled => state[c] = Prospective\n"),
+    Mutation("KRaft: a follower of a live leader grants a pre-vote", K,
+             "    /\\ state[v] \\notin {Leader, Follower}\n",
+             "    /\\ state[v] # Leader\n"),
+    Mutation("KRaft: a pre-vote granted without the log check", K,
+             "    /\\ CheckLogUpToDate => LogUpToDate(c, v)  \\* as for a vote\n",
+             "    /\\ TRUE\n",
+             uncatchable="equivalent for safety: the vote itself still checks the log, "
+                         "so a prospective with an older log that stands cannot win; it "
+                         "only raises the epoch for nothing. Not PreVoteStability either: "
+                         "under a live leader every voter refuses whatever the logs. A "
+                         "property that sees it needs the log each grant compared (a "
+                         "prospective counts grants across rounds, and a granter's log "
+                         "may grow after its grant), i.e. a ghost of the grants"),
     Mutation("KRaft: the HW counts a minority", K,
              "        /\\ {v \\in Voters : ReplicatedOffset(l, v) >= n} \\in Quorums\n"
              "        /\\ \\A m \\in (n + 1)..LogEndOffset(l) :\n"
@@ -213,10 +255,13 @@ class Result:
     by: str  # "model: property" or ""
     states: int | None
     seconds: float
+    # (model, verdict word, states, CPU seconds) of each TLC run, in order
+    runs: list[tuple[str, str, int | None, float | None]] = dataclasses.field(default_factory=list)
 
 
 def default_models(manifest: pathlib.Path, spec_file: str) -> list[run_tlc.Model]:
-    """Default-set rows whose wrapper module extends spec_file, passing first."""
+    """Default-set rows whose wrapper module extends spec_file, passing
+    first, in manifest order (which puts the quick catchers first)."""
     module = pathlib.Path(spec_file).stem
     models = []
     for m in run_tlc.load_manifest(manifest):
@@ -242,10 +287,12 @@ def check_catalogue(catalogue: list[Mutation], spec_dir: pathlib.Path) -> list[s
 
 
 def run_mutation(mutation: Mutation, *, spec_dir: pathlib.Path = SPEC_DIR,
-                 manifest: pathlib.Path | None = None, heap_mb: int = 1536) -> Result:
+                 manifest: pathlib.Path | None = None, heap_mb: int = 1536,
+                 timeout_factor: float = 1.0) -> Result:
     manifest = manifest or spec_dir / "models.toml"
     started = time.monotonic()
     states = 0
+    runs = []
     with tempfile.TemporaryDirectory(prefix="spec-mutation-") as tmp:
         work = pathlib.Path(tmp)
         for f in spec_dir.iterdir():
@@ -254,17 +301,29 @@ def run_mutation(mutation: Mutation, *, spec_dir: pathlib.Path = SPEC_DIR,
         target = work / mutation.file
         target.write_text(target.read_text().replace(mutation.old, mutation.new, 1))
         for model in default_models(work / manifest.name, mutation.file):
+            # The manifest's timeouts are wall clock for `make tlc`; a loaded
+            # machine may need more, and a run cut short catches nothing.
+            model = dataclasses.replace(model, timeout=float(model.timeout) * timeout_factor)
             outcome = run_tlc.run_model(model, spec_dir=work, workers=1, heap_mb=heap_mb,
                                         log_dir=None)
-            states += outcome.distinct_states or outcome.states_generated or 0
+            found = outcome.distinct_states or outcome.states_generated or 0
+            states += found
             verdict = run_tlc.judge(model, outcome)
-            if not verdict.ok:
-                by = outcome.violation or verdict.result
-                if outcome.error and not outcome.violation:
-                    by = f"error ({outcome.error[:60]})"
-                return Result(mutation, True, f"{model.name}: {by}", states,
-                              time.monotonic() - started)
-    return Result(mutation, False, "", states, time.monotonic() - started)
+            runs.append((model.name, verdict.result, found, outcome.cpu_seconds))
+            if verdict.ok:
+                continue
+            # Only a verdict TLC reached catches: a violation, or a must-fail
+            # model that now passes. A mutant TLC cannot check (a parse
+            # error: the replacement text is broken) or a run out of time
+            # catches nothing, and must not count as caught.
+            caught = outcome.violation is not None or (
+                model.expect == "fail" and outcome.completed)
+            by = outcome.violation or verdict.result
+            if outcome.error and not outcome.violation:
+                by = f"error ({outcome.error[:60]})"
+            return Result(mutation, caught, f"{model.name}: {by}", states,
+                          time.monotonic() - started, runs)
+    return Result(mutation, False, "", states, time.monotonic() - started, runs)
 
 
 def format_rows(results: list[Result]) -> str:
@@ -289,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
                         help="run only mutations whose name contains TEXT")
+    parser.add_argument("--spec", choices=(R, K), help="only the mutations of this spec")
+    parser.add_argument("--skip-argued", action="store_true",
+                        help="leave out the mutations argued uncatchable")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="mutations checked at once (each with one TLC worker)")
+    parser.add_argument("--timeout-factor", type=float, default=1.0,
+                        help="multiply each model's timeout (a loaded machine)")
     parser.add_argument("--list", action="store_true", help="list the catalogue")
     args = parser.parse_args(argv)
     problems = check_catalogue(CATALOGUE, SPEC_DIR)
@@ -297,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spec_mutation: {p}", file=sys.stderr)
         return 2
     selected = [m for m in CATALOGUE
-                if not args.only or any(s.lower() in m.name.lower() for s in args.only)]
+                if (not args.only or any(s.lower() in m.name.lower() for s in args.only))
+                and (args.spec is None or m.file == args.spec)
+                and not (args.skip_argued and m.uncatchable)]
     # The argued ones run the whole set (nothing catches them): last.
     selected.sort(key=lambda m: bool(m.uncatchable))
     if args.list:
@@ -305,12 +373,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.file:16} {m.name}" + (" [argued uncatchable]" if m.uncatchable else ""))
         return 0
     started = time.monotonic()
-    results = []
-    for m in selected:
-        r = run_mutation(m)
-        results.append(r)
-        print(f"  {m.name}: {'caught by ' + r.by if r.caught else 'not caught'}"
-              f" ({r.states:,} states, {r.seconds:.0f}s)", flush=True)
+
+    def one(m: Mutation) -> Result:
+        r = run_mutation(m, timeout_factor=args.timeout_factor)
+        models = ", ".join(f"{name} {word} {run_tlc._fmt(n)} states "
+                           f"{'-' if cpu is None else f'{cpu:.0f}'} CPU-s"
+                           for name, word, n, cpu in r.runs)
+        print(f"  {m.name}: {'caught by ' + r.by if r.caught else 'not caught ' + r.by}"
+              f" ({r.states:,} states, {r.seconds:.0f}s) [{models}]", flush=True)
+        return r
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        try:
+            results = list(pool.map(one, selected))
+        except BaseException:
+            run_tlc.kill_live_runs()
+            raise
     print()
     print(format_rows(results))
     caught = sum(r.caught for r in results)

@@ -78,6 +78,7 @@ def test_passing_model_is_parsed_and_judged_pass(counter_dir, tmp_path):
     outcome, verdict = _run(_model("Holds.cfg"), counter_dir, tmp_path)
     assert outcome.completed and outcome.violation is None and outcome.error is None
     assert outcome.exit_code == 0
+    assert outcome.cpu_seconds is not None and outcome.cpu_seconds > 0  # the JVM's own, via wait4
     assert outcome.distinct_states == 4
     assert outcome.depth == 4
     assert verdict.ok and verdict.result == "pass"

@@ -40,7 +40,7 @@ def test_catalogue_that_does_not_apply_is_reported(tmp_path):
 
 def test_models_are_selected_by_the_module_they_extend():
     names = {m.name for m in spec_mutation.default_models(SPEC_DIR / "models.toml", "KRaft.tla")}
-    assert "MCKRaft" in names and not any(n.startswith("MCReplication") for n in names)
+    assert "MCKRaftElection" in names and not any(n.startswith("MCReplication") for n in names)
 
 
 def test_replication_sample_mutation_is_caught_and_spec_untouched():
