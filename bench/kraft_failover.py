@@ -265,7 +265,7 @@ def scale_phase(specs, processes, partitions: int, timeout_s: float, topics: int
                   f"{quorum_epoch(specs)}; {load()})", flush=True)
         return all(c >= partitions for c in counts)
 
-    wait_until(progress, f"every broker creating its {partitions} logs", timeout_s, interval=0.5)
+    wait_until(progress, f"every broker creating its {partitions} logs", timeout_s, poll_s=0.5)
     created = time.monotonic() - start
     led = wait_until(lambda: all_leaders(specs[0].client_port, names), "every partition led", timeout_s)
     done = time.monotonic() - start
