@@ -80,14 +80,22 @@ class KrefBroker:
         finally:
             log_file.close()
         deadline = time.monotonic() + START_TIMEOUT_S
+        # Ready means this start's own "listening on" line, not just an open port: free_port()
+        # releases the port before the broker binds it, so a broker of a test running beside
+        # this one (xdist) can take it meanwhile, and a bare connect would then reach that
+        # broker (CI once saw another test's topic this way). This broker then exits with
+        # "cannot listen", and the error says so.
+        listening = f"listening on PLAINTEXT://{self.host}:{self.port}"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kref broker exited with {self.proc.returncode}:\n{self.log_text()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+            if self.log_text().count(listening) >= self.starts:
+                try:
+                    with socket.create_connection((self.host, self.port), timeout=0.5):
+                        return self
+                except OSError:
+                    pass
+            time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"kref broker did not accept connections in {START_TIMEOUT_S}s:\n{self.log_text()}")
 
