@@ -107,8 +107,9 @@ def start_kref():
 
 
 @contextlib.contextmanager
-def start_kref_process(env: dict[str, str] | None = None):
-    """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU)."""
+def start_kref_process(env: dict[str, str] | None = None, log_file=None):
+    """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU).
+    `log_file`: an open file for the broker's log (bench/latency_smoke.py reads it); else discarded."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="kref-bench-")
     proc = subprocess.Popen(
@@ -116,7 +117,8 @@ def start_kref_process(env: dict[str, str] | None = None):
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"log.dirs={data}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL, stderr=log_file if log_file is not None else subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     try:
         wait_for_port(port, proc)

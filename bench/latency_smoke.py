@@ -33,9 +33,7 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker import create_topic, free_port, start_tansu, wait_for_port  # noqa: E402
+from broker import create_topic, start_kref_process, start_tansu  # noqa: E402
 from cluster import set_realtime  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
@@ -72,29 +70,14 @@ class Result:
 
 @contextlib.contextmanager
 def start_kref_logged():
-    """`kref broker` on a free port with its log kept (bench/broker.py discards it): (bootstrap, log path)."""
-    port = free_port()
-    data = tempfile.mkdtemp(prefix="kref-smoke-")
-    log_path = Path(data) / "broker.log"
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kref.cli", "broker",
-             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-             "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-             "--override", f"log.dirs={data}/logs"],
-            stdout=subprocess.DEVNULL, stderr=log_file,
-        )
+    """bench/broker.py's `kref broker` with its log kept: (bootstrap, log path, pid)."""
+    log_dir = tempfile.mkdtemp(prefix="kref-smoke-")
+    log_path = Path(log_dir) / "broker.log"
     try:
-        wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}", log_path, proc.pid
+        with open(log_path, "w") as log_file, start_kref_process(log_file=log_file) as (bootstrap, proc):
+            yield bootstrap, log_path, proc.pid
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def tail(bootstrap: str, topic: str, stop: threading.Event, counter: list[int], errors: list[str]) -> None:
