@@ -78,6 +78,9 @@ ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 ALTER_PARTITION = 56
 ALTER_PARTITION_VERSION = 3  # NewIsrWithEpochs (KIP-903)
+# Partitions per AlterPartition request: bounds the request and the
+# controller's one step over it (each partition is one core event).
+ALTER_PARTITION_MAX_BATCH = 500
 
 
 class ClusterView:
@@ -98,14 +101,18 @@ class ClusterView:
         self.serving = trio.Event()
         if lifecycle is not None:
             broker.serving_gate = self.serving
-        # AlterPartition: one request in flight per partition (Kafka's
-        # AlterPartitionManager); the newest proposal made meanwhile waits in
-        # its partition's one slot.
-        self._alter_in_flight: set[Any] = set()
-        self._alter_waiting: dict[Any, tuple[Any, core.AlterPartition]] = {}
-        # Set when a proposal lands in the slot while its sender waits out the
-        # core's resend backoff: the newer proposal goes at once.
-        self._alter_wake: dict[Any, trio.Event] = {}
+        # AlterPartition, batched as Kafka's AlterPartitionManager batches: the
+        # newest proposal of each partition waits in `_alter_pending`; one
+        # request at a time carries the pending proposals of up to
+        # ALTER_PARTITION_MAX_BATCH partitions, so a broker that must add a
+        # returning follower to thousands of isrs sends a handful of requests,
+        # not thousands (which starved its heartbeats and got it fenced).
+        self._alter_pending: dict[Any, tuple[Any, core.AlterPartition]] = {}
+        # Partitions whose core waits out its resend backoff: key -> (partition, due ms).
+        self._alter_resend_due: dict[Any, tuple[Any, int]] = {}
+        self._alter_sender_running = False
+        self._alter_wake = trio.Event()
+        self.alter_partition_requests = 0  # AlterPartition requests sent (tests read it)
         raft.on_commit.append(self._on_commit)
         raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
@@ -192,82 +199,126 @@ class ClusterView:
         return name in self.cluster_topics
 
     def alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse | None:
-        """Send a leader's AlterPartition to the active controller; the answer reaches
+        """Queue a leader's AlterPartition for the active controller; the answer reaches
         the partition's core later, paired with this request (None now). Without a
         running broker nothing can be sent: OPERATION_NOT_ATTEMPTED now."""
         if self.broker.nursery is None:
             return core.AlterPartitionResponse(ErrorCode.OPERATION_NOT_ATTEMPTED, request.leader_epoch, frozenset(), -1,
                                                request)
-        if part.key in self._alter_in_flight:
-            self._alter_waiting[part.key] = (part, request)
-            wake = self._alter_wake.get(part.key)
-            if wake is not None:
-                wake.set()
-            return None
-        self._alter_in_flight.add(part.key)
-        self.broker.start_soon(self._alter_partition_sender, part, request)
+        # A newer proposal supersedes an unsent older one (the core answers only
+        # the request it last sent) and ends the wait for a resend.
+        self._alter_pending[part.key] = (part, request)
+        self._alter_resend_due.pop(part.key, None)
+        self._alter_wake.set()
+        if not self._alter_sender_running:
+            self._alter_sender_running = True
+            self.broker.start_soon(self._alter_partition_sender)
         return None
 
-    async def _alter_partition_sender(self, part: Any, request: core.AlterPartition) -> None:
-        """Send, answer, then the proposal that waited meanwhile (if any), one at a time.
+    async def _alter_partition_sender(self) -> None:
+        """Send what is pending, one request at a time; step each answer into its core.
 
-        A failure (no answer, NOT_CONTROLLER) goes to the core like an answer; the
-        core decides when to send again (its backoff) and names the time in
+        A failure (no answer, NOT_CONTROLLER) goes to each core like an answer;
+        the core decides when to send again (its backoff) and names the time in
         `alter_partition_resend_due_ms`: this task steps it then (a Tick, which
-        does nothing else while a change is pending), and sends what it emits."""
-        key = part.key
+        does nothing else while a change is pending), and the core's resend lands
+        in `_alter_pending`. The task ends when nothing is pending or due."""
         try:
             while True:
-                response = await self._send_alter_partition(part, request)
-                if self.broker.partitions.get(key) is part:
+                now_ms = self.broker.now_ms()
+                for key, (part, due) in list(self._alter_resend_due.items()):
+                    if due <= now_ms:
+                        del self._alter_resend_due[key]
+                        if self.broker.partitions.get(key) is part:
+                            part.tick(now_ms)  # the core's resend lands in _alter_pending
+                if not self._alter_pending:
+                    if not self._alter_resend_due:
+                        return
+                    self._alter_wake = trio.Event()
+                    next_due = min(due for _, due in self._alter_resend_due.values())
+                    with trio.move_on_after(max(0, next_due - now_ms) / 1000):
+                        await self._alter_wake.wait()
+                    continue
+                batch = []
+                for key in list(self._alter_pending)[:ALTER_PARTITION_MAX_BATCH]:
+                    part, request = self._alter_pending.pop(key)
+                    if self.broker.partitions.get(key) is part:
+                        batch.append((part, request))
+                if not batch:
+                    continue
+                responses = await self._send_alter_partitions(batch)
+                now_ms = self.broker.now_ms()
+                for (part, request), response in zip(batch, responses):
+                    if self.broker.partitions.get(part.key) is not part:
+                        continue
                     # A stale answer (to a request the core no longer waits for) changes nothing there.
-                    part.on_alter_partition_response(response, self.broker.now_ms())
+                    part.on_alter_partition_response(response, now_ms)
                     due = part.core.alter_partition_resend_due_ms
-                    if due is not None and key not in self._alter_waiting:
-                        wake = self._alter_wake[key] = trio.Event()
-                        with trio.move_on_after(max(0, due - self.broker.now_ms()) / 1000):
-                            await wake.wait()
-                        del self._alter_wake[key]
-                        if key not in self._alter_waiting and self.broker.partitions.get(key) is part:
-                            part.tick(self.broker.now_ms())  # the resend lands in _alter_waiting
-                waiting = self._alter_waiting.pop(key, None)
-                if waiting is None:
-                    return
-                part, request = waiting
+                    if due is not None and part.key not in self._alter_pending:
+                        self._alter_resend_due[part.key] = (part, due)
         finally:
-            self._alter_in_flight.discard(key)
-            self._alter_waiting.pop(key, None)
-            self._alter_wake.pop(key, None)
+            self._alter_sender_running = False
+            if self._alter_pending and self.broker.nursery is not None:
+                # Queued while this task was ending (or it was cancelled): go on.
+                self._alter_sender_running = True
+                self.broker.start_soon(self._alter_partition_sender)
 
-    async def _send_alter_partition(self, part: Any, request: core.AlterPartition) -> core.AlterPartitionResponse:
-        topic = self.image.topic(part.topic)
-        code, leader_epoch, isr, partition_epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, request.leader_epoch, (), -1
-        if topic is not None:
+    async def _send_alter_partitions(self, batch: list[tuple[Any, core.AlterPartition]]) -> list[core.AlterPartitionResponse]:
+        """One AlterPartition request for `batch` (partition, proposal) pairs: an answer for each, in order."""
+        cls = request_class(ALTER_PARTITION, ALTER_PARTITION_VERSION)
+        m = sys.modules[cls.__module__]
+        own_epoch = self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+        answers: dict[tuple[uuid.UUID, int], Any] = {}
+        by_topic: dict[uuid.UUID, list[Any]] = {}
+        topic_ids: list[uuid.UUID | None] = []
+        for part, request in batch:
+            topic = self.image.topic(part.topic)
+            topic_ids.append(topic.topic_id if topic is not None else None)
+            if topic is None:
+                continue
             # v3 (KIP-903): each isr member with the broker epoch the core counted for
             # it; this leader's own entry is its own epoch.
-            cls = request_class(ALTER_PARTITION, ALTER_PARTITION_VERSION)
-            m = sys.modules[cls.__module__]
-            own_epoch = self.lifecycle.broker_epoch if self.lifecycle is not None else -1
-            body = cls(
-                broker_id=self.broker.node_id,
-                broker_epoch=own_epoch,
-                topics=(m.TopicData(topic_id=topic.topic_id, partitions=(m.PartitionData(
-                    partition_index=part.partition, leader_epoch=request.leader_epoch,
-                    new_isr_with_epochs=tuple(
-                        m.BrokerState(broker_id=b, broker_epoch=epoch)
-                        for b, epoch in request.isr_with_broker_epochs(self.broker.node_id, own_epoch)),
-                    leader_recovery_state=0, partition_epoch=request.partition_epoch),)),),
-            )
+            by_topic.setdefault(topic.topic_id, []).append(m.PartitionData(
+                partition_index=part.partition, leader_epoch=request.leader_epoch,
+                new_isr_with_epochs=tuple(
+                    m.BrokerState(broker_id=b, broker_epoch=epoch)
+                    for b, epoch in request.isr_with_broker_epochs(self.broker.node_id, own_epoch)),
+                leader_recovery_state=0, partition_epoch=request.partition_epoch))
+        failed: int | None = None
+        if by_topic:
+            body = cls(broker_id=self.broker.node_id, broker_epoch=own_epoch, topics=tuple(
+                m.TopicData(topic_id=topic_id, partitions=tuple(partitions)) for topic_id, partitions in by_topic.items()))
+            self.alter_partition_requests += 1
+            # One line per request (Kafka logs each isr change): how many partitions it carries.
+            log.info("node %d: AlterPartition request %d for %d partition(s)", self.broker.node_id,
+                     self.alter_partition_requests, sum(len(ps) for ps in by_topic.values()))
             try:
                 response = await self.forward(body)
-                p = response.topics[0].partitions[0]
-                code = response.error_code or p.error_code
-                leader_epoch, isr, partition_epoch = p.leader_epoch, tuple(p.isr), p.partition_epoch
+                for t in response.topics:
+                    for p in t.partitions:
+                        answers[(t.topic_id, p.partition_index)] = p
+                if response.error_code:
+                    failed = int(response.error_code)
             except (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError,
-                    IndexError, AttributeError) as exc:
-                log.info("node %d: AlterPartition %s-%d failed: %s", self.broker.node_id, part.topic, part.partition, exc)
-                code = ErrorCode.REQUEST_TIMED_OUT
-        return core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch), request)
+                    AttributeError) as exc:
+                log.info("node %d: AlterPartition of %d partition(s) failed: %s", self.broker.node_id,
+                         len(batch), exc or type(exc).__name__)
+                failed = ErrorCode.REQUEST_TIMED_OUT
+        out = []
+        for (part, request), topic_id in zip(batch, topic_ids):
+            p = answers.get((topic_id, part.partition)) if failed is None else None
+            if topic_id is None:
+                code, leader_epoch, isr, partition_epoch = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, request.leader_epoch, (), -1
+            elif p is None:
+                # A request-level error, a failed exchange, or a partition the
+                # answer left out: no answer for it (the core backs off and resends).
+                code = failed if failed is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+                leader_epoch, isr, partition_epoch = request.leader_epoch, (), -1
+            else:
+                code, leader_epoch, isr, partition_epoch = p.error_code, p.leader_epoch, tuple(p.isr), p.partition_epoch
+            out.append(core.AlterPartitionResponse(int(code), int(leader_epoch), frozenset(isr), int(partition_epoch),
+                                                   request))
+        return out
 
     def partition_count(self, name: str) -> int | None:
         t = self.image.topics.get(name)

@@ -29,6 +29,15 @@ connections:
 
 The channel decides nothing about what is sent or what an answer means:
 which controller to ask is the caller's (the quorum's known leader).
+
+Lanes. As Kafka gives BrokerLifecycleManager its own channel to the
+controller, apart from the one that carries AlterPartition and forwarded
+requests, a request names its lane and each (destination, lane) has its own
+connections and its own in-flight bound. A broker's BrokerRegistration and
+BrokerHeartbeat go on the "lifecycle" lane: when thousands of partitions
+change their ISR at once (a broker back after a failover), heartbeats must
+not wait behind them, or the controller fences a live broker after
+broker.session.timeout.ms (seen at 10,000 partitions before lanes).
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ log = logging.getLogger("kref.controller.channel")
 MAX_IN_FLIGHT = 8  # per destination
 MAX_IDLE = 2  # kept connections per destination
 MAX_RESPONSE_BYTES = 16 << 20  # bound on a controller RPC's answer
+DEFAULT_LANE = "default"  # AlterPartition, AllocateProducerIds, forwarded admin requests
+LIFECYCLE_LANE = "lifecycle"  # BrokerRegistration and BrokerHeartbeat
 
 
 class _Connection:
@@ -77,29 +88,32 @@ class ControllerChannel:
         self.idle_close_s = idle_close_s
         self.max_in_flight = max_in_flight
         self.max_idle = max_idle
-        self._idle: dict[int, list[_Connection]] = {}
-        self._slots: dict[int, trio.Semaphore] = {}
+        # Keyed by (destination node id, lane).
+        self._idle: dict[tuple[int, str], list[_Connection]] = {}
+        self._slots: dict[tuple[int, str], trio.Semaphore] = {}
         self.connects = 0  # connections opened (tests and the bench read it)
 
-    async def request(self, destination: int, address: tuple[str, int], body: Any, timeout_s: float, client_id: str) -> Any:
-        """Send `body` to node `destination` at `address` and return its decoded response."""
-        slots = self._slots.setdefault(destination, trio.Semaphore(self.max_in_flight))
+    async def request(self, destination: int, address: tuple[str, int], body: Any, timeout_s: float, client_id: str,
+                      lane: str = DEFAULT_LANE) -> Any:
+        """Send `body` to node `destination` at `address` on `lane` and return its decoded response."""
+        destination_lane = (destination, lane)
+        slots = self._slots.setdefault(destination_lane, trio.Semaphore(self.max_in_flight))
         with trio.fail_after(timeout_s):
             async with slots:
-                connection = self._take_idle(destination)
+                connection = self._take_idle(destination_lane)
                 if connection is not None:
                     try:
-                        return await self._exchange(destination, connection, body, client_id)
+                        return await self._exchange(destination_lane, connection, body, client_id)
                     except _StaleConnection:
                         log.debug("kept connection to node %d was closed by the peer; reconnecting", destination)
                 connection = _Connection(await trio.open_tcp_stream(*address), self.clock.monotonic_ms())
                 self.connects += 1
                 try:
-                    return await self._exchange(destination, connection, body, client_id)
+                    return await self._exchange(destination_lane, connection, body, client_id)
                 except _StaleConnection as exc:
                     raise ConnectionError("controller closed the connection") from exc
 
-    def _take_idle(self, destination: int) -> _Connection | None:
+    def _take_idle(self, destination: tuple[int, str]) -> _Connection | None:
         idle = self._idle.get(destination)
         now_ms = self.clock.monotonic_ms()
         while idle:
@@ -109,7 +123,7 @@ class ControllerChannel:
             connection.stream.socket.close()
         return None
 
-    async def _exchange(self, destination: int, connection: _Connection, body: Any, client_id: str) -> Any:
+    async def _exchange(self, destination: tuple[int, str], connection: _Connection, body: Any, client_id: str) -> Any:
         reused = connection.correlation_id > 0
         done = False
         try:

@@ -52,6 +52,7 @@ from kref.controller import controller as c
 from kref.controller import lifecycle as lc
 from kref.controller import quorum as q
 from kref.node.raft_driver import RaftNode, _kio
+from kref.node.controller_channel import DEFAULT_LANE, LIFECYCLE_LANE
 from kref.metadata import serde
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
@@ -135,22 +136,43 @@ class ControllerDriver:
     # ------------------------------------------------------------ core -> log
 
     def _carry_out(self, effects: list[c.Effect]) -> list[tuple[int | None, object, trio.Event | None]]:
-        """Propose written records; the replies, each with an event to wait on (None: answer now)."""
-        replies = []
+        """Propose written records; the replies, each with an event to wait on (None: answer now).
+
+        Consecutive WriteRecords (the decisions of several requests taken in one
+        turn, `request_many`) go to the quorum as one append: one write and one
+        replication round for all of them, as Kafka's controller appends a
+        whole AlterPartition request's records together. Any other effect
+        first flushes the writes before it, so trace events keep their order."""
+        replies: list[tuple[int | None, object, trio.Event | None]] = []
+        writes: list[c.WriteRecords] = []
+
+        def flush() -> None:
+            if not writes:
+                return
+            batch = list(writes)
+            writes.clear()
+            values = [serde.encode(record) for w in batch for record in w.records]
+            base = self.raft.propose(values)
+            if base != batch[0].base_offset:
+                # Lost leadership between the decision and the write.
+                log.warning("node %d: proposal at %s, expected %d", self.config.node_id, base, batch[0].base_offset)
+                self._on_leader_change(-1, -1, q.State.RESIGNED)
+                for w in batch:
+                    if w.request_id is not None:
+                        replies.append((w.request_id, _with_error(w.reply, ErrorCode.NOT_CONTROLLER), None))
+                return
+            for w in batch:
+                if w.request_id is not None:
+                    replies.append(self._after_commit(w.request_id, w.base_offset + len(w.records), w.reply))
+
         for effect in effects:
+            if isinstance(effect, c.WriteRecords):
+                if writes and writes[-1].base_offset + len(writes[-1].records) != effect.base_offset:
+                    flush()
+                writes.append(effect)
+                continue
+            flush()
             match effect:
-                case c.WriteRecords():
-                    base = self.raft.propose([serde.encode(record) for record in effect.records])
-                    if base != effect.base_offset:
-                        # Lost leadership between the decision and the write.
-                        log.warning("node %d: proposal at %s, expected %d", self.config.node_id, base, effect.base_offset)
-                        self._on_leader_change(-1, -1, q.State.RESIGNED)
-                        if effect.request_id is not None:
-                            replies.append((effect.request_id, _with_error(effect.reply, ErrorCode.NOT_CONTROLLER), None))
-                        continue
-                    if effect.request_id is not None:
-                        replies.append(self._after_commit(
-                            effect.request_id, effect.base_offset + len(effect.records), effect.reply))
                 case c.Reply():
                     if effect.commit_offset > self.raft.high_watermark:
                         replies.append(self._after_commit(effect.request_id, effect.commit_offset, effect.reply))
@@ -159,6 +181,7 @@ class ControllerDriver:
                 case c.Emit():
                     if self.trace_sink is not None:
                         self.trace_sink.emit(effect.event)
+        flush()
         return replies
 
     def _after_commit(self, request_id: int, commit_offset: int, reply: object) -> tuple:
@@ -173,20 +196,41 @@ class ControllerDriver:
         return request_id, entry, done
 
     async def request(self, make_event) -> object:
-        self.next_request_id += 1
-        request_id = self.next_request_id
-        effects = self.core.step(make_event(request_id), self.now_ms())
-        for rid, reply, done in self._carry_out(effects):
-            if rid != request_id:
-                continue
-            if done is None:
-                return reply
-            with trio.move_on_after(REPLY_TIMEOUT_S):
-                await done.wait()
-                return reply[1]  # the pending entry: NOT_CONTROLLER if leadership was lost
-            self.pending.pop(request_id, None)
-            return _with_error(reply[1], ErrorCode.REQUEST_TIMED_OUT)
-        return c.TopicReply(ErrorCode.UNKNOWN_SERVER_ERROR, "no reply")
+        return (await self.request_many([make_event]))[0]
+
+    async def request_many(self, make_events: list) -> list[object]:
+        """The core's replies to several requests, decided one after the other in
+        one loop turn (each sees the ones before it); their records go to the
+        quorum as one append (see `_carry_out`). Each reply waits for its own
+        commit, all within one REPLY_TIMEOUT_S."""
+        request_ids = []
+        effects: list[c.Effect] = []
+        now_ms = self.now_ms()
+        for make_event in make_events:
+            self.next_request_id += 1
+            request_ids.append(self.next_request_id)
+            effects.extend(self.core.step(make_event(self.next_request_id), now_ms))
+        carried = {rid: (reply, done) for rid, reply, done in self._carry_out(effects)}
+        out = []
+        with trio.move_on_after(REPLY_TIMEOUT_S):
+            for rid in request_ids:
+                reply, done = carried.get(rid, (None, None))
+                if reply is None:
+                    out.append(c.TopicReply(ErrorCode.UNKNOWN_SERVER_ERROR, "no reply"))
+                elif done is None:
+                    out.append(reply)
+                else:
+                    await done.wait()
+                    out.append(reply[1])  # the pending entry: NOT_CONTROLLER if leadership was lost
+        for rid in request_ids[len(out):]:
+            # Timed out: the rest answer REQUEST_TIMED_OUT (what they would have said, with that code).
+            reply, done = carried.get(rid, (None, None))
+            self.pending.pop(rid, None)
+            if reply is None:
+                out.append(c.TopicReply(ErrorCode.UNKNOWN_SERVER_ERROR, "no reply"))
+            else:
+                out.append(_with_error(reply[1] if done is not None else reply, ErrorCode.REQUEST_TIMED_OUT))
+        return out
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -351,25 +395,32 @@ class ControllerDriver:
         """KIP-497 from a partition leader (v2: topic ids, plain isr; v3: the isr with each
         member's broker epoch, KIP-903); the core decides."""
         cls, m = _kio(ALTER_PARTITION, ctx.api_version, "response")
-        topics = []
+        # Every partition of the request is decided in one turn and its records
+        # appended together (Kafka handles an AlterPartition request as one
+        # controller event); the answers keep the request's order.
+        asked = []
         for topic in request.topics:
-            partitions = []
             for p in topic.partitions:
                 if ctx.api_version >= 3:
                     isr = tuple(int(s.broker_id) for s in p.new_isr_with_epochs)
                     epochs = tuple(int(s.broker_epoch) for s in p.new_isr_with_epochs)
                 else:
                     isr, epochs = tuple(p.new_isr), ()
-                reply = await self.request(lambda rid, t=topic, p=p, isr=isr, epochs=epochs: c.AlterPartition(
-                    rid, request.broker_id, request.broker_epoch, t.topic_id, p.partition_index,
-                    p.leader_epoch, p.partition_epoch, isr, epochs))
-                partitions.append(m.PartitionData(
-                    partition_index=p.partition_index, error_code=reply.error_code,
-                    leader_id=getattr(reply, "leader", -1), leader_epoch=getattr(reply, "leader_epoch", -1),
-                    isr=tuple(getattr(reply, "isr", ())), leader_recovery_state=0,
-                    partition_epoch=getattr(reply, "partition_epoch", -1)))
-            topics.append(m.TopicData(topic_id=topic.topic_id, partitions=tuple(partitions)))
-        return cls(throttle_time=_zero(), error_code=ErrorCode.NONE, topics=tuple(topics))
+                asked.append((topic, p, isr, epochs))
+        replies = await self.request_many([
+            lambda rid, t=topic, p=p, isr=isr, epochs=epochs: c.AlterPartition(
+                rid, request.broker_id, request.broker_epoch, t.topic_id, p.partition_index,
+                p.leader_epoch, p.partition_epoch, isr, epochs)
+            for topic, p, isr, epochs in asked])
+        topics: dict[Any, list] = {}
+        for (topic, p, _, _), reply in zip(asked, replies):
+            topics.setdefault(topic.topic_id, []).append(m.PartitionData(
+                partition_index=p.partition_index, error_code=reply.error_code,
+                leader_id=getattr(reply, "leader", -1), leader_epoch=getattr(reply, "leader_epoch", -1),
+                isr=tuple(getattr(reply, "isr", ())), leader_recovery_state=0,
+                partition_epoch=getattr(reply, "partition_epoch", -1)))
+        return cls(throttle_time=_zero(), error_code=ErrorCode.NONE, topics=tuple(
+            m.TopicData(topic_id=topic_id, partitions=tuple(partitions)) for topic_id, partitions in topics.items()))
 
 
 def elect_leaders_response(version: int, error_code: int, results) -> Any:
@@ -390,16 +441,18 @@ def elect_leaders_response(version: int, error_code: int, results) -> Any:
 RPC_ERRORS = (OSError, ConnectionError, trio.TooSlowError, trio.BrokenResourceError, FrameError)
 
 
-async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str) -> Any:
+async def controller_rpc(raft: RaftNode, body: Any, timeout_s: float, client_id: str,
+                         lane: str = DEFAULT_LANE) -> Any:
     """One request to the active controller's CONTROLLER listener (the leader
-    this node's quorum core knows, at its controller.quorum.voters address)."""
+    this node's quorum core knows, at its controller.quorum.voters address),
+    on the channel's `lane` (heartbeats have their own: see controller_channel)."""
     leader_id = raft.core.leader_id
     voter = raft.voters.get(leader_id)
     if voter is None:
         raise ConnectionError("no known active controller")
     # Over the node's kept connections (kref/node/controller_channel.py).
     return await raft.controller_channel.request(
-        leader_id, (voter.host or "127.0.0.1", voter.port), body, timeout_s, client_id,
+        leader_id, (voter.host or "127.0.0.1", voter.port), body, timeout_s, client_id, lane,
     )
 
 
@@ -476,7 +529,7 @@ class BrokerLifecycle:
                        current_metadata_offset=send.metadata_offset - 1, want_fence=False,
                        want_shut_down=send.want_shut_down)
         try:
-            response = await controller_rpc(self.raft, body, send.timeout_ms / 1000, client_id)
+            response = await controller_rpc(self.raft, body, send.timeout_ms / 1000, client_id, LIFECYCLE_LANE)
         except RPC_ERRORS as exc:
             log.debug("broker %d: controller RPC failed: %s", self.config.node_id, exc)
             self._step(lc.RequestFailed(send.request_id))

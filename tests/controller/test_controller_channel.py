@@ -6,7 +6,8 @@ accepted, and can close a connection after an answer or hold an answer back.
 The channel must reuse one connection for back-to-back RPCs, reconnect after
 the peer closed it (the request is sent again only when the peer never read
 it), close a connection whose RPC timed out, and keep at most max_in_flight
-RPCs per destination under way.
+RPCs per destination and lane under way; a full default lane never holds up
+the lifecycle lane (heartbeats).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import functools
 import pytest
 import trio
 
-from kref.node.controller_channel import ControllerChannel
+from kref.node.controller_channel import LIFECYCLE_LANE, ControllerChannel
 from kref.ports.clock import ManualClock
 from kref.protocol.codec import decode_request, encode_response, request_class, response_class
 from kref.protocol.errors import ErrorCode
@@ -33,6 +34,7 @@ class FakeController:
         self.close_after_answer = False
         self.hold = trio.Event()
         self.hold.set()
+        self.held_brokers: set[int] | None = None  # only these brokers' requests wait for `hold` (None: all)
         self.in_flight = 0
         self.max_in_flight = 0
 
@@ -52,7 +54,8 @@ class FakeController:
                     request = decode_request(frame, {HEARTBEAT: (0, 0)})
                     self.in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                    await self.hold.wait()
+                    if self.held_brokers is None or request.body.broker_id in self.held_brokers:
+                        await self.hold.wait()
                     self.in_flight -= 1
                     response = response_class(HEARTBEAT, 0)(
                         throttle_time=datetime.timedelta(0), error_code=ErrorCode.NONE, is_caught_up=True,
@@ -168,6 +171,38 @@ def test_concurrent_rpcs_are_bounded_per_destination():
             controller.hold.set()
         assert len(answers) == 10 and controller.max_in_flight == 3
         assert channel.connects <= 10 and controller.accepted == channel.connects
+        channel.close()
+
+    run(body)
+
+
+def test_a_full_default_lane_never_holds_up_the_lifecycle_lane():
+    """Thousands of AlterPartition RPCs once took every slot to the controller and a
+    live broker's heartbeats waited behind them until it was fenced: the
+    lifecycle lane has its own connections and slots."""
+    async def body(controller, address):
+        channel = ControllerChannel(max_in_flight=2)
+        controller.hold = trio.Event()
+        controller.held_brokers = {7}
+        answered = []
+
+        async def blocked() -> None:
+            answered.append(await channel.request(1, address, heartbeat(7), 10.0, "c"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(6):
+                nursery.start_soon(blocked)
+            await trio.sleep(0.2)
+            assert controller.in_flight == 2  # the default lane is full, 4 more wait for a slot
+            for _ in range(3):
+                response = await channel.request(1, address, heartbeat(8), 2.0, "c", lane=LIFECYCLE_LANE)
+                assert response.error_code == 0
+            # On the default lane the same request would wait behind the six.
+            with pytest.raises(trio.TooSlowError):
+                await channel.request(1, address, heartbeat(8), 0.3, "c")
+            assert answered == []
+            controller.hold.set()
+        assert len(answered) == 6
         channel.close()
 
     run(body)
