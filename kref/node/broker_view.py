@@ -74,6 +74,7 @@ DELETE_TOPICS = 20
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43
+PREFERRED_ELECTION = 0  # ElectLeadersRequest.election_type (1: unclean)
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 ALTER_PARTITION = 56
@@ -402,6 +403,19 @@ class ClusterView:
                 await self.changed.wait()
         return response
 
+    async def elect_leaders(self, request: Any) -> Any:
+        """Forward ElectLeaders to the active controller. A resend answered
+        ELECTION_NOT_NEEDED for a partition its own first try elected is reconciled
+        (`reconcile_elect_resent`) once this broker's image shows the election."""
+        before = _leaders_before(request, self.image)
+        response, resent = await self.forward_resending(request)
+        if resent and before:
+            with trio.move_on_after(RECONCILE_WAIT_S):
+                while not _elect_image_answers(request, response, self.image):
+                    await self.changed.wait()
+            response = reconcile_elect_resent(request, response, before, self.image)
+        return response
+
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> tuple[int, str | None]:
         """A cluster topic's whole new override set, to the active controller (it
         writes ConfigRecords); (error_code, message) once this broker's image shows it."""
@@ -561,6 +575,68 @@ def reconcile_resent(request: Any, response: Any, before: Before, now: MetadataI
                                             **_done_fields(entry, name, now.topics.get(name)))
         entries.append(entry)
     return dataclasses.replace(response, **{row.results: tuple(entries)})
+
+
+# ElectLeaders: (topic, partition) -> (leader, preferred replica) before the first try.
+LeadersBefore = dict[tuple[str, int], tuple[int, int]]
+
+
+def _leaders_before(request: Any, image: MetadataImage) -> LeadersBefore:
+    """The leaders, before the first try, of the partitions an ElectLeaders names
+    (a request for every partition names none: Kafka leaves "not needed" out of
+    that answer, so nothing there can need reconciling)."""
+    before: LeadersBefore = {}
+    for t in request.topic_partitions or ():
+        for pid in t.partitions:
+            p = image.partition(t.topic, int(pid))
+            if p is not None:
+                before[(t.topic, int(pid))] = (p.leader, p.replicas[0] if p.replicas else -1)
+    return before
+
+
+def _election_done(election_type: int, leader: int, preferred: int) -> bool:
+    """What ELECTION_NOT_NEEDED claims: the preferred replica leads (preferred), or
+    some replica leads (unclean)."""
+    return leader == preferred if election_type == PREFERRED_ELECTION else leader >= 0
+
+
+def _not_needed(response: Any):
+    """(topic, partition) of each ELECTION_NOT_NEEDED result."""
+    for result in response.replica_election_results:
+        for p in result.partition_result:
+            if p.error_code == ErrorCode.ELECTION_NOT_NEEDED:
+                yield result.topic, int(p.partition_id)
+
+
+def _elect_image_answers(request: Any, response: Any, image: MetadataImage) -> bool:
+    """Whether `image` shows what every ELECTION_NOT_NEEDED of `response` claims."""
+    election_type = getattr(request, "election_type", PREFERRED_ELECTION)  # v0: preferred only
+    for name, pid in _not_needed(response):
+        p = image.partition(name, pid)
+        if p is None or not _election_done(election_type, p.leader, p.replicas[0] if p.replicas else -1):
+            return False
+    return True
+
+
+def reconcile_elect_resent(request: Any, response: Any, before: LeadersBefore, now: MetadataImage) -> Any:
+    """A resent ElectLeaders' answer as the client should see it: an
+    ELECTION_NOT_NEEDED for a partition whose election was missing before the
+    first try and is there now is that try's own work, and answers NONE (as
+    `reconcile_resent` does for topics). Other results are left as they are."""
+    election_type = getattr(request, "election_type", PREFERRED_ELECTION)
+    results = []
+    for result in response.replica_election_results:
+        partitions = []
+        for p in result.partition_result:
+            key = (result.topic, int(p.partition_id))
+            current = now.partition(*key)
+            if (p.error_code == ErrorCode.ELECTION_NOT_NEEDED and key in before and current is not None
+                    and not _election_done(election_type, *before[key])
+                    and _election_done(election_type, current.leader, current.replicas[0] if current.replicas else -1)):
+                p = dataclasses.replace(p, error_code=ErrorCode.NONE, error_message=None)
+            partitions.append(p)
+        results.append(dataclasses.replace(result, partition_result=tuple(partitions)))
+    return dataclasses.replace(response, replica_election_results=tuple(results))
 
 
 def _done_fields(entry: Any, name: str, topic: TopicImage | None) -> dict[str, Any]:

@@ -6,7 +6,8 @@ had proposed; the next leader may commit them, so the broker's resend is
 answered "already done". CI met exactly this: confluent-kafka's
 create_partitions(5) saw INVALID_PARTITIONS "topic replicated has 5
 partitions; 5 is not more" after an election under load. These tests build
-the real response messages and real metadata images of before and after."""
+the real response messages and real metadata images of before and after;
+ElectLeaders is reconciled by partition leaders (reconcile_elect_resent)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import uuid
 
 from kref.metadata import records as r
 from kref.metadata.image import MetadataImage
-from kref.node.broker_view import _answered_not_controller, _counts_before, reconcile_resent
+from kref.node.broker_view import (
+    _answered_not_controller,
+    _counts_before,
+    _elect_image_answers,
+    _leaders_before,
+    reconcile_elect_resent,
+    reconcile_resent,
+)
 from kref.protocol.codec import request_class, response_class
 from kref.protocol.errors import ErrorCode
 from kref.protocol.messages import build, nested
@@ -140,3 +148,58 @@ def test_not_controller_is_read_from_each_apis_own_result_list():
                                                          error_code=ErrorCode.NOT_CONTROLLER, topics=()))
     assert not _answered_not_controller(alter_request, build(alter_cls, throttle_time_ms=0,
                                                              error_code=ErrorCode.NONE, topics=()))
+
+
+ELECT_LEADERS = 43
+
+
+def image_led_by(*leaders: int) -> MetadataImage:
+    """Topic orders, partition p led by leaders[p]; the preferred replica of each is 1."""
+    image = MetadataImage()
+    image.apply([r.TopicRecord("orders", TID)] + [
+        r.PartitionRecord(p, TID, (1, 2, 3), (1, 2, 3) if leader >= 0 else (1,), leader, 0, 0)
+        for p, leader in enumerate(leaders)])
+    return image
+
+
+def elect_leaders(election_type: int, codes: list[int]):
+    req_cls = request_class(ELECT_LEADERS, 2)
+    request = build(req_cls, election_type=election_type, topic_partitions=(build(
+        nested(req_cls, "TopicPartitions"), topic="orders", partitions=tuple(range(len(codes)))),),
+        timeout=datetime.timedelta(seconds=30))
+    resp_cls = response_class(ELECT_LEADERS, 2)
+    response = build(resp_cls, throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=(build(
+        nested(resp_cls, "ReplicaElectionResult"), topic="orders", partition_result=tuple(
+            build(nested(resp_cls, "PartitionResult"), partition_id=p, error_code=code, error_message="x")
+            for p, code in enumerate(codes))),))
+    return request, response
+
+
+def codes_of(response) -> list[int]:
+    return [p.error_code for p in response.replica_election_results[0].partition_result]
+
+
+def test_elect_leaders_resend_meeting_its_own_first_try_answers_none():
+    """A preferred election resent across a controller failover: partition 0 moved to
+    its preferred replica by the first try (NONE); partition 1 was led by it already
+    (the client's ELECTION_NOT_NEEDED stands); partition 2 is still not (the
+    controller's answer stands, whatever the image shows)."""
+    request, response = elect_leaders(0, [ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.ELECTION_NOT_NEEDED,
+                                          ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE])
+    before = _leaders_before(request, image_led_by(2, 1, 3))
+    now = image_led_by(1, 1, 3)
+    assert _elect_image_answers(request, response, now)
+    assert not _elect_image_answers(request, response, image_led_by(2, 1, 3))  # the image has not caught up
+    assert codes_of(reconcile_elect_resent(request, response, before, now)) == [
+        ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE]
+
+
+def test_unclean_elect_leaders_resend_meeting_its_own_first_try_answers_none():
+    request, response = elect_leaders(1, [ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.ELECTION_NOT_NEEDED])
+    before = _leaders_before(request, image_led_by(-1, 2))
+    fixed = reconcile_elect_resent(request, response, before, image_led_by(3, 2))
+    assert codes_of(fixed) == [ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED]
+    # An election for every partition (no names) is left as it came.
+    req_cls = request_class(ELECT_LEADERS, 2)
+    everything = build(req_cls, election_type=1, topic_partitions=None, timeout=datetime.timedelta(seconds=30))
+    assert _leaders_before(everything, image_led_by(-1, 2)) == {}

@@ -5,7 +5,8 @@ Theory of operation
 Leadership is the active controller's decision (kref/controller/controller.py,
 `ElectLeaders`). On a node of a KRaft cluster (broker.kraft set) the request is
 forwarded as it came to the controller's CONTROLLER listener and its answer is
-passed back; an unreachable controller answers every partition with
+passed back (a resend across a controller failover that meets its own first
+try is reconciled: kref/node/broker_view.py, `reconcile_elect_resent`); an unreachable controller answers every partition with
 NOT_CONTROLLER (retriable: admin clients retry). The single broker leads every
 partition it has, so nothing ever needs electing there: ELECTION_NOT_NEEDED for
 known partitions, UNKNOWN_TOPIC_OR_PARTITION for the rest.
@@ -36,7 +37,7 @@ async def handle_elect_leaders(ctx, request):
     view = getattr(broker, "kraft", None)
     if view is not None:
         try:
-            return await view.forward(request)
+            return await view.elect_leaders(request)
         except RPC_ERRORS as exc:
             log.info("node %d: forwarding ElectLeaders failed: %s", broker.node_id, exc)
             results = [(t, p, ErrorCode.NOT_CONTROLLER, "no active controller reachable")
