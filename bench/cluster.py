@@ -50,7 +50,9 @@ What it measures (issue 10's "Measured"; figures are printed, nothing is asserte
   cannot queue them; an A/B of two versions is then comparable in one
   window. Figures from it are not quiet-machine figures: the other load
   still shares caches and memory bandwidth;
-- with `--hops`: the cluster nodes write replica traces, and each cluster
+- with `--hops`: the cluster nodes write replica traces; each cluster
+  throughput run prints where its time goes per produce batch (the run is a
+  chain of ~1 MB batches, each through the whole replication round), and each cluster
   latency phase prints where a record's wall time goes, hop by hop (p50/p90
   of produce() -> LeaderAppend -> each follower's answer -> its
   FollowerAppend -> its next FollowerFetch -> the leader's LeaderHandleFetch
@@ -492,6 +494,62 @@ def hop_lines(trace_dir: Path, topic: str, leader: int, followers: list[int],
     return out
 
 
+def batch_hop_lines(trace_dir: Path, topic: str, leader: int, followers: list[int], begun_ns: int,
+                    ended_ns: int) -> list[str]:
+    """Where a throughput run's wall time goes, per produce batch (medians and sums).
+
+    librdkafka sends batches of up to about 1 MB, and the leader takes one
+    request of a connection at a time (as Kafka does), so a throughput run is
+    a chain of batches, each through the whole replication round before the
+    next is read: LeaderAppend -> the leader's answer to each follower (the
+    woken parked fetch's LeaderHandleFetch) -> that follower's FollowerAppend
+    -> its next FollowerFetch -> the leader's LeaderHandleFetch of it -> the
+    AdvanceHighWatermark past the batch -> the next batch's LeaderAppend (the
+    produce response, the client, the next request's receive, decode and
+    append). The sums show which hop the run's time went to.
+    """
+    traces = {n: _trace_events(trace_dir / f"{n}.ndjson", topic) for n in [leader, *followers]}
+    lead = traces[leader]
+    appends = [e for e in lead.get("LeaderAppend", []) if begun_ns <= e["mono_ns"] <= ended_ns]
+    hops: dict[str, list[float]] = {}
+
+    def add(name: str, a: int | None, b: int | None) -> None:
+        if a is not None and b is not None:
+            hops.setdefault(name, []).append((b - a) / 1e6)
+
+    for batch, following in zip(appends, appends[1:]):
+        at, last = batch["mono_ns"], batch["last_offset"]
+        per_follower = []
+        for f in followers:
+            sends = _first(lead.get("LeaderHandleFetch", []), at,
+                           lambda e: e["follower"] == f and e["fetch_offset"] <= last)
+            got = _first(traces[f].get("FollowerAppend", []), at,
+                         lambda e: e["first_offset"] <= last <= e["last_offset"])
+            asks = _first(traces[f].get("FollowerFetch", []), got or at, lambda e: e["fetch_offset"] > last)
+            heard = _first(lead.get("LeaderHandleFetch", []), asks or at,
+                           lambda e: e["follower"] == f and e["fetch_offset"] > last)
+            per_follower.append((sends if sends is not None else 1 << 62, got, asks, heard))
+        per_follower.sort()
+        for which, (sends, got, asks, heard) in zip(("1st", "2nd"), per_follower):
+            sends = None if sends == 1 << 62 else sends
+            add(f"LeaderAppend -> answer to {which} follower", at, sends)
+            add(f"  {which}: answer -> FollowerAppend", sends, got)
+            add(f"  {which}: FollowerAppend -> its next FollowerFetch", got, asks)
+            add(f"  {which}: FollowerFetch -> the leader's LeaderHandleFetch", asks, heard)
+        advanced = _first(lead.get("AdvanceHighWatermark", []), at, lambda e: e["high_watermark"] > last)
+        last_heard = max((h for *_, h in per_follower if h is not None), default=None)
+        add("last LeaderHandleFetch -> AdvanceHighWatermark", last_heard, advanced)
+        add("AdvanceHighWatermark -> next batch's LeaderAppend", advanced, following["mono_ns"])
+        add("batch to batch (LeaderAppend -> next LeaderAppend)", at, following["mono_ns"])
+    sizes = sorted(e["last_offset"] - e["first_offset"] + 1 for e in appends)
+    out = [f"{len(appends)} produce batches, {sizes[len(sizes) // 2] if sizes else 0} records each (median)"]
+    for name, values in hops.items():
+        values.sort()
+        out.append(f"{name}: p50 {values[len(values) // 2]:.2f} ms, p90 {values[int(len(values) * 0.9)]:.2f} ms, "
+                   f"sum {sum(values):.0f} ms")
+    return out
+
+
 def latency(bootstrap: str, topic: str, acks: str, rate: float, seconds: float, value: bytes,
             pids: dict[str, int] | None = None, realtime: bool = False,
             gc_prefix: str | None = None, serial: bool = False,
@@ -803,7 +861,13 @@ def main() -> int:
                 for name in order:
                     where, acks, idempotence = setups[name]
                     meter = CpuMeter(pids["single" if name == "single" else "cluster"], background)
+                    begun_ns = time.monotonic_ns()
                     got[name], cpu[name] = throughput(where, "bench", acks, args.messages, value, meter, idempotence)
+                    if args.trace_dir is not None and name != "single":
+                        time.sleep(1.2)  # the nodes flush their trace files once a second
+                        for line in batch_hop_lines(args.trace_dir, "bench", leader, followers, begun_ns,
+                                                    time.monotonic_ns()):
+                            print(f"    {name} hops: {line}")
                     cpus[name].append(cpu[name])
                     faults[name].append(meter.faults)
                 for name in ("cluster", "plain"):

@@ -1101,6 +1101,20 @@ def parked_fetch_progress(parked: ParkedFetch, replica: PartitionReplica | None,
     return visible_bytes - parked.visible_bytes
 
 
+def fetch_answered_at_once(max_wait_ms: int, bytes_read: int, min_bytes: int, *, partitions: int,
+                           error: bool, diverging: bool, preferred_read_replica: bool) -> bool:
+    """Kafka's ReplicaManager.fetchMessages: whether a Fetch is answered now, not parked.
+
+    Now when the fetcher does not wait, names no partition, the first read
+    found min_bytes, or any partition has an error, a diverging epoch
+    (KIP-320: the follower must truncate before it fetches anything, and
+    parking the answer would only make it wait and log the answer twice) or
+    a preferred read replica (KIP-392: the consumer goes elsewhere).
+    """
+    return (max_wait_ms <= 0 or partitions == 0 or bytes_read >= min_bytes or error or diverging
+            or preferred_read_replica)
+
+
 def delayed_fetch_complete(
     parked: list[tuple[ParkedFetch, PartitionReplica | None, int]], bytes_read: int, min_bytes: int
 ) -> bool:

@@ -448,11 +448,17 @@ class Log:
 
     @_disk_errors_as_storage_errors
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
-        """The follower half of FollowerFetch: append the leader's batches unchanged."""
+        """The follower half of FollowerFetch: append the leader's batches unchanged.
+
+        Nothing is patched (Kafka's follower append keeps the leader's offsets,
+        epochs and compression; it checks each batch's CRC), so immutable
+        bytes are written as they came: no copy of what may be a
+        replica.fetch.max.bytes answer on the acks=all path.
+        """
         self._ensure_open()
         if now_ms is not None:
             self._now_ms = now_ms
-        buf = bytearray(records)
+        buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
         headers = self._validate(buf, whole_append=False)
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
@@ -467,7 +473,7 @@ class Log:
             expected = h.next_offset
         return self._append_rolling_per_batch(buf, headers, self._now_ms)
 
-    def _append_rolling_per_batch(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
+    def _append_rolling_per_batch(self, buf: bytes | bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
         """A follower's append: segment.bytes holds per batch, as on the leader.
 
         A fetch answer carries up to replica.fetch.max.bytes of the leader's
@@ -511,7 +517,7 @@ class Log:
             batches=[h for info in infos for h in info.batches],
         )
 
-    def _append(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
+    def _append(self, buf: bytes | bytearray, headers: list[BatchHeader], now_ms: int) -> AppendInfo:
         first, last = headers[0].base_offset, headers[-1].last_offset
         max_ts, offset_of_max = NO_TIMESTAMP, first
         for h in headers:

@@ -68,3 +68,21 @@ def test_a_consumer_on_a_follower_waits_for_its_high_watermark():
     core.step(r.FollowerAppended(8, 8, 9, 6), NOW)
     assert core.high_watermark == 6
     assert r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
+
+
+def test_a_fetch_with_nothing_to_send_is_parked_unless_an_answer_is_due():
+    """Kafka's fetchMessages: park only a fetch that waits, names partitions and found
+    less than min_bytes, with no error, diverging epoch or preferred read replica."""
+    def at_once(max_wait_ms=500, read=0, min_bytes=1, partitions=1, **flags) -> bool:
+        kinds = {"error": False, "diverging": False, "preferred_read_replica": False, **flags}
+        return r.fetch_answered_at_once(max_wait_ms, read, min_bytes, partitions=partitions, **kinds)
+
+    assert not at_once()
+    assert at_once(read=1)
+    assert at_once(max_wait_ms=0)
+    assert at_once(partitions=0)
+    assert at_once(error=True)
+    assert at_once(preferred_read_replica=True)
+    # KIP-320: a follower told to truncate is answered at once, not after
+    # replica.fetch.wait.max.ms (and its answer is logged once).
+    assert at_once(diverging=True)

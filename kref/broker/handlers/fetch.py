@@ -15,8 +15,9 @@ and max_wait_ms.
    KIP-74 the first partition that has data returns at least one batch even
    if it is bigger than the limits, so a consumer never gets stuck behind a
    large batch.
-2. If that found at least min_bytes, or an error, or the client does not
-   want to wait, answer now. Otherwise park a DelayedFetch in the fetch
+2. If that found at least min_bytes, or an error, a diverging epoch or a
+   preferred read replica, or the client does not want to wait, answer now
+   (the core's `fetch_answered_at_once`, Kafka's fetchMessages). Otherwise park a DelayedFetch in the fetch
    purgatory, watching those partitions; the drivers wake it when a high
    watermark moves (new data became visible). Whether it is answered is
    the replica core's rule (`replica.delayed_fetch_complete`, Kafka's
@@ -216,12 +217,15 @@ async def fetch(broker, api_version: int, request) -> Any:
 
     max_wait_ms = max(0, min(int(request.max_wait.total_seconds() * 1000), MAX_WAIT_MS))
     min_bytes = int(request.min_bytes)
-    # An error or a preferred read replica (KIP-392) is answered at once.
-    has_error = any(r.error_code != ErrorCode.NONE or r.preferred_read_replica >= 0 for r in results)
+    at_once = replica.fetch_answered_at_once(
+        max_wait_ms, total, min_bytes, partitions=len(wanted),
+        error=any(r.error_code != ErrorCode.NONE for r in results),
+        diverging=any(r.diverging is not None for r in results),
+        preferred_read_replica=any(r.preferred_read_replica >= 0 for r in results))
     # The reads gave the loop back between slices: a partition read may have gone since
     # (deleted or moved), which is answered at once, as an error would be.
-    parts = [broker.partitions.get((w.name, w.partition)) for w in wanted] if not has_error else []
-    if max_wait_ms > 0 and total < min_bytes and not has_error and wanted and None not in parts:
+    parts = [broker.partitions.get((w.name, w.partition)) for w in wanted] if not at_once else []
+    if not at_once and None not in parts:
         # The replica core decides when this fetch is answered (Kafka's
         # DelayedFetch.tryComplete); the handler only parks it and re-asks
         # when a partition's high watermark or log end offset moves.
