@@ -23,9 +23,10 @@ levels of reuse (MetadataCache, both bounded):
   state is the same: its id, partition count and the PartitionImage objects
   it was encoded from (immutable; a change replaces the object). A new
   image generation therefore re-encodes only the topics that changed.
-Partitions are encoded with struct (the layout below, checked against kio
-for every version by tests/broker/test_metadata_encoding.py); the topic and
-response envelopes are kio's own encoding with an empty array, split where
+Partitions and each topic's fields around them are encoded with struct
+(the layout below, checked against kio for every version by
+tests/broker/test_metadata_encoding.py); the response envelope (written
+once per answer) is kio's own encoding with an empty array, split where
 the array goes.
 """
 
