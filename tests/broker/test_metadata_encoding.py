@@ -6,7 +6,8 @@ version (0-13) these tests build the same answer as kio dataclasses, encode
 it with kio, and require identical bytes: leaders with and without an
 epoch, isr smaller than replicas, a leaderless partition, 200 replicas (a
 compact array count of two uvarint bytes: the struct path gives way to
-kio), topics with errors, authorized operations on and off. They also
+kio), topics with errors, a 200-byte name, a null name (v12+, a topic
+asked for by id), authorized operations on and off. They also
 decode the spliced bytes with kio's reader to the same topics and partitions.
 """
 
@@ -51,7 +52,11 @@ def test_spliced_answer_equals_kio_encoding(version, with_ops):
         (ErrorCode.NONE, "__consumer_offsets", uuid.uuid4(), True, topic_ops, PARTITIONS[:1]),
         (ErrorCode.NONE, "empty", uuid.uuid4(), False, topic_ops, []),
         (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "missing", m.ZERO_UUID, False, m.AUTHORIZED_OPERATIONS_OMITTED, []),
+        # A 200-byte name: its compact length takes two uvarint bytes.
+        (ErrorCode.NONE, "t" * 200, uuid.uuid4(), False, topic_ops, PARTITIONS[1:2]),
     ]
+    if version >= 12:  # a topic asked for by id that does not exist has a null name
+        topics.append((ErrorCode.UNKNOWN_TOPIC_ID, None, uuid.uuid4(), False, m.AUTHORIZED_OPERATIONS_OMITTED, []))
     brokers = tuple(build(lay.broker_type, node_id=i, host=f"h{i}", port=9090 + i, rack=None if i % 2 else "r")
                     for i in (1, 2, 3))
     spliced = m.encode_response(
