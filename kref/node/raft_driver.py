@@ -12,11 +12,19 @@ node). It decides nothing; it translates:
   EndQuorumEpoch, Fetch of `__cluster_metadata-0` and DescribeQuorum, as
   Kafka's own messages (kio). A request becomes `Received(source, message)`;
   the response the core addresses back to that source is the RPC's answer;
-- outbound RPCs: one sender task per peer with a bounded queue (a full
-  queue drops the message, which the protocol already survives as a lost
-  message) and one request in flight, over one connection that is
-  re-opened after a failure. Responses come back as `Received`; a failed
-  connection as `SendFailed`;
+- outbound RPCs: one sender task per peer with one request in flight,
+  over one connection that is re-opened after a failure. Responses come
+  back as `Received`; a failed connection as `SendFailed`. What waits to
+  be sent is a `PeerOutbox`: the newest request of each kind (Vote,
+  BeginQuorumEpoch, EndQuorumEpoch, Fetch or FetchSnapshot), so at most four
+  per peer. A newer request of a kind supersedes an unsent older one: the
+  core only counts answers to the request it sent last (a Fetch's offset,
+  a Vote's epoch), so the older one could only be answered in vain. Kafka
+  gets there differently (its RequestManager keeps one request in flight
+  per destination and builds the next one only when it can go); a
+  first-in-first-out queue of 64 here filled behind slow syncs at 10,000
+  partitions and dropped the newest VoteRequests, which left the quorum
+  without a leader for good (docs/kraft.md);
 - effects, carried out in list order inside the step. The quorum-state
   write and the log appends must be durable before anything that follows
   them leaves the node: that is what makes a granted vote durable before the
@@ -102,7 +110,6 @@ log = logging.getLogger("kref.raft")
 
 TICK_MS = 10
 TRACE_FLUSH_TICKS = 10  # the trace reaches the file within ~100 ms (kill -9 loses at most that)
-MAX_QUEUED_PER_PEER = 64
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500  # what Kafka's KRaft followers ask for (KafkaRaftClient)
 
@@ -126,6 +133,66 @@ class SnapshotLoad:
         self.end_offset = end_offset
         self.records = records
         self.changes = changes
+
+
+class PeerOutbox:
+    """The requests waiting for one peer's sender: the newest of each kind, oldest first.
+
+    `put` replaces an unsent request of the same kind (and moves the kind to
+    the back: the requests left keep the order the core made them in), so
+    the outbox never holds more than one request per kind, four in all.
+    Each entry carries the write generation it must wait for (see the
+    module doc). Responses never go through here: they are RPC answers.
+    Plain data, no trio: the sender waits on its own event.
+    """
+
+    __slots__ = ("_entries", "superseded")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[int, q.Message]] = {}
+        self.superseded = 0  # requests replaced before they were sent (logged at debug level)
+
+    @staticmethod
+    def kind(message: q.Message) -> str:
+        match message:
+            case q.VoteRequest():  # a pre-vote too: the core has moved on from the older one
+                return "vote"
+            case q.BeginQuorumEpochRequest():
+                return "begin_quorum_epoch"
+            case q.EndQuorumEpochRequest():
+                return "end_quorum_epoch"
+            case q.FetchRequest() | q.FetchSnapshotRequest():  # the core has one fetch of either out
+                return "fetch"
+        raise ValueError(f"{type(message).__name__} is not a request a sender sends")
+
+    def put(self, written: int, message: q.Message) -> q.Message | None:
+        """Queue `message` (held until generation `written` is durable); the unsent request it replaces."""
+        kind = self.kind(message)
+        old = self._entries.pop(kind, None)
+        self._entries[kind] = (written, message)
+        if old is not None:
+            self.superseded += 1
+            return old[1]
+        return None
+
+    def peek(self) -> tuple[int, q.Message] | None:
+        """The oldest waiting request (and its generation), left in place."""
+        return next(iter(self._entries.values()), None)
+
+    def take(self) -> tuple[int, q.Message] | None:
+        """Remove and return the oldest waiting request."""
+        if not self._entries:
+            return None
+        kind = next(iter(self._entries))
+        return self._entries.pop(kind)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 FETCH_VERSION = 12
 # Vote v2 (KIP-996) carries pre_vote; every voter of a kref quorum speaks it (Kafka
 # sends it once every voter advertises v2). v0-v1 requests are still answered.
@@ -253,7 +320,9 @@ class RaftNode:
         self.on_leader_change: list[Callable[[int, int, q.State], None]] = []
         # Called with the new high watermark after on_commit (pending replies wait on it).
         self.on_high_watermark: list[Callable[[int], None]] = []
-        self._queues: dict[int, trio.MemorySendChannel] = {}
+        # What waits for each peer's sender, and the event that wakes it.
+        self._outboxes: dict[int, PeerOutbox] = {}
+        self._outbox_wake: dict[int, trio.Event] = {}
         # Fetch RPCs the core holds, by fetcher: at most one each (a new Fetch
         # from the same fetcher makes the core answer the held one first).
         self._parked: dict[int, _HeldFetch] = {}
@@ -265,12 +334,11 @@ class RaftNode:
             idle_close_s=(idle_ms / 2000 if idle_ms >= 0 else float("inf")),
             clock=self.clock,
         )
-        self._receivers: dict[int, trio.MemoryReceiveChannel] = {}
         self.closed = False
         for peer in self.voters:
             if peer != self.node_id:
-                send, receive = trio.open_memory_channel(MAX_QUEUED_PER_PEER)
-                self._queues[peer], self._receivers[peer] = send, receive
+                self._outboxes[peer] = PeerOutbox()
+                self._outbox_wake[peer] = trio.Event()
 
     def now_ms(self) -> int:
         # The monotonic clock: the core's timers must not jump with the wall clock.
@@ -527,7 +595,7 @@ class RaftNode:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            for peer in self._receivers:
+            for peer in self._outboxes:
                 nursery.start_soon(self._sender, peer)
             if self.sync_in_thread:
                 nursery.start_soon(self._syncer)
@@ -560,6 +628,8 @@ class RaftNode:
             for held in self._parked.values():
                 held.answer(None)
             self._parked.clear()
+            for wake in self._outbox_wake.values():
+                wake.set()  # a sender waiting for work sees `closed`
             self.controller_channel.close()
             if self._unsynced_state is not None:  # e.g. a Shutdown step's state: written in place now
                 self._write_state(*self._unsynced_state)
@@ -639,25 +709,46 @@ class RaftNode:
                 self._apply([], self.now_ms(), None)  # what the delivery set off (a snapshot written, ...)
 
     def _enqueue(self, destination: int, message: q.Message) -> None:
-        queue = self._queues.get(destination)
-        if queue is None:
+        outbox = self._outboxes.get(destination)
+        if outbox is None:
             log.debug("node %d: no address for node %d, message dropped", self.node_id, destination)
             return
-        try:
-            queue.send_nowait((self._written, message))
-        except trio.WouldBlock:
-            log.warning("node %d: queue to node %d full, %s dropped", self.node_id, destination, type(message).__name__)
+        if _is_response(message):
+            # A response whose RPC is gone (it went to another step's caller): a
+            # response only travels as its RPC's answer.
+            log.debug("node %d: %s to node %d has no RPC to answer, dropped", self.node_id,
+                      type(message).__name__, destination)
+            return
+        old = outbox.put(self._written, message)
+        if old is not None:
+            log.debug("node %d: unsent %s to node %d superseded", self.node_id, type(old).__name__, destination)
+        self._outbox_wake[destination].set()
+
+    async def _next_request(self, peer: int) -> q.Message | None:
+        """The oldest request for `peer` once what it follows is durable (None: closed).
+        While it waits for a sync, a newer request of its kind may replace it."""
+        outbox = self._outboxes[peer]
+        while not self.closed:
+            entry = outbox.peek()
+            if entry is None:
+                wake = self._outbox_wake[peer] = trio.Event()
+                await wake.wait()
+                continue
+            if self._durable < entry[0]:
+                await self._until_durable(entry[0])
+                continue  # look again: it may have been superseded meanwhile
+            return outbox.take()[1]
+        return None
 
     async def _sender(self, peer: int) -> None:
         voter = self.voters[peer]
-        receive = self._receivers[peer]
         stream: trio.SocketStream | None = None
         decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         correlation_id = 0
         timeout_s = self.quorum_config.fetch_timeout_ms / 1000
-        async for written, message in receive:
-            await self._until_durable(written)
-            if self.closed:
+        while True:
+            message = await self._next_request(peer)
+            if message is None:
                 return
             try:
                 body = self._to_kio_request(message, peer)
