@@ -274,16 +274,34 @@ class MetadataLog:
         out: list[tuple[int, bytes]] = []
         position = from_offset
         while position < high_watermark:
-            data = self.log.read(position, MAX_FETCH_BYTES, max_offset=high_watermark).records
-            if not data:
+            batches = self.committed_batches(position, high_watermark)
+            if not batches:
                 break
-            for header in iter_headers(data):
-                position = header.next_offset
-                if header.is_control_batch:
-                    continue
-                for record in decode_batch(data, header.position).records:
-                    if from_offset <= record.offset < high_watermark and record.value is not None:
-                        out.append((record.offset, record.value))
+            for next_offset, records in batches:
+                out.extend(records)
+                position = next_offset
+        return out
+
+    def committed_batches(self, from_offset: int, high_watermark: int) -> list[tuple[int, list[tuple[int, bytes]]]]:
+        """The batches of one read (up to MAX_FETCH_BYTES, at least one batch) from
+        `from_offset`, below `high_watermark`: (the offset after the batch, its data
+        records as (offset, value)). A control batch comes with no records: it
+        moves the position all the same. A batch is what the controller wrote
+        at once (all of a new topic's records; Kafka's controller appends them
+        atomically too), so a reader that stops between batches never shows
+        half of one."""
+        out: list[tuple[int, list[tuple[int, bytes]]]] = []
+        if from_offset >= high_watermark:
+            return out
+        data = self.log.read(from_offset, MAX_FETCH_BYTES, max_offset=high_watermark).records
+        for header in iter_headers(data):
+            if header.base_offset >= high_watermark:
+                break
+            records = [] if header.is_control_batch else [
+                (record.offset, record.value) for record in decode_batch(data, header.position).records
+                if from_offset <= record.offset < high_watermark and record.value is not None
+            ]
+            out.append((min(header.next_offset, high_watermark), records))
         return out
 
     def close(self) -> None:
