@@ -357,7 +357,9 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
            f"{results['create'] * 1000:.0f} ms{produced}; quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}")
     before = by_id[leader].log_file.read_text().count("unfenced")
     restarted = time.monotonic()
+    since = local_cluster.log_size(by_id[leader])
     processes[leader] = local_cluster.start_node(by_id[leader])
+    local_cluster.wait_listening(by_id[leader], processes[leader], since)
     wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, poll_s=0.5)
     figure(f"node {leader} restarted and unfenced after {time.monotonic() - restarted:.1f} s; {load()}")
     return results["create"], produce
@@ -379,6 +381,8 @@ def run_cluster(args, partitions: int) -> None:
         processes = {s.node_id: local_cluster.start_node(s) for s in specs}
         by_id = {s.node_id: s for s in specs}
         try:
+            for s in specs:  # its own "listening" lines (a fresh dir: its log starts at byte 0)
+                local_cluster.wait_listening(s, processes[s.node_id], 0)
             wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers", 120)
             wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers", 120)
             if partitions:
