@@ -200,9 +200,6 @@ class PeerOutbox:
         kind = next(iter(self._entries))
         return self._entries.pop(kind)
 
-    def clear(self) -> None:
-        self._entries.clear()
-
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -627,8 +624,11 @@ class RaftNode:
         while position < self._delivery_target:
             batches = self.metadata_log.committed_batches(position, self._delivery_target)
             if not batches:
+                # The core never commits past its log end: a bug. Said once; the
+                # next high watermark the core reaches tries again.
                 log.error("node %d: committed records from offset %d up to %d are not in the log", self.node_id,
                           position, self._delivery_target)
+                self._delivery_target = position
                 break
             for next_offset, records in batches:
                 decoded = []
