@@ -42,36 +42,36 @@ def _vote(epoch: int, pre_vote: bool = False) -> q.VoteRequest:
 
 def test_a_newer_request_supersedes_an_unsent_one_of_its_kind_and_the_rest_keep_their_order():
     box = PeerOutbox()
-    assert box.put(1, _fetch(5)) is None
-    assert box.put(1, _vote(3, pre_vote=True)) is None
-    assert box.put(2, _fetch(7)) == _fetch(5)
-    assert box.put(3, _vote(4)) == _vote(3, pre_vote=True)
-    assert box.put(3, q.BeginQuorumEpochRequest(1, 4)) is None
+    assert box.put(_fetch(5)) is None
+    assert box.put(_vote(3, pre_vote=True)) is None
+    assert box.put(_fetch(7)) == _fetch(5)
+    assert box.put(_vote(4)) == _vote(3, pre_vote=True)
+    assert box.put(q.BeginQuorumEpochRequest(1, 4)) is None
     assert len(box) == 3 and box.superseded == 2
-    assert box.peek() == (2, _fetch(7))
+    assert box.peek() == _fetch(7)
     assert [box.take(), box.take(), box.take(), box.take()] == [
-        (2, _fetch(7)), (3, _vote(4)), (3, q.BeginQuorumEpochRequest(1, 4)), None,
+        _fetch(7), _vote(4), q.BeginQuorumEpochRequest(1, 4), None,
     ]
 
 
 def test_a_fetch_snapshot_supersedes_a_fetch_and_the_outbox_stays_bounded():
     box = PeerOutbox()
     for i in range(1000):
-        box.put(i, _fetch(i))
-        box.put(i, _vote(i))
-        box.put(i, q.BeginQuorumEpochRequest(1, i))
-        box.put(i, q.EndQuorumEpochRequest(1, i, (2, 3)))
+        box.put(_fetch(i))
+        box.put(_vote(i))
+        box.put(q.BeginQuorumEpochRequest(1, i))
+        box.put(q.EndQuorumEpochRequest(1, i, (2, 3)))
     assert len(box) == 4
-    box.put(1000, q.FetchSnapshotRequest(4, 3, 100, 2, 0, 1024))
+    box.put(q.FetchSnapshotRequest(4, 3, 100, 2, 0, 1024))
     assert len(box) == 4
-    assert [type(box.take()[1]) for _ in range(4)] == [
+    assert [type(box.take()) for _ in range(4)] == [
         q.VoteRequest, q.BeginQuorumEpochRequest, q.EndQuorumEpochRequest, q.FetchSnapshotRequest,
     ]
 
 
 def test_a_response_is_refused():
     with pytest.raises(ValueError, match="VoteResponse"):
-        PeerOutbox().put(0, q.VoteResponse(0, 1, 3, True))
+        PeerOutbox().put(q.VoteResponse(0, 1, 3, True))
 
 
 class SilentPeer:
@@ -146,7 +146,7 @@ def test_a_silent_peer_holds_one_request_in_flight_and_only_the_newest_vote_wait
                 # The first pre-vote is in flight, unanswered; of the rounds since, one waits.
                 assert peer.api_keys == [VOTE]
                 outbox = raft._outboxes[peer_id]
-                assert len(outbox) == 1 and outbox.peek()[1] == newest
+                assert len(outbox) == 1 and outbox.peek() == newest
                 assert outbox.superseded >= OLD_QUEUE_ENTRIES
             assert not [r for r in caplog.records if "dropped" in r.getMessage()]
             peers[2].close_all()
