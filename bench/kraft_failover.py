@@ -33,9 +33,7 @@ is left; a size that runs out of time says so and the next one starts):
     .venv/bin/python bench/kraft_failover.py --sizes 1000,3000,10000 --rounds 2 --idle-s 30 --budget-s 3600
 
 The summary at the end repeats every figure with the load average at the
-moment it was taken. --sync thread runs the nodes with the quorum's fsyncs
-in a worker thread (KREF_QUORUM_SYNC_IN_THREAD=1), for a side-by-side run
-against the default (in place, inside the event-loop step).
+moment it was taken.
 """
 
 from __future__ import annotations
@@ -357,7 +355,9 @@ def failover_round(round_, specs, processes, by_id, partitions: int, timeout_s: 
            f"{results['create'] * 1000:.0f} ms{produced}; quorum epoch {epoch0} -> {quorum_epoch(specs)}; {load()}")
     before = by_id[leader].log_file.read_text().count("unfenced")
     restarted = time.monotonic()
+    since = local_cluster.log_size(by_id[leader])
     processes[leader] = local_cluster.start_node(by_id[leader])
+    local_cluster.wait_listening(by_id[leader], processes[leader], since)
     wait_until(lambda: by_id[leader].log_file.read_text().count("unfenced") > before, "rejoin", timeout_s, poll_s=0.5)
     figure(f"node {leader} restarted and unfenced after {time.monotonic() - restarted:.1f} s; {load()}")
     if partitions and heal:
@@ -402,6 +402,8 @@ def run_cluster(args, partitions: int) -> None:
         processes = {s.node_id: local_cluster.start_node(s) for s in specs}
         by_id = {s.node_id: s for s in specs}
         try:
+            for s in specs:  # its own "listening" lines (a fresh dir: its log starts at byte 0)
+                local_cluster.wait_listening(s, processes[s.node_id], 0)
             wait_until(lambda: all("unfenced" in s.log_file.read_text() for s in specs), "unfenced brokers", 120)
             wait_until(lambda: local_cluster.brokers_listed(specs), "every broker listing all brokers", 120)
             if partitions:
@@ -447,8 +449,6 @@ def main() -> int:
     parser.add_argument("--sizes", default="", help="comma-separated partition counts, a fresh cluster each "
                         "(overrides --partitions)")
     parser.add_argument("--budget-s", type=float, default=3600, help="bound on the whole run")
-    parser.add_argument("--sync", choices=("thread", "in-place"), default="in-place",
-                        help="where the nodes fsync quorum-state and the metadata log")
     parser.add_argument("--metadata-requests", type=int, default=5)
     parser.add_argument("--topics", type=int, default=1,
                         help="spread --partitions over this many topics (one CreateTopics each, in turn)")
@@ -459,13 +459,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.loop_steps_s > 0:
         os.environ["KREF_LOOP_STEPS"] = str(args.loop_steps_s)
-    if args.sync == "thread":
-        os.environ["KREF_QUORUM_SYNC_IN_THREAD"] = "1"
-    else:
-        os.environ.pop("KREF_QUORUM_SYNC_IN_THREAD", None)
     sizes = [int(n) for n in args.sizes.split(",") if n] or [args.partitions]
     end = time.monotonic() + args.budget_s
-    print(f"sizes {sizes}, budget {args.budget_s:.0f} s, quorum fsyncs {args.sync}, election {args.election_ms} ms, "
+    print(f"sizes {sizes}, budget {args.budget_s:.0f} s, election {args.election_ms} ms, "
           f"fetch {args.fetch_ms} ms; {load()}", flush=True)
     try:
         for i, partitions in enumerate(sizes):
@@ -474,7 +470,7 @@ def main() -> int:
             run_cluster(args, partitions)
     except KeyboardInterrupt:
         pass
-    print(f"\nsummary (quorum fsyncs {args.sync}):", flush=True)
+    print("\nsummary:", flush=True)
     for line in SUMMARY:
         print(f"  {line}")
     return 0

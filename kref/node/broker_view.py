@@ -53,7 +53,6 @@ from typing import Any, Callable
 import trio
 
 from kref.node.raft_driver import RaftNode
-from kref.metadata import serde
 from kref.metadata.image import MetadataImage, PartitionImage, TopicImage
 from kref.node.controller_driver import controller_rpc
 from kref.protocol.codec import request_class
@@ -124,13 +123,8 @@ class ClusterView:
 
     # ------------------------------------------------------------ log -> image -> replica manager
 
-    def _on_commit(self, records: list[tuple[int, bytes]]) -> None:
-        decoded = []
-        for offset, value in records:
-            try:
-                decoded.append(serde.decode(value))
-            except Exception as exc:  # noqa: BLE001 - a record we cannot read is skipped, loudly
-                log.error("node %d: metadata record at offset %d unreadable: %s", self.broker.node_id, offset, exc)
+    def _on_commit(self, decoded: list) -> None:
+        """Committed records, decoded once by the RaftNode (it logged and skipped unreadable ones)."""
         self._apply(decoded)
 
     def _on_snapshot(self, load) -> None:

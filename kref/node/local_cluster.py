@@ -7,7 +7,7 @@ role if i <= --controllers and the broker role if i <= --brokers, so the
 default (3, 3) is three combined nodes. Each gets a free client port and a
 free CONTROLLER port on 127.0.0.1 (bound once to learn a free number, then
 released: a race with another program is possible and shows as a
-one-line "cannot listen" from that node), or, with `--port P`, fixed ones
+one-line "cannot listen" from that node, which then exits), or, with `--port P`, fixed ones
 (node i: client port P+i-1, CONTROLLER port P+100+i-1; `make run` uses
 9092, so clients find it where a Kafka quick start has it), its own log dir, and a
 server.properties written with Kafka's property names. `format` runs what
@@ -24,6 +24,15 @@ reaches its metadata cache only when it has replicated those records, so a
 client that trusted the log line could still be told of one broker (Kafka
 propagates broker registrations the same eventual way). `run` prints
 "cluster ready" once, and tests wait on the same probe.
+
+A node has started when it says so: `wait_listening` returns once this
+start of the node (its log past the size it had before the start) has
+logged each of its own listeners bound, and raises NodeStartError at once
+when it logs "cannot listen" or exits. An open port is no proof: the ports
+are chosen before the node binds them, so a node of another cluster beside
+this one (another test, another xdist worker) may hold the port, and a
+connection would reach that node. Tests (tests/clusterkit.py) and
+benchmarks wait on it before they talk to a node.
 
 The processes are started only by this module and stopped by their pids.
 Waits read the Clock port (`clock=`, the system clock by default) and the
@@ -45,8 +54,8 @@ from pathlib import Path
 from kref.ports.clock import SYSTEM_CLOCK
 from kref.ports.ids import SYSTEM_IDS
 
-__all__ = ["NodeSpec", "plan", "format_nodes", "start_node", "run", "add_arguments", "brokers_listed",
-           "wait_ready"]
+__all__ = ["NodeSpec", "NodeStartError", "plan", "format_nodes", "start_node", "log_size", "wait_listening", "run",
+           "add_arguments", "brokers_listed", "wait_ready"]
 
 MAX_NODES = 16
 
@@ -201,6 +210,60 @@ def start_node(spec: NodeSpec, *extra: str, env: dict[str, str] | None = None) -
         )
     finally:
         log_file.close()
+
+
+class NodeStartError(RuntimeError):
+    """A node did not start: it could not listen, exited, or logged no listener in time."""
+
+
+def log_size(spec: NodeSpec) -> int:
+    """The size of the node's log now: pass it to wait_listening for the start about to be made."""
+    try:
+        return spec.log_file.stat().st_size
+    except OSError:
+        return 0
+
+
+def listening_lines(spec: NodeSpec) -> list[str]:
+    """The lines a node logs once each of its listeners is bound (kref/node/node.py, kref/broker/server.py)."""
+    from kref.broker.config import BrokerConfig
+
+    config = BrokerConfig.load(spec.config_file)
+    lines = []
+    if "controller" in config.process_roles:
+        lines += [f"node {spec.node_id}: controller listener {listener}" for listener in config.controller_listeners]
+    if "broker" in config.process_roles:
+        lines += [f"kref broker {spec.node_id} listening on {listener}" for listener in config.listeners]
+    return lines
+
+
+def wait_listening(spec: NodeSpec, process: subprocess.Popen, since: int, timeout_s: float = 120.0,
+                   clock=SYSTEM_CLOCK) -> None:
+    """Return once the start of `spec` whose log begins at byte `since` has logged
+    every listener of its own bound; NodeStartError at once if it logs "cannot
+    listen" or exits first, or after `timeout_s`."""
+    expected = listening_lines(spec)
+    deadline_ms = clock.monotonic_ms() + int(timeout_s * 1000)
+    while True:
+        try:
+            with open(spec.log_file, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            text = ""
+        refused = next((line for line in text.splitlines() if "cannot listen" in line), None)
+        if refused is not None:
+            raise NodeStartError(f"node {spec.node_id} did not start: {refused.strip()} (log {spec.log_file})")
+        if all(line in text for line in expected):
+            return
+        if process.poll() is not None:
+            tail = "\n".join(text.splitlines()[-20:])
+            raise NodeStartError(f"node {spec.node_id} exited with {process.returncode} before listening "
+                                 f"(log {spec.log_file}):\n{tail}")
+        if clock.monotonic_ms() >= deadline_ms:
+            missing = [line for line in expected if line not in text]
+            raise NodeStartError(f"node {spec.node_id} logged no {missing} within {timeout_s:g} s (log {spec.log_file})")
+        clock.sleep_ms(50)
 
 
 def bootstrap_servers(specs: list[NodeSpec], host: str = "127.0.0.1") -> str:

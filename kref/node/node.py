@@ -112,10 +112,6 @@ def run(args: Any, config: BrokerConfig) -> int:
         raft = RaftNode(
             config, cluster_id, metadata_log_dir(config), trace_sink=trace_sink,
             jitter_seed=int(seed) if seed else None,
-            # KREF_QUORUM_SYNC_IN_THREAD=1: the quorum's fsyncs off the event loop
-            # (kref/node/raft_driver.py). Opt-in until measured on a quiet machine
-            # (docs/kraft.md, "Session 10"); the default fsyncs inside the step.
-            sync_in_thread=os.environ.get("KREF_QUORUM_SYNC_IN_THREAD") == "1",
         )
     except ConfigError as exc:
         print(f"kref broker: invalid configuration: {exc}", file=sys.stderr)
@@ -177,11 +173,7 @@ def run(args: Any, config: BrokerConfig) -> int:
                         with trio.move_on_after(config.broker_session_timeout_ms / 1000):
                             await lifecycle.controlled_shutdown()
                     raft.shutdown()
-                    # Let the EndQuorumEpoch requests leave before the senders stop:
-                    # they wait for the resignation's sync (bounded here).
-                    with trio.move_on_after(2):
-                        await raft.until_durable()
-                    await trio.sleep(0.2)
+                    await trio.sleep(0.2)  # the EndQuorumEpoch requests leave before the senders stop
                     nursery.cancel_scope.cancel()
                     return
 

@@ -12,35 +12,46 @@ node). It decides nothing; it translates:
   EndQuorumEpoch, Fetch of `__cluster_metadata-0` and DescribeQuorum, as
   Kafka's own messages (kio). A request becomes `Received(source, message)`;
   the response the core addresses back to that source is the RPC's answer;
-- outbound RPCs: one sender task per peer with a bounded queue (a full
-  queue drops the message, which the protocol already survives as a lost
-  message) and one request in flight, over one connection that is
-  re-opened after a failure. Responses come back as `Received`; a failed
-  connection as `SendFailed`;
+- outbound RPCs: one sender task per peer with one request in flight,
+  over one connection that is re-opened after a failure. Responses come
+  back as `Received`; a failed connection as `SendFailed`. What waits to
+  be sent is a `PeerOutbox`: the newest request of each kind (Vote,
+  BeginQuorumEpoch, EndQuorumEpoch, Fetch or FetchSnapshot), so at most four
+  per peer. A newer request of a kind supersedes an unsent older one: the
+  core only counts answers to the request it sent last (a Fetch's offset,
+  a Vote's epoch), so the older one could only be answered in vain. Kafka
+  gets there differently (its RequestManager keeps one request in flight
+  per destination and builds the next one only when it can go); a
+  first-in-first-out queue of 64 here filled behind slow syncs at 10,000
+  partitions and dropped the newest VoteRequests, which left the quorum
+  without a leader for good (docs/kraft.md);
 - effects, carried out in list order inside the step. The quorum-state
   write and the log appends must be durable before anything that follows
   them leaves the node: that is what makes a granted vote durable before the
   candidate can count it, and a follower's log durable before its next
-  Fetch tells the leader how far it has it. With `sync_in_thread=False` each
-  is fsynced in place, inside the step (a node's default). With
-  `sync_in_thread=True` (KREF_QUORUM_SYNC_IN_THREAD=1 on a node; an fsync on
-  a busy disk held the event loop for tens to hundreds of milliseconds,
-  stalling the quorum's own timers and RPCs, as Kafka avoids by running
-  KafkaRaftClient on its own thread) the step only
-  writes (page cache; quorum-state is kept in memory) and a `_syncer` task
-  makes it durable in a worker thread: quorum-state first (tmp file, fsync,
-  rename), then the log's segment files (MetadataLog.unsynced / sync_paths).
-  Every write bumps `_written`; every output of a step is tagged with it and
-  held until `_durable` reaches it: queued messages (the sender waits), RPC
-  replies and parked Fetch answers (the handler waits), and the delivery of
-  newly committed records (a high watermark the core reached is delivered
-  after the sync, so the leader's own records count only once durable, as
-  Kafka's leader counts its flushed offset). A crash before the sync is a
-  crash before the step for everyone else: nothing it decided was seen.
+  Fetch tells the leader how far it has it. Each is fsynced in place,
+  inside the step. (Session 10 tried fsyncs in a worker thread, with every
+  output of a step held until its sync returned, as Kafka runs
+  KafkaRaftClient on its own thread; session 11's A/B runs at 1,000 and
+  3,000 partitions showed no gain from it and more elections at 3,000,
+  so it was removed: docs/kraft.md, "The metadata log".)
 
 Committed records (below the high watermark, control batches skipped) are
-handed, in offset order and once each, to the `on_commit` callbacks: the
-metadata image (and the active controller) read the log through them.
+decoded once and handed, in offset order and once each, to the `on_commit`
+callbacks (the broker's image reads the log through them), after this
+node's own image has them; `applied_offset` then moves past them and the
+`on_high_watermark` callbacks run (the controller's replies waiting for a
+commit). The `_deliverer` task does this in slices: a 10,000-partition
+topic is one batch of 10,001 records, about 0.2 s of decoding and 0.15 s of
+applying on a quiet machine, and several seconds of wall time on a loaded
+one, which in one loop step held every other task, the quorum's timers and
+RPCs among them, that long. Decoding gives the loop back every
+STEP_BUDGET_MS (kref/broker/loop_steps.py); records are applied and handed
+on in whole batches only (what the controller wrote at once is never seen
+half applied, as Kafka's metadata loader publishes whole batches), so the
+longest step left is one batch's apply. `applied_offset` (what a broker's
+heartbeat reports as its metadata offset) counts only what the callbacks
+have had.
 
 Fetch is long-polled, as Kafka's: this node asks for a max wait of
 `fetch_max_wait_ms` (Kafka's 500 ms, cut to a quarter of
@@ -65,17 +76,16 @@ the log fully, load the image) and answered with SnapshotInstalled.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from kref.broker.config import BrokerConfig, ConfigError, Voter
+from kref.broker.loop_steps import STEP_BUDGET_MS
 from kref.broker.router import RequestContext, Router
 from kref.controller import quorum as q
 from kref.storage.metadata_log import (
@@ -102,13 +112,10 @@ log = logging.getLogger("kref.raft")
 
 TICK_MS = 10
 TRACE_FLUSH_TICKS = 10  # the trace reaches the file within ~100 ms (kill -9 loses at most that)
-MAX_QUEUED_PER_PEER = 64
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500  # what Kafka's KRaft followers ask for (KafkaRaftClient)
 
 VOTE, FETCH, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH, DESCRIBE_QUORUM, FETCH_SNAPSHOT = 52, 1, 53, 54, 55, 59
-SLOW_SYNC_MS = 500  # a quorum sync this slow is logged
-MAX_HELD_HIGH_WATERMARKS = 1024  # commits waiting for a sync (see _hold_high_watermark)
 RETENTION_CHECK_TICKS = 100  # metadata.max.retention.ms is checked about once a second
 
 
@@ -126,6 +133,61 @@ class SnapshotLoad:
         self.end_offset = end_offset
         self.records = records
         self.changes = changes
+
+
+class PeerOutbox:
+    """The requests waiting for one peer's sender: the newest of each kind, oldest first.
+
+    `put` replaces an unsent request of the same kind (and moves the kind to
+    the back: the requests left keep the order the core made them in), so
+    the outbox never holds more than one request per kind, four in all.
+    Responses never go through here: they are RPC answers.
+    Plain data, no trio: the sender waits on its own event.
+    """
+
+    __slots__ = ("_entries", "superseded")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, q.Message] = {}
+        self.superseded = 0  # requests replaced before they were sent (logged at debug level)
+
+    @staticmethod
+    def kind(message: q.Message) -> str:
+        match message:
+            case q.VoteRequest():  # a pre-vote too: the core has moved on from the older one
+                return "vote"
+            case q.BeginQuorumEpochRequest():
+                return "begin_quorum_epoch"
+            case q.EndQuorumEpochRequest():
+                return "end_quorum_epoch"
+            case q.FetchRequest() | q.FetchSnapshotRequest():  # the core has one fetch of either out
+                return "fetch"
+        raise ValueError(f"{type(message).__name__} is not a request a sender sends")
+
+    def put(self, message: q.Message) -> q.Message | None:
+        """Queue `message`; the unsent request it replaces, if any."""
+        kind = self.kind(message)
+        old = self._entries.pop(kind, None)
+        self._entries[kind] = message
+        if old is not None:
+            self.superseded += 1
+        return old
+
+    def peek(self) -> q.Message | None:
+        """The oldest waiting request, left in place."""
+        return next(iter(self._entries.values()), None)
+
+    def take(self) -> q.Message | None:
+        """Remove and return the oldest waiting request."""
+        if not self._entries:
+            return None
+        kind = next(iter(self._entries))
+        return self._entries.pop(kind)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 FETCH_VERSION = 12
 # Vote v2 (KIP-996) carries pre_vote; every voter of a kref quorum speaks it (Kafka
 # sends it once every voter advertises v2). v0-v1 requests are still answered.
@@ -153,7 +215,6 @@ class RaftNode:
         clock: Clock | None = None,
         fs: FileSystem | None = None,
         ids: Ids | None = None,
-        sync_in_thread: bool = False,
     ) -> None:
         # The ports: the quorum's timers run on `clock` (monotonic), its files
         # (metadata log, snapshots, quorum-state) live on `fs`, the election
@@ -169,30 +230,14 @@ class RaftNode:
         now = self.now_ms()
         self.metadata_log = MetadataLog(
             metadata_log_dir, now, segment_bytes=config.metadata_log_segment_bytes,
-            segment_ms=config.metadata_log_segment_ms, fs=self.fs, defer_sync=sync_in_thread,
+            segment_ms=config.metadata_log_segment_ms, fs=self.fs,
         )
-        # Deferred durability (see the module doc): a write's generation, the
-        # generation made durable, the quorum-state not written yet, and a
-        # high watermark whose delivery waits for the sync.
-        self.sync_in_thread = sync_in_thread
-        self._written = 0
-        self._durable = 0
-        self._unsynced_state: tuple[int, QuorumState] | None = None  # (its sequence number, the state)
-        self._state_seq = 0
-        # The syncer's thread and close() may both write quorum-state: the lock
-        # and the sequence number keep an older state from overwriting a newer one.
-        self._state_lock = threading.Lock()
-        self._state_seq_written = 0
-        # (high watermark, the write generation it needs durable), oldest first:
-        # each is delivered once its own writes are synced, so that a stream of
-        # new appends never holds back the delivery of an older commit.
-        self._held_high_watermarks: collections.deque[tuple[int, int]] = collections.deque()
-        self._delivered_high_watermark = 0
-        self._sync_wanted: trio.Event | None = None
-        # Its own worker thread: never queued behind the broker's file work
-        # (log layout, checkpoints) on trio's default limiter.
-        self._sync_limiter = trio.CapacityLimiter(1)
-        self._synced: trio.Event | None = None
+        # Committed and ready to deliver, for the _deliverer task; its
+        # wake-up; and a counter that a snapshot install or a truncation bumps,
+        # so that a delivery in progress starts over from the new applied_offset.
+        self._delivery_target = 0
+        self._delivery_wanted: trio.Event | None = None
+        self._delivery_generation = 0
         self.snapshot_policy = snap.SnapshotPolicy(
             max_bytes_between_snapshots=config.metadata_log_max_record_bytes_between_snapshots,
             max_interval_ms=config.metadata_log_max_snapshot_interval_ms,
@@ -246,14 +291,17 @@ class RaftNode:
         self.last_snapshot_ms = now
         self.snapshot_chunks = 0  # of the snapshot being fetched (for the log line)
         self._followups: list[q.Event] = []
-        self.on_commit: list[Callable[[list[tuple[int, bytes]]], None]] = []
+        # Called with committed records, decoded (kref.metadata.records), whole batches at a time.
+        self.on_commit: list[Callable[[list], None]] = []
         # Called with a SnapshotLoad when a snapshot replaces what was applied
         # (at start, before the first tick; and after a FetchSnapshot).
         self.on_snapshot: list[Callable[[SnapshotLoad], None]] = []
         self.on_leader_change: list[Callable[[int, int, q.State], None]] = []
         # Called with the new high watermark after on_commit (pending replies wait on it).
         self.on_high_watermark: list[Callable[[int], None]] = []
-        self._queues: dict[int, trio.MemorySendChannel] = {}
+        # What waits for each peer's sender, and the event that wakes it.
+        self._outboxes: dict[int, PeerOutbox] = {}
+        self._outbox_wake: dict[int, trio.Event] = {}
         # Fetch RPCs the core holds, by fetcher: at most one each (a new Fetch
         # from the same fetcher makes the core answer the held one first).
         self._parked: dict[int, _HeldFetch] = {}
@@ -265,12 +313,11 @@ class RaftNode:
             idle_close_s=(idle_ms / 2000 if idle_ms >= 0 else float("inf")),
             clock=self.clock,
         )
-        self._receivers: dict[int, trio.MemoryReceiveChannel] = {}
         self.closed = False
         for peer in self.voters:
             if peer != self.node_id:
-                send, receive = trio.open_memory_channel(MAX_QUEUED_PER_PEER)
-                self._queues[peer], self._receivers[peer] = send, receive
+                self._outboxes[peer] = PeerOutbox()
+                self._outbox_wake[peer] = trio.Event()
 
     def now_ms(self) -> int:
         # The monotonic clock: the core's timers must not jump with the wall clock.
@@ -371,6 +418,7 @@ class RaftNode:
         changes = self.image.changes_to(image)
         self.image = image
         self.applied_offset = effect.end_offset
+        self._delivery_generation += 1  # a delivery in progress read the log this replaced
         self.bytes_since_snapshot = 0
         log.info("node %d: loaded snapshot %s from the leader (%d bytes in %d FetchSnapshot chunks, %d records, %d changes)",
                  self.node_id, snapshot_id.file_name, len(data), self.snapshot_chunks, len(records), len(changes))
@@ -394,12 +442,7 @@ class RaftNode:
             match effect:
                 case q.PersistQuorumState():
                     state = QuorumState(effect.leader_epoch, effect.voted_for, effect.leader_id)
-                    if self.sync_in_thread:
-                        self._state_seq += 1  # the latest wins: nothing saw the ones before
-                        self._unsynced_state = (self._state_seq, state)
-                        self._wrote()
-                    else:
-                        write_quorum_state(self.metadata_log.dir, state, list(self.voters), self.fs)
+                    write_quorum_state(self.metadata_log.dir, state, list(self.voters), self.fs)
                 case q.AppendAsLeader():
                     if effect.control:
                         value = leader_change_value(self.node_id, list(self.voters), sorted(self.voters))
@@ -412,13 +455,12 @@ class RaftNode:
                         raise q.InvariantViolation(
                             f"metadata log end {self.metadata_log.log_end_offset} after appending at {effect.base_offset}"
                         )
-                    self._wrote()
                 case q.AppendAsFollower():
                     self.metadata_log.append_as_follower(b"".join(b.payload for b in effect.batches), now)
-                    self._wrote()
                 case q.TruncateTo():
                     self.metadata_log.truncate_to(effect.log_end_offset)
                     self.applied_offset = min(self.applied_offset, effect.log_end_offset)
+                    self._delivery_generation += 1
                 case q.Send():
                     if reply_to is not None and effect.destination == reply_to and _is_response(effect.message):
                         reply = effect.message
@@ -457,16 +499,13 @@ class RaftNode:
                     if effect.parked:
                         held = self._parked.pop(effect.destination, None)
                         if held is not None:  # else its RPC is gone (connection closed)
-                            held.answer(response, self._written)
+                            held.answer(response)
                     elif reply_to is not None and effect.destination == reply_to:
                         reply = response
                     else:
                         self._enqueue(effect.destination, response)
                 case q.HighWatermarkAdvanced():
-                    if self._durable < self._written:
-                        self._hold_high_watermark(effect.high_watermark)
-                    else:
-                        self._deliver_committed(effect.high_watermark)
+                    self._commit_ready(effect.high_watermark)
                 case q.LeaderChanged():
                     log.info(
                         "node %d: %s, leader %s in epoch %d",
@@ -489,32 +528,86 @@ class RaftNode:
 
     @property
     def high_watermark(self) -> int:
-        """The high watermark this node may act on: the core's, unless its
-        delivery waits for a sync (then the one delivered before it)."""
-        if self._held_high_watermarks:
-            return self._delivered_high_watermark
-        return self.core.high_watermark
+        """The high watermark this node may act on: the core's, once what it
+        commits is delivered (below it, what is delivered)."""
+        return min(self.core.high_watermark, self.applied_offset)
 
-    def _hold_high_watermark(self, high_watermark: int) -> None:
-        held = self._held_high_watermarks
-        if len(held) >= MAX_HELD_HIGH_WATERMARKS:
-            held.pop()  # bounded: the newer one needs newer writes anyway, it stands for both
-        held.append((high_watermark, self._written))
+    def _commit_ready(self, high_watermark: int) -> None:
+        """Committed up to `high_watermark`: the _deliverer's next target."""
+        if high_watermark > self._delivery_target:
+            self._delivery_target = high_watermark
+            if self._delivery_wanted is not None:
+                self._delivery_wanted.set()
 
-    def _deliver_committed(self, high_watermark: int) -> None:
-        self._delivered_high_watermark = max(self._delivered_high_watermark, high_watermark)
-        if high_watermark <= self.applied_offset:
+    async def _deliverer(self) -> None:
+        while not self.closed:
+            if self._delivery_target <= self.applied_offset:
+                self._delivery_wanted = trio.Event()
+                await self._delivery_wanted.wait()
+                continue
+            await self._deliver_slices()
+
+    async def _deliver_slices(self) -> None:
+        """Deliver committed batches from applied_offset up to the target (which
+        may grow meanwhile), giving the loop back every STEP_BUDGET_MS. Returns
+        early, to start over, when a snapshot install or truncation replaced
+        what it was reading."""
+        generation = self._delivery_generation
+        pending: list = []  # decoded records of whole batches, not handed on yet
+        pending_bytes = 0
+        pending_end = position = self.applied_offset
+        slice_end = self.clock.monotonic_ms() + STEP_BUDGET_MS
+
+        async def next_slice() -> bool:
+            """Hand on what is whole, give the loop back; False: start over."""
+            nonlocal pending, pending_bytes, slice_end
+            self._deliver(pending, pending_bytes, pending_end)
+            pending, pending_bytes = [], 0
+            await trio.lowlevel.checkpoint()
+            slice_end = self.clock.monotonic_ms() + STEP_BUDGET_MS
+            return generation == self._delivery_generation and not self.closed
+
+        while position < self._delivery_target:
+            batches = self.metadata_log.committed_batches(position, self._delivery_target)
+            if not batches:
+                # The core never commits past its log end: a bug. Said once; the
+                # next high watermark the core reaches tries again.
+                log.error("node %d: committed records from offset %d up to %d are not in the log", self.node_id,
+                          position, self._delivery_target)
+                self._delivery_target = position
+                break
+            for next_offset, records in batches:
+                decoded = []
+                for offset, value in records:
+                    try:
+                        decoded.append(serde.decode(value))
+                    except Exception as exc:  # noqa: BLE001 - consumers skip an unreadable record too, loudly
+                        log.error("node %d: metadata record at offset %d unreadable: %s", self.node_id, offset, exc)
+                    if self.clock.monotonic_ms() >= slice_end and not await next_slice():
+                        return
+                pending.extend(decoded)
+                pending_bytes += sum(len(v) for _, v in records)
+                pending_end = position = next_offset
+                if self.clock.monotonic_ms() >= slice_end and not await next_slice():
+                    return
+        self._deliver(pending, pending_bytes, pending_end)
+
+    def _deliver(self, decoded: list, nbytes: int, end_offset: int) -> None:
+        """Apply whole committed batches (the records before `end_offset`) to
+        this node's image, hand them on, then move applied_offset."""
+        if end_offset <= self.applied_offset:
             return
-        records = self.metadata_log.committed_records(self.applied_offset, high_watermark)
-        self.applied_offset = high_watermark
-        if records:
-            self.image.apply(self._decode([v for _, v in records], records[0][0]), on_invalid=self._skip_invalid)
-            self.bytes_since_snapshot += sum(len(v) for _, v in records)
+        if decoded:
+            self.image.apply(decoded, on_invalid=self._skip_invalid)
+            self.bytes_since_snapshot += nbytes
             for callback in self.on_commit:
-                callback(records)
+                callback(decoded)
+        self.applied_offset = end_offset
         for callback in self.on_high_watermark:
-            callback(high_watermark)
-        self._maybe_snapshot(self.now_ms())
+            callback(end_offset)
+        now = self.now_ms()
+        self._maybe_snapshot(now)
+        self._apply([], now, None)  # what the delivery set off (a snapshot written, ...)
 
     def propose(self, values: list[bytes]) -> int | None:
         """Append metadata records as leader; the base offset, or None when not the leader."""
@@ -527,10 +620,9 @@ class RaftNode:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            for peer in self._receivers:
+            for peer in self._outboxes:
                 nursery.start_soon(self._sender, peer)
-            if self.sync_in_thread:
-                nursery.start_soon(self._syncer)
+            nursery.start_soon(self._deliverer)
             self._deliver_pending_load()
             task_status.started()
             ticks = 0
@@ -560,104 +652,51 @@ class RaftNode:
             for held in self._parked.values():
                 held.answer(None)
             self._parked.clear()
+            for wake in self._outbox_wake.values():
+                wake.set()  # a sender waiting for work sees `closed`
+            if self._delivery_wanted is not None:
+                self._delivery_wanted.set()
             self.controller_channel.close()
-            if self._unsynced_state is not None:  # e.g. a Shutdown step's state: written in place now
-                self._write_state(*self._unsynced_state)
-                self._unsynced_state = None
             self.metadata_log.close()  # flushes the log
 
-    # ------------------------------------------------------------ deferred durability
-
-    def _wrote(self) -> None:
-        if self.sync_in_thread:
-            self._written += 1
-            if self._sync_wanted is not None:
-                self._sync_wanted.set()
-        else:
-            self._durable = self._written = self._written + 1
-
-    def _write_state(self, seq: int, state: QuorumState) -> None:
-        """Write quorum-state (tmp file, fsync, rename) unless a newer one is written."""
-        with self._state_lock:
-            if seq > self._state_seq_written:
-                write_quorum_state(self.metadata_log.dir, state, list(self.voters), self.fs)
-                self._state_seq_written = seq
-
-    async def until_durable(self) -> None:
-        """Wait until everything written so far is durable (a graceful shutdown
-        lets its EndQuorumEpoch requests, which wait for it, leave)."""
-        await self._until_durable(self._written)
-
-    async def _until_durable(self, written: int) -> None:
-        """Wait until every write up to generation `written` is durable (at once
-        when syncing in place). Bounded: the syncer makes progress or the node
-        stops (a failed fsync ends the node, as a failed flush of the metadata
-        log ends a Kafka node)."""
-        while self._durable < written and not self.closed:
-            if self._synced is None:
-                self._synced = trio.Event()
-            await self._synced.wait()
-
-    async def _syncer(self) -> None:
-        """Make writes durable from a worker thread, one sync at a time, in order:
-        quorum-state before the log (a restart must never find a log of a newer
-        epoch than its quorum-state). Then release what waited for it."""
-        while not self.closed:
-            if self._durable >= self._written:
-                self._sync_wanted = trio.Event()
-                await self._sync_wanted.wait()
-                continue
-            target = self._written
-            state, self._unsynced_state = self._unsynced_state, None
-            paths, names_changed, end_offset, truncations = self.metadata_log.unsynced()
-
-            def sync() -> None:
-                if state is not None:
-                    self._write_state(*state)
-                self.metadata_log.sync_paths(paths, names_changed)
-
-            started = self.clock.monotonic_ms()
-            await trio.to_thread.run_sync(sync, limiter=self._sync_limiter)
-            took_ms = self.clock.monotonic_ms() - started
-            if took_ms >= SLOW_SYNC_MS:
-                # Everything the quorum sends waited this long: on a busy disk this,
-                # not the event loop, is what outlasts the election timeout.
-                log.warning("node %d: quorum sync took %d ms (%d paths, quorum-state %s)", self.node_id, took_ms,
-                            len(paths), "yes" if state is not None else "no")
-            if self.closed:
-                return
-            self.metadata_log.mark_synced(end_offset, truncations, names_changed)
-            self._durable = target
-            synced, self._synced = self._synced, None
-            if synced is not None:
-                synced.set()
-            high_watermark = None
-            while self._held_high_watermarks and self._held_high_watermarks[0][1] <= self._durable:
-                high_watermark = self._held_high_watermarks.popleft()[0]
-            if high_watermark is not None:
-                self._deliver_committed(high_watermark)
-                self._apply([], self.now_ms(), None)  # what the delivery set off (a snapshot written, ...)
+    # ------------------------------------------------------------ senders
 
     def _enqueue(self, destination: int, message: q.Message) -> None:
-        queue = self._queues.get(destination)
-        if queue is None:
+        outbox = self._outboxes.get(destination)
+        if outbox is None:
             log.debug("node %d: no address for node %d, message dropped", self.node_id, destination)
             return
-        try:
-            queue.send_nowait((self._written, message))
-        except trio.WouldBlock:
-            log.warning("node %d: queue to node %d full, %s dropped", self.node_id, destination, type(message).__name__)
+        if _is_response(message):
+            # A response whose RPC is gone (it went to another step's caller): a
+            # response only travels as its RPC's answer.
+            log.debug("node %d: %s to node %d has no RPC to answer, dropped", self.node_id,
+                      type(message).__name__, destination)
+            return
+        old = outbox.put(message)
+        if old is not None:
+            log.debug("node %d: unsent %s to node %d superseded", self.node_id, type(old).__name__, destination)
+        self._outbox_wake[destination].set()
+
+    async def _next_request(self, peer: int) -> q.Message | None:
+        """The oldest request waiting for `peer` (None: closed)."""
+        outbox = self._outboxes[peer]
+        while not self.closed:
+            message = outbox.take()
+            if message is not None:
+                return message
+            wake = self._outbox_wake[peer] = trio.Event()
+            await wake.wait()
+        return None
 
     async def _sender(self, peer: int) -> None:
         voter = self.voters[peer]
-        receive = self._receivers[peer]
         stream: trio.SocketStream | None = None
         decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         correlation_id = 0
         timeout_s = self.quorum_config.fetch_timeout_ms / 1000
-        async for written, message in receive:
-            await self._until_durable(written)
-            if self.closed:
+        while True:
+            message = await self._next_request(peer)
+            if message is None:
                 return
             try:
                 body = self._to_kio_request(message, peer)
@@ -819,19 +858,13 @@ class RaftNode:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
         return None
 
-    async def _step_rpc(self, event: q.Event, reply_to: int) -> q.Message | None:
-        """Step an inbound RPC; its answer once what the step wrote is durable."""
-        reply = self.step(event, reply_to=reply_to)
-        await self._until_durable(self._written)
-        return reply
-
     async def _handle_vote(self, ctx: RequestContext, request: Any) -> Any:
         p = self._partition(request)
         code = self._refusal(request, p is not None)
         if code is not None:
             return self._respond(VOTE, code, None, ctx.api_version)
         pre_vote = bool(getattr(p, "pre_vote", False))  # v2 (KIP-996); older versions never pre-vote
-        reply = await self._step_rpc(
+        reply = self.step(
             q.Received(p.replica_id, q.VoteRequest(p.replica_epoch, p.replica_id, p.last_offset_epoch, p.last_offset,
                                                    pre_vote=pre_vote)),
             reply_to=p.replica_id,
@@ -846,7 +879,7 @@ class RaftNode:
         code = self._refusal(request, p is not None)
         if code is not None:
             return self._respond(BEGIN_QUORUM_EPOCH, code, None)
-        reply = await self._step_rpc(q.Received(p.leader_id, q.BeginQuorumEpochRequest(p.leader_id, p.leader_epoch)),
+        reply = self.step(q.Received(p.leader_id, q.BeginQuorumEpochRequest(p.leader_id, p.leader_epoch)),
                                      reply_to=p.leader_id)
         if reply is None:
             reply = q.BeginQuorumEpochResponse(ErrorCode.BROKER_NOT_AVAILABLE, self.core.leader_id, self.core.leader_epoch)
@@ -858,7 +891,7 @@ class RaftNode:
         code = self._refusal(request, p is not None)
         if code is not None:
             return self._respond(END_QUORUM_EPOCH, code, None)
-        reply = await self._step_rpc(
+        reply = self.step(
             q.Received(p.leader_id, q.EndQuorumEpochRequest(p.leader_id, p.leader_epoch, tuple(p.preferred_successors))),
             reply_to=p.leader_id,
         )
@@ -882,7 +915,7 @@ class RaftNode:
             return cls(throttle_time=_zero(), error_code=code, responses=())
         source = request.replica_id
         max_wait_ms = max(0, int(request.max_wait.total_seconds() * 1000)) if request.max_wait else 0
-        reply = await self._step_rpc(
+        reply = self.step(
             q.Received(source, q.FetchRequest(
                 source, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch, max_wait_ms,
             )),
@@ -908,8 +941,7 @@ class RaftNode:
                    responses=(m.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),))
 
     async def _wait_parked(self, source: int) -> q.FetchResponse | None:
-        """Hold the Fetch RPC until the core answers the Fetch it parked, and
-        until what was written before that answer is durable.
+        """Hold the Fetch RPC until the core answers the Fetch it parked.
 
         The core answers at the latest on the first Tick past its deadline
         (at most the fetch timeout away); the bound here only guards against
@@ -923,7 +955,6 @@ class RaftNode:
         finally:
             if self._parked.get(source) is held:
                 del self._parked[source]
-        await self._until_durable(held.written)
         return held.response
 
     async def _handle_fetch_snapshot(self, ctx: RequestContext, request: Any) -> Any:
@@ -932,7 +963,7 @@ class RaftNode:
         if code is not None:
             return cls(throttle_time=_zero(), error_code=code, topics=())
         source = request.replica_id
-        reply = await self._step_rpc(q.Received(source, q.FetchSnapshotRequest(
+        reply = self.step(q.Received(source, q.FetchSnapshotRequest(
             source, p.current_leader_epoch, p.snapshot_id.end_offset, p.snapshot_id.epoch, p.position,
             min(int(request.max_bytes), MAX_RESPONSE_BYTES // 2),
         )), reply_to=source)
@@ -970,19 +1001,16 @@ class RaftNode:
 
 
 class _HeldFetch:
-    """One parked Fetch RPC: the handler waits on `event` for the core's answer
-    (and then for the writes before it, generation `written`, to be durable)."""
+    """One parked Fetch RPC: the handler waits on `event` for the core's answer."""
 
-    __slots__ = ("event", "response", "written")
+    __slots__ = ("event", "response")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.response: q.FetchResponse | None = None
-        self.written = 0
 
-    def answer(self, response: q.FetchResponse | None, written: int = 0) -> None:
+    def answer(self, response: q.FetchResponse | None) -> None:
         self.response = response
-        self.written = written
         self.event.set()
 
 

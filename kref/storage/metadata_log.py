@@ -15,17 +15,9 @@ records for the metadata image. Every append and truncation is flushed
 (fsync) before anything that follows it is seen by another node: the quorum
 core counts an offset as replicated as soon as the node fetches past it.
 
-Two ways to get there. By default each append is fsynced in place. With
-`defer_sync` (what kref/node/raft_driver.py uses on a node) an append only
-writes (the page cache, which a kill -9 keeps) and the driver makes it
-durable from a worker thread: `unsynced()` names the segment files written
-since the last sync (taken on the event loop), the thread fsyncs them by
-path, and `mark_synced` moves the recovery point, unless a truncation came
-in between (`truncations` changed: a truncation is still flushed in place,
-and whatever was appended after it waits for the next sync). The driver
-holds back every message, reply and commit that follows a write until the
-sync that covers it returns, so what other nodes can see is what a
-synchronous fsync would have let them see.
+Each append is fsynced in place, inside the quorum's step (session 11
+removed the worker-thread variant after an A/B run showed no gain from it:
+docs/kraft.md, "The metadata log").
 
 Snapshots (kref/controller/snapshot.py) let the log start later than 0:
 the start offset advances to a snapshot's end offset and whole segments
@@ -61,7 +53,7 @@ from kref.records.batch import Record, build_batch, decode_batch
 from kref.records.control import ControlRecordType, control_record_key
 from kref.ports.fs import FileSystem, RealFileSystem
 from kref.records.header import iter_headers
-from kref.storage.checkpoint import fsync_dir, write_atomically
+from kref.storage.checkpoint import write_atomically
 from kref.storage.config import LogConfig
 from kref.storage.log import Log
 from kref.storage.log_manager import METADATA_PARTITION_DIR  # the LogManager skips this dir
@@ -138,11 +130,8 @@ def parse_leader_change_value(value: bytes) -> int:
 
 class MetadataLog:
     def __init__(self, metadata_log_dir: str, now_ms: int, *, segment_bytes: int = 1 << 30,
-                 segment_ms: int = 604_800_000, fs: FileSystem | None = None, defer_sync: bool = False) -> None:
+                 segment_ms: int = 604_800_000, fs: FileSystem | None = None) -> None:
         self.dir = os.path.join(metadata_log_dir, METADATA_PARTITION_DIR)
-        self.defer_sync = defer_sync
-        self.truncations = 0  # bumped by every truncation (a sync taken before it is not one after)
-        self._synced_segments: tuple[int, ...] = ()  # base offsets whose names the last sync made durable
         # Retention here is only "below the log start offset": the start moves
         # with snapshots (kref/controller/snapshot.py decides how far). The
         # segment size is metadata.log.segment.bytes, but rolled here after an
@@ -187,7 +176,6 @@ class MetadataLog:
         self.log.truncate_fully_and_start_at(offset)
         self.log.flush()
         self.log.delete_pending_segments(0, force=True)
-        self.truncations += 1
 
     def epochs(self) -> list[tuple[int, int]]:
         return self.log.leader_epoch_cache.entries()
@@ -210,8 +198,7 @@ class MetadataLog:
         return info.first_offset
 
     def _appended(self, now_ms: int) -> None:
-        if not self.defer_sync:
-            self.log.flush(now_ms)
+        self.log.flush(now_ms)
         self._maybe_roll(now_ms)
 
     def _maybe_roll(self, now_ms: int) -> None:
@@ -225,44 +212,6 @@ class MetadataLog:
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self.log.flush()
-        self.truncations += 1
-
-    # ------------------------------------------------------------ deferred sync
-
-    def unsynced(self) -> tuple[list[str], bool, int, int]:
-        """What a sync from a worker thread must fsync, taken on the event loop:
-        (segment file paths written past the recovery point, whether the
-        directory's names changed since the last sync, the log end it covers,
-        the truncation count it was taken at). Paths, not open files: the
-        thread never touches the Log's objects, which the loop goes on using."""
-        point = self.log.recovery_point
-        segments = self.log.segments
-        first = 0
-        for i, seg in enumerate(segments):
-            if seg.base_offset <= point:
-                first = i
-        paths = [seg.log_path for seg in segments[first:]] if self.log.log_end_offset > point else []
-        bases = tuple(seg.base_offset for seg in segments)
-        return paths, bases != self._synced_segments, self.log.log_end_offset, self.truncations
-
-    def sync_paths(self, paths: list[str], sync_dir: bool) -> None:
-        """fsync by path (run from a worker thread). A segment deleted meanwhile
-        (retention, truncation) needs no sync: its records are gone anyway."""
-        for path in paths:
-            try:
-                self.log.fs.fsync(path)
-            except FileNotFoundError:
-                pass
-        if sync_dir:
-            fsync_dir(self.dir, self.log.fs)
-
-    def mark_synced(self, end_offset: int, truncations: int, bases_synced: bool) -> None:
-        """A sync taken by `unsynced()` returned: the log is durable to its end then."""
-        if truncations != self.truncations:
-            return  # truncated meanwhile: the truncation flushed; later appends wait for the next sync
-        if bases_synced:
-            self._synced_segments = tuple(seg.base_offset for seg in self.log.segments)
-        self.log.recovery_point = max(self.log.recovery_point, min(end_offset, self.log.log_end_offset))
 
     def read(self, from_offset: int, max_bytes: int = MAX_FETCH_BYTES) -> bytes:
         if from_offset >= self.log.log_end_offset:
@@ -274,16 +223,34 @@ class MetadataLog:
         out: list[tuple[int, bytes]] = []
         position = from_offset
         while position < high_watermark:
-            data = self.log.read(position, MAX_FETCH_BYTES, max_offset=high_watermark).records
-            if not data:
+            batches = self.committed_batches(position, high_watermark)
+            if not batches:
                 break
-            for header in iter_headers(data):
-                position = header.next_offset
-                if header.is_control_batch:
-                    continue
-                for record in decode_batch(data, header.position).records:
-                    if from_offset <= record.offset < high_watermark and record.value is not None:
-                        out.append((record.offset, record.value))
+            for next_offset, records in batches:
+                out.extend(records)
+                position = next_offset
+        return out
+
+    def committed_batches(self, from_offset: int, high_watermark: int) -> list[tuple[int, list[tuple[int, bytes]]]]:
+        """The batches of one read (up to MAX_FETCH_BYTES, at least one batch) from
+        `from_offset`, below `high_watermark`: (the offset after the batch, its data
+        records as (offset, value)). A control batch comes with no records: it
+        moves the position all the same. A batch is what the controller wrote
+        at once (all of a new topic's records; Kafka's controller appends them
+        atomically too), so a reader that stops between batches never shows
+        half of one."""
+        out: list[tuple[int, list[tuple[int, bytes]]]] = []
+        if from_offset >= high_watermark:
+            return out
+        data = self.log.read(from_offset, MAX_FETCH_BYTES, max_offset=high_watermark).records
+        for header in iter_headers(data):
+            if header.base_offset >= high_watermark:
+                break
+            records = [] if header.is_control_batch else [
+                (record.offset, record.value) for record in decode_batch(data, header.position).records
+                if from_offset <= record.offset < high_watermark and record.value is not None
+            ]
+            out.append((min(header.next_offset, high_watermark), records))
         return out
 
     def close(self) -> None:
