@@ -435,6 +435,25 @@ def _first(events: list[dict], after_ns: int, test) -> int | None:
     return next((e["mono_ns"] for e in events[start:] if test(e)), None)
 
 
+def _follower_round(lead: dict, traces: dict, followers: list[int], at: int, offset: int) -> list[tuple]:
+    """Each follower's round for the record at `offset`, appended by the leader at
+    `at` (ns): (the leader's answer that carries it, the follower's FollowerAppend
+    of it, its next FollowerFetch past it, the leader's LeaderHandleFetch of that
+    fetch); any of them None when missing, ordered by the leader's answer."""
+    per_follower = []
+    for f in followers:
+        sends = _first(lead.get("LeaderHandleFetch", []), at,
+                       lambda e: e["follower"] == f and e["fetch_offset"] <= offset)
+        got = _first(traces[f].get("FollowerAppend", []), at,
+                     lambda e: e["first_offset"] <= offset <= e["last_offset"])
+        asks = _first(traces[f].get("FollowerFetch", []), got or at, lambda e: e["fetch_offset"] > offset)
+        heard = _first(lead.get("LeaderHandleFetch", []), asks or at,
+                       lambda e: e["follower"] == f and e["fetch_offset"] > offset)
+        per_follower.append((sends if sends is not None else 1 << 62, got, asks, heard))
+    per_follower.sort()
+    return [(None if sends == 1 << 62 else sends, got, asks, heard) for sends, got, asks, heard in per_follower]
+
+
 def hop_lines(trace_dir: Path, topic: str, leader: int, followers: list[int],
               records: list[tuple[int, int, int]]) -> list[str]:
     """Where one acks=all record's wall time goes, hop by hop (medians over `records`).
@@ -462,22 +481,10 @@ def hop_lines(trace_dir: Path, topic: str, leader: int, followers: list[int],
                           lambda e: e["first_offset"] <= offset <= e["last_offset"])
         if appended is None:
             continue
-        per_follower = []
-        for f in followers:
-            sends = _first(lead.get("LeaderHandleFetch", []), appended,
-                           lambda e: e["follower"] == f and e["fetch_offset"] <= offset)
-            got = _first(traces[f].get("FollowerAppend", []), appended,
-                         lambda e: e["first_offset"] <= offset <= e["last_offset"])
-            asks = _first(traces[f].get("FollowerFetch", []), got or appended,
-                          lambda e: e["fetch_offset"] > offset)
-            heard = _first(lead.get("LeaderHandleFetch", []), asks or appended,
-                           lambda e: e["follower"] == f and e["fetch_offset"] > offset)
-            per_follower.append((sends if sends is not None else 1 << 62, got, asks, heard))
-        per_follower.sort()
+        per_follower = _follower_round(lead, traces, followers, appended, offset)
         advanced = _first(lead.get("AdvanceHighWatermark", []), appended, lambda e: e["high_watermark"] > offset)
         add("produce() -> LeaderAppend", sent, appended)
         for which, (sends, got, asks, heard) in zip(("1st", "2nd"), per_follower):
-            sends = None if sends == 1 << 62 else sends
             add(f"LeaderAppend -> answer to {which} follower (LeaderHandleFetch)", appended, sends)
             add(f"  {which}: answer -> FollowerAppend", sends, got)
             add(f"  {which}: FollowerAppend -> its next FollowerFetch", got, asks)
@@ -519,19 +526,8 @@ def batch_hop_lines(trace_dir: Path, topic: str, leader: int, followers: list[in
 
     for batch, following in zip(appends, appends[1:]):
         at, last = batch["mono_ns"], batch["last_offset"]
-        per_follower = []
-        for f in followers:
-            sends = _first(lead.get("LeaderHandleFetch", []), at,
-                           lambda e: e["follower"] == f and e["fetch_offset"] <= last)
-            got = _first(traces[f].get("FollowerAppend", []), at,
-                         lambda e: e["first_offset"] <= last <= e["last_offset"])
-            asks = _first(traces[f].get("FollowerFetch", []), got or at, lambda e: e["fetch_offset"] > last)
-            heard = _first(lead.get("LeaderHandleFetch", []), asks or at,
-                           lambda e: e["follower"] == f and e["fetch_offset"] > last)
-            per_follower.append((sends if sends is not None else 1 << 62, got, asks, heard))
-        per_follower.sort()
+        per_follower = _follower_round(lead, traces, followers, at, last)
         for which, (sends, got, asks, heard) in zip(("1st", "2nd"), per_follower):
-            sends = None if sends == 1 << 62 else sends
             add(f"LeaderAppend -> answer to {which} follower", at, sends)
             add(f"  {which}: answer -> FollowerAppend", sends, got)
             add(f"  {which}: FollowerAppend -> its next FollowerFetch", got, asks)
