@@ -353,6 +353,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _same_leader_updates(mine)
     mine = _alter_partition_answers(mine, skipped)
     mine = _taken_after_the_error(mine, skipped)
+    mine = _completions_after_moving_on(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
@@ -611,18 +612,74 @@ def _taken_after_the_error(mine, skipped):
     return out
 
 
+def _completions_after_moving_on(mine, skipped):
+    """A parked fetch the leader completes after its follower moved on: the same request read again.
+
+    kref's leader, like Kafka's, logs a parked fetch when it takes it and
+    again when it completes (_delayed_fetch_completions). When the follower
+    applied new metadata in between (session 10's rerun of fault seed 501: it
+    became leader itself while a paused leader held its request; seed 505 of
+    session 11: it followed the new leader and fetched from it), the
+    completion reads the request the leader already took: it learns the
+    offset it already knew, and its answer reaches no fetcher (the spec's
+    BecomeLeader/BecomeFollower dropped the follower's fetch, answer
+    included). No spec step: left out and counted. Only a take matching that
+    request (leader, epoch, offsets) before the follower sends to the same
+    leader again is one.
+    """
+    out = []
+    sent: dict[int, tuple] = {}  # follower -> (leader, epoch, offsets) of its last FollowerFetch
+    taken: dict[int, bool] = {}  # follower -> a leader took that request
+    moved_on: dict[int, tuple] = {}  # follower -> the taken request its reset left behind
+    late = 0
+    for e, origin in mine:
+        kind = e["type"]
+        if kind == "FollowerFetch":
+            f = e["replica"]
+            sent[f] = (e.get("leader"), e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
+            taken[f] = False
+            if moved_on.get(f, (None, None))[:2] == sent[f][:2]:
+                moved_on.pop(f)  # the same leader and epoch again: a later take may be this one's
+        elif kind == "LeaderHandleFetch":
+            f = e["follower"]
+            request = (e["replica"], e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
+            if moved_on.get(f) == request:
+                late += 1
+                continue
+            if sent.get(f) == request:
+                taken[f] = True
+        elif _resets_fetch(e):
+            f = e["replica"]
+            moved_on.pop(f, None)
+            if taken.pop(f, False):
+                moved_on[f] = sent[f]
+            sent.pop(f, None)
+        out.append((e, origin))
+    if late:
+        skipped["LeaderHandleFetch completing a parked fetch after its follower moved on"] = late
+    return out
+
+
 def _drop_failed_fetches(mine, skipped):
     """Drop each FollowerFetch whose next fetch event for that follower is a FetchError, and the error;
     and each FollowerFetch never answered before the follower's fetch was reset (BecomeFollower with a new
     leader, BecomeLeader; a crashed replica's, by its Restart): kref's fetcher tries the old leader until it applies the new one, which
     the spec's FollowerFetch (a live leader of the follower's epoch) does not allow, and neither changes
-    anything the spec tracks."""
+    anything the spec tracks (one a leader takes after the reset is kept: _taken_late). A FollowerFetch the follower sent again, with the same offsets and epoch,
+    before anything answered the first is the same: the first failed unlogged (session 11: fault seed
+    503's follower fetched again and again from a killed leader with no FetchError between), and only the
+    last try may be taken."""
     drop: set[int] = set()
-    abandoned = 0
+    abandoned = resent = 0
     pending: dict[int, int] = {}  # follower -> index of its unanswered FollowerFetch
     for i, (e, _) in enumerate(mine):
         kind = e["type"]
         if kind == "FollowerFetch":
+            j = pending.get(e["replica"])
+            if j is not None and all(mine[j][0].get(k) == e.get(k) for k in
+                                     ("leader", "leader_epoch", "fetch_offset", "last_fetched_epoch")):
+                resent += 1
+                drop.add(j)
             pending[e["replica"]] = i
         elif kind == "LeaderHandleFetch":
             pending.pop(e["follower"], None)
@@ -632,14 +689,34 @@ def _drop_failed_fetches(mine, skipped):
                 drop.update((i, j))
         elif _resets_fetch(e):
             j = pending.pop(e["replica"], None)
-            if j is not None:  # never answered, then dropped by the reset: it changed nothing
+            if j is not None and _taken_late(mine, i, mine[j][0]):
+                pass  # on the wire across the reset and taken later: the spec's LateFetchRequests, kept
+            elif j is not None:  # never answered, then dropped by the reset: it changed nothing
                 abandoned += 1
                 drop.add(j)
-    if drop:
-        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned) // 2
+    if len(drop) - abandoned - resent:
+        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned - resent) // 2
+    if resent:
+        skipped["FollowerFetch sent again before any answer (the first failed, unlogged)"] = resent
     if abandoned:
         skipped["FollowerFetch never answered (dropped by a metadata change or crash)"] = abandoned
     return [x for i, x in enumerate(mine) if i not in drop]
+
+
+def _taken_late(mine, reset_at: int, request) -> bool:
+    """Whether a leader takes `request` after its follower's reset (at index reset_at), before the
+    follower sends again or restarts: the request was on the wire across the follower's
+    BecomeLeader/BecomeFollower (session 11's fault seed 501: a paused leader took it), which
+    spec/Replication.tla's LateFetchRequests keeps; the answer reaches no fetcher."""
+    f = request["replica"]
+    for e, _ in mine[reset_at + 1:]:
+        if e.get("replica") == f and e["type"] in ("FollowerFetch", "Restart", "Crash"):
+            return False
+        if (e["type"] == "LeaderHandleFetch" and e["follower"] == f
+                and (e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
+                == (request["leader_epoch"], request["fetch_offset"], request["last_fetched_epoch"])):
+            return True
+    return False
 
 
 def _fetch_when_taken(mine):
@@ -662,7 +739,10 @@ def _fetch_when_taken(mine):
             j = i + 1
             while j < len(out):
                 later = out[j][0]
-                if later.get("replica") == f or later.get("broker") == f or later.get("follower") == f:
+                # (a controller's step names the controller as `replica`: it is no step of broker f, and
+                # neither fencing, unfencing nor an election touches a follower's request in flight)
+                if later["type"] not in BROKER_EVENTS | ELECTIONS and (
+                        later.get("replica") == f or later.get("follower") == f):
                     break
                 j += 1
             if j < len(out) and out[j][0]["type"] == "LeaderHandleFetch" and j > i + 1:
