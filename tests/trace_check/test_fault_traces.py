@@ -28,7 +28,9 @@ its broker applied them one at a time once they committed (spec/Replication.tla'
 LaggingMetadata), and a follower's fetcher sent again and again to the killed leader without a
 FetchError between (trace_check leaves the unanswered tries out). 501 (the rerun): a paused leader
 completed a parked fetch after its follower had become leader (the same request read again:
-left out). Each fix has its doctored copy, rejected.
+left out). testdata/faults-latetake-501 (session 11's run of seed 501, gzip): the paused leader
+(node 1) took a fetch broker 3 had sent before it followed the new leader, after it did
+(LateFetchRequests). Each fix has its doctored copy, rejected.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ RUN = Path(__file__).parent / "testdata" / "faults-seed42"
 FIXED_RUN = Path(__file__).parent / "testdata" / "faults-fixed"
 LAGGING_RUN = Path(__file__).parent / "testdata" / "faults-lagging-503"
 LATE_RUN = Path(__file__).parent / "testdata" / "faults-late-501"
+LATE_TAKE_RUN = Path(__file__).parent / "testdata" / "faults-latetake-501"
 
 
 def _as_run_dir(tmp_path: Path) -> Path:
@@ -205,3 +208,31 @@ def test_a_late_fetch_of_another_request_is_rejected(tmp_path):
     bad = steps.steps[verdict.reached - 1]
     assert bad["type"] == "LeaderHandleFetch" and bad["follower"] == 2 and bad["fetch_offset"] == 5, bad
     assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:182")
+
+
+def test_a_request_taken_after_its_follower_moved_on_is_accepted(tmp_path):
+    """Session 11's seed 501: node 1, a zombie leader of epoch 0, takes broker 3's request at
+    offset 77 after broker 3 applied the registration naming broker 2 (the spec's
+    LateFetchRequests keeps it on the wire): every partition is accepted, and that take is a
+    checked step."""
+    _fixed_run(tmp_path, run=LATE_TAKE_RUN)
+    verdicts, _ = validate_run(tmp_path, "jepsen", 3, min_insync_replicas=2)
+    assert [v.code for v in verdicts] == [0, 0, 0], "\n".join(v.text for v in verdicts)
+    steps = normalise(load_events(sorted(tmp_path.glob("node-*/trace.ndjson"))), "jepsen", 0)
+    assert any(o.endswith("node-1/trace.ndjson:367") for o in steps.origin)
+
+
+def test_a_late_take_of_a_request_never_sent_is_rejected(tmp_path):
+    """The late take must be of the request the follower left on the wire: the same take with
+    fetch offset 70 (broker 3 never asked from there) is rejected at it."""
+    def doctor(line: str) -> str:
+        if '"LeaderHandleFetch"' in line and '"seq":366,' in line and '"follower":3' in line:
+            return line.replace('"fetch_offset":77', '"fetch_offset":70')
+        return line
+
+    _fixed_run(tmp_path, doctor, run=LATE_TAKE_RUN)
+    steps, verdict = _one_partition(tmp_path, 0)
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "LeaderHandleFetch" and bad["follower"] == 3 and bad["fetch_offset"] == 70, bad
+    assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:367")
