@@ -355,6 +355,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _taken_after_the_error(mine, skipped)
     mine = _completions_after_moving_on(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
+    mine = _late_takes_first(mine)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
     mine = _lost_answers(mine, skipped)
@@ -612,6 +613,49 @@ def _taken_after_the_error(mine, skipped):
     return out
 
 
+def _late_takes_first(mine):
+    """A leader's late take of a request its follower left on the wire goes before the follower's next fetch.
+
+    A follower that applied new metadata (BecomeLeader, BecomeFollower) with a
+    request unanswered leaves it on the wire; a paused leader may take it after
+    the follower has sent its next fetch, to its new leader (session 11's fault
+    seed 508). The two are steps of different nodes with nothing between them
+    (the take reads only the old request), so they are the same behaviour in
+    either order; spec/Replication.tla keeps one request per follower
+    (LateFetchRequests: the next fetch replaces the one on the wire), so the
+    take is moved before that fetch, when no step of the taking leader lies
+    between them.
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e = out[i][0]
+        if e["type"] == "FollowerFetch":
+            f, left, reset = e["replica"], None, False
+            for x, _ in reversed(out[:i]):  # f's previous request, unanswered when f reset its fetching
+                if x.get("replica") == f and _resets_fetch(x):
+                    reset = True
+                elif x["type"] == "FollowerFetch" and x["replica"] == f:
+                    left = x
+                    break
+                elif (x["type"] == "LeaderHandleFetch" and x["follower"] == f) or (
+                        x.get("replica") == f and x["type"] in ("FetchError", "FollowerAppend", "TruncateToEpochEndOffset")):
+                    break
+            if left is not None and reset and left.get("leader") is not None:
+                l, key = left["leader"], (left["leader_epoch"], left["fetch_offset"], left["last_fetched_epoch"])
+                for k in range(i + 1, len(out)):
+                    later = out[k][0]
+                    if (later["type"] == "LeaderHandleFetch" and later["replica"] == l and later["follower"] == f
+                            and (later["leader_epoch"], later["fetch_offset"], later["last_fetched_epoch"]) == key):
+                        out.insert(i, out.pop(k))
+                        i += 1
+                        break
+                    if later.get("replica") == l and later["type"] not in BROKER_EVENTS | ELECTIONS:
+                        break  # a step of the taking leader: the take cannot move before it
+        i += 1
+    return out
+
+
 def _completions_after_moving_on(mine, skipped):
     """A parked fetch the leader completes after its follower moved on: the same request read again.
 
@@ -631,6 +675,7 @@ def _completions_after_moving_on(mine, skipped):
     sent: dict[int, tuple] = {}  # follower -> (leader, epoch, offsets) of its last FollowerFetch
     taken: dict[int, bool] = {}  # follower -> a leader took that request
     moved_on: dict[int, tuple] = {}  # follower -> the taken request its reset left behind
+    left: dict[int, tuple] = {}  # follower -> the request its reset left behind untaken (a late take may come)
     late = 0
     for e, origin in mine:
         kind = e["type"]
@@ -638,8 +683,9 @@ def _completions_after_moving_on(mine, skipped):
             f = e["replica"]
             sent[f] = (e.get("leader"), e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
             taken[f] = False
-            if moved_on.get(f, (None, None))[:2] == sent[f][:2]:
-                moved_on.pop(f)  # the same leader and epoch again: a later take may be this one's
+            for behind in (moved_on, left):
+                if behind.get(f, (None, None))[:2] == sent[f][:2]:
+                    behind.pop(f)  # the same leader and epoch again: a later take may be this one's
         elif kind == "LeaderHandleFetch":
             f = e["follower"]
             request = (e["replica"], e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
@@ -648,11 +694,16 @@ def _completions_after_moving_on(mine, skipped):
                 continue
             if sent.get(f) == request:
                 taken[f] = True
+            elif left.get(f) == request:
+                moved_on[f] = left.pop(f)  # its first take, late (LateFetchRequests): kept; a completion is not
         elif _resets_fetch(e):
             f = e["replica"]
             moved_on.pop(f, None)
+            left.pop(f, None)
             if taken.pop(f, False):
                 moved_on[f] = sent[f]
+            elif f in sent:
+                left[f] = sent[f]
             sent.pop(f, None)
         out.append((e, origin))
     if late:
@@ -670,6 +721,7 @@ def _drop_failed_fetches(mine, skipped):
     503's follower fetched again and again from a killed leader with no FetchError between), and only the
     last try may be taken."""
     drop: set[int] = set()
+    at_reset: list[tuple[int, int]] = []  # (unanswered FollowerFetch, the reset after it)
     abandoned = resent = 0
     pending: dict[int, int] = {}  # follower -> index of its unanswered FollowerFetch
     for i, (e, _) in enumerate(mine):
@@ -689,11 +741,17 @@ def _drop_failed_fetches(mine, skipped):
                 drop.update((i, j))
         elif _resets_fetch(e):
             j = pending.pop(e["replica"], None)
-            if j is not None and _taken_late(mine, i, mine[j][0]):
-                pass  # on the wire across the reset and taken later: the spec's LateFetchRequests, kept
-            elif j is not None:  # never answered, then dropped by the reset: it changed nothing
-                abandoned += 1
-                drop.add(j)
+            if j is not None:  # never answered before the reset: judged below
+                at_reset.append((j, i))
+    # A request left unanswered at a reset changed nothing, unless its old leader takes it later (read
+    # on the steps without the failed fetches: a fetch that failed is no step of the spec).
+    remaining = [k for k in range(len(mine)) if k not in drop]
+    position = {k: n for n, k in enumerate(remaining)}
+    steps = [mine[k] for k in remaining]
+    for j, i in at_reset:
+        if not _taken_late(steps, position[i], mine[j][0]):
+            abandoned += 1
+            drop.add(j)
     if len(drop) - abandoned - resent:
         skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned - resent) // 2
     if resent:
@@ -704,18 +762,24 @@ def _drop_failed_fetches(mine, skipped):
 
 
 def _taken_late(mine, reset_at: int, request) -> bool:
-    """Whether a leader takes `request` after its follower's reset (at index reset_at), before the
-    follower sends again or restarts: the request was on the wire across the follower's
-    BecomeLeader/BecomeFollower (session 11's fault seed 501: a paused leader took it), which
-    spec/Replication.tla's LateFetchRequests keeps; the answer reaches no fetcher."""
-    f = request["replica"]
+    """Whether the old leader takes `request` after its follower's reset (at index reset_at): the
+    request was on the wire across the follower's BecomeLeader/BecomeFollower (session 11's fault
+    seed 501: a paused leader took it), which spec/Replication.tla's LateFetchRequests keeps; the
+    answer reaches no fetcher. A take after the follower's next fetch counts only when no step of
+    that leader lies between the two (_late_takes_first then puts the take first)."""
+    f, l = request["replica"], request.get("leader")
+    key = (request["leader_epoch"], request["fetch_offset"], request["last_fetched_epoch"])
+    fetched_again = False
     for e, _ in mine[reset_at + 1:]:
-        if e.get("replica") == f and e["type"] in ("FollowerFetch", "Restart", "Crash"):
+        if e.get("replica") == f and e["type"] in ("Restart", "Crash"):
             return False
-        if (e["type"] == "LeaderHandleFetch" and e["follower"] == f
-                and (e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
-                == (request["leader_epoch"], request["fetch_offset"], request["last_fetched_epoch"])):
+        if e["type"] == "FollowerFetch" and e["replica"] == f:
+            fetched_again = True
+        elif (e["type"] == "LeaderHandleFetch" and e["replica"] == l and e["follower"] == f
+                and (e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"]) == key):
             return True
+        elif fetched_again and e.get("replica") == l and e["type"] not in BROKER_EVENTS | ELECTIONS:
+            return False
     return False
 
 
