@@ -1054,6 +1054,18 @@ FollowerOffsetsBelowLogEnd ==
                /\ remote_broker_epoch[l][f] = controller.broker_epoch[f])
                   => remote_log_end_offset[l][f] <= Len(log[f])
 
+\* KIP-279: a follower that handled a diverging-epoch answer holds no entry
+\* of an epoch newer than the one answered (it truncated to the end of that
+\* epoch, or of its own largest epoch below it): else its next fetch sends
+\* that newer epoch and diverges again, for ever.  An action property (the
+\* step and its answer); before KIP-101 there are no epochs to compare.
+TruncationDropsNewerEpochs ==
+    [][\A f \in Replicas :
+          (fetch[f].type = "DivergingEpoch" /\ fetch'[f].type = "None"
+           /\ role[f] = "Follower" /\ role'[f] = "Follower"
+           /\ ~TruncateToHighWatermarkOnBecomeFollower)
+              => \A i \in 1..Len(log'[f]) : log'[f][i].leader_epoch <= fetch[f].epoch]_vars
+
 \* KIP-841: a fenced broker is not in the committed ISR, except as its last
 \* member (without KIP-966 the ISR never becomes empty).  Fencing removes
 \* it with a new partition epoch, so an AlterPartition the leader sent

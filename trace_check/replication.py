@@ -734,7 +734,10 @@ def _drop_failed_fetches(mine, skipped):
                 drop.add(j)
             pending[e["replica"]] = i
         elif kind == "LeaderHandleFetch":
-            pending.pop(e["follower"], None)
+            j = pending.get(e["follower"])
+            if j is not None and mine[j][0].get("leader", e["replica"]) == e["replica"] and (
+                    mine[j][0]["leader_epoch"] == e["leader_epoch"]):
+                del pending[e["follower"]]  # (a late take of an older request answers not this one)
         elif kind == "FetchError":
             j = pending.pop(e["replica"], None)
             if j is not None:
