@@ -633,6 +633,8 @@ def _late_takes_first(mine):
         if e["type"] == "FollowerFetch":
             f, left, reset = e["replica"], None, False
             for x, _ in reversed(out[:i]):  # f's previous request, unanswered when f reset its fetching
+                if x.get("replica") == f and x["type"] in ("Restart", "Crash"):
+                    break  # a restart drops what the old process sent (spec: Restart)
                 if x.get("replica") == f and _resets_fetch(x):
                     reset = True
                 elif x["type"] == "FollowerFetch" and x["replica"] == f:
@@ -641,7 +643,10 @@ def _late_takes_first(mine):
                 elif (x["type"] == "LeaderHandleFetch" and x["follower"] == f) or (
                         x.get("replica") == f and x["type"] in ("FetchError", "FollowerAppend", "TruncateToEpochEndOffset")):
                     break
-            if left is not None and reset and left.get("leader") is not None:
+            same = left is not None and (left.get("leader"), left["leader_epoch"], left["fetch_offset"],
+                                         left["last_fetched_epoch"]) == (e.get("leader"), e["leader_epoch"],
+                                                                         e["fetch_offset"], e["last_fetched_epoch"])
+            if left is not None and reset and left.get("leader") is not None and not same:  # (same: the take is this one's)
                 l, key = left["leader"], (left["leader_epoch"], left["fetch_offset"], left["last_fetched_epoch"])
                 for k in range(i + 1, len(out)):
                     later = out[k][0]
