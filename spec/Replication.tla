@@ -100,7 +100,7 @@ LiveBrokerFencing == FALSE
 \* applied since it started.  Off in the models that predate it (their
 \* state spaces stay as they were: the controller keeps no history);
 \* trace validation turns it on, as real brokers lag (session 10's fault
-\* seeds 503 and 504), and MCReplicationLaggingMetadata checks it.
+\* seeds 503 and 504), and MCReplicationLagging checks it.
 LaggingMetadata == FALSE
 \* TRUE: a fetch request a follower sent stays on the wire when it applies
 \* new metadata (BecomeLeader, BecomeFollower), as it does across a crash:
