@@ -194,20 +194,27 @@ def test_a_parked_fetch_completed_after_its_follower_moved_on_is_accepted(tmp_pa
     assert not any(o.endswith("node-1/trace.ndjson:182") for o in steps.origin)  # the completion of session 10's rejection
 
 
-def test_a_late_fetch_of_another_request_is_rejected(tmp_path):
-    """Only the very request the follower left behind is left out: the same late take with a fetch
-    offset the follower never sent (5 instead of 0) is kept, and no behaviour takes it."""
-    def doctor(line: str) -> str:
-        if '"LeaderHandleFetch"' in line and '"seq":181,' in line and '"follower":2' in line:
-            return line.replace('"fetch_offset":0', '"fetch_offset":5')
-        return line
+def _take_doctored_is_rejected(tmp_path, run: Path, seq: int, follower: int, offset: int, doctored: int,
+                                line: str) -> None:
+    """`run` with the leader's LeaderHandleFetch of `follower` (node 1's event `seq`) asking from
+    `doctored` instead of `offset`: rejected at that take (node-1/trace.ndjson:`line`)."""
+    def doctor(text: str) -> str:
+        if '"LeaderHandleFetch"' in text and f'"seq":{seq},' in text and f'"follower":{follower}' in text:
+            return text.replace(f'"fetch_offset":{offset}', f'"fetch_offset":{doctored}')
+        return text
 
-    _fixed_run(tmp_path, doctor, run=LATE_RUN)
+    _fixed_run(tmp_path, doctor, run=run)
     steps, verdict = _one_partition(tmp_path, 0)
     assert not verdict.accepted
     bad = steps.steps[verdict.reached - 1]
-    assert bad["type"] == "LeaderHandleFetch" and bad["follower"] == 2 and bad["fetch_offset"] == 5, bad
-    assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:182")
+    assert bad["type"] == "LeaderHandleFetch" and bad["follower"] == follower and bad["fetch_offset"] == doctored, bad
+    assert steps.origin[verdict.reached - 1].endswith(f"node-1/trace.ndjson:{line}")
+
+
+def test_a_late_fetch_of_another_request_is_rejected(tmp_path):
+    """Only the very request the follower left behind is left out: the same late take with a fetch
+    offset the follower never sent (5 instead of 0) is kept, and no behaviour takes it."""
+    _take_doctored_is_rejected(tmp_path, LATE_RUN, seq=181, follower=2, offset=0, doctored=5, line=182)
 
 
 def test_a_request_taken_after_its_follower_moved_on_is_accepted(tmp_path):
@@ -225,14 +232,4 @@ def test_a_request_taken_after_its_follower_moved_on_is_accepted(tmp_path):
 def test_a_late_take_of_a_request_never_sent_is_rejected(tmp_path):
     """The late take must be of the request the follower left on the wire: the same take with
     fetch offset 70 (broker 3 never asked from there) is rejected at it."""
-    def doctor(line: str) -> str:
-        if '"LeaderHandleFetch"' in line and '"seq":366,' in line and '"follower":3' in line:
-            return line.replace('"fetch_offset":77', '"fetch_offset":70')
-        return line
-
-    _fixed_run(tmp_path, doctor, run=LATE_TAKE_RUN)
-    steps, verdict = _one_partition(tmp_path, 0)
-    assert not verdict.accepted
-    bad = steps.steps[verdict.reached - 1]
-    assert bad["type"] == "LeaderHandleFetch" and bad["follower"] == 3 and bad["fetch_offset"] == 70, bad
-    assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:367")
+    _take_doctored_is_rejected(tmp_path, LATE_TAKE_RUN, seq=366, follower=3, offset=77, doctored=70, line=367)
