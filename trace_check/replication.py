@@ -979,11 +979,24 @@ def _creation_as_election(mine, replicas):
     """A partition created in epoch 0 has no election event: the spec's first ElectLeader stands for it."""
     for e, _ in mine:
         if e["type"] in ELECTIONS:
+            if e["leader_epoch"] != 0:
+                # No replica applied the partition's creation (its leader was down or shutting down) and
+                # the controller logs none: the first step is a later election (session 11: the snapshot
+                # and scale-creation process tests).
+                raise TraceError(f"the trace starts in leader epoch {e['leader_epoch']} of the partition (an "
+                                 "election; no replica applied its creation, of which the controller logs no "
+                                 "event): a check must start at its creation (epoch 0)")
             return mine
         if e["type"] in ("BecomeLeader", "BecomeFollower"):
             if e["leader_epoch"] != 0:
                 raise TraceError(f"the trace starts in leader epoch {e['leader_epoch']} of the partition: "
                                  "a check must start at its creation (epoch 0)")
+            if e["partition_epoch"] != 0:
+                # An isr change (a broker fenced or shut down under control while the partition was being
+                # created) before any replica applied the creation: its registration is not in the trace.
+                raise TraceError(f"the trace starts at partition epoch {e['partition_epoch']} of the partition "
+                                 "(no replica applied its creation, of which the controller logs no event): a "
+                                 "check must start at its creation (epoch 0)")
             leader = e["replica"] if e["type"] == "BecomeLeader" else e["leader"]
             created = {"type": "ElectLeader", "replica": 0, "leader": leader, "leader_epoch": 0,
                        "partition_epoch": e["partition_epoch"], "isr": list(e["isr"]), "replicas": replicas}
