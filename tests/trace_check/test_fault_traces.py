@@ -233,3 +233,20 @@ def test_a_late_take_of_a_request_never_sent_is_rejected(tmp_path):
     """The late take must be of the request the follower left on the wire: the same take with
     fetch offset 70 (broker 3 never asked from there) is rejected at it."""
     _take_doctored_is_rejected(tmp_path, LATE_TAKE_RUN, seq=366, follower=3, offset=77, doctored=70, line=367)
+
+
+def test_a_fetch_sent_again_with_other_offsets_is_not_left_out(tmp_path):
+    """Seed 503: node 1's fetcher began a fetch of partition 1 again and again from the killed
+    leader (no FetchError between: it had no endpoint for it); only identical tries are left out.
+    One of them asking from offset 40 (node 1 had 52 records) is kept and rejected there."""
+    def doctor(line: str) -> str:
+        if '"FollowerFetch"' in line and '"seq":223,' in line and '"partition":1,' in line:
+            return line.replace('"fetch_offset":52', '"fetch_offset":40')
+        return line
+
+    _fixed_run(tmp_path, doctor, run=LAGGING_RUN)
+    steps, verdict = _one_partition(tmp_path, 1)
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "FollowerFetch" and bad["fetch_offset"] == 40, bad
+    assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:224")
