@@ -619,8 +619,8 @@ def _late_takes_first(mine):
     A follower that applied new metadata (BecomeLeader, BecomeFollower) with a
     request unanswered leaves it on the wire; a paused leader may take it after
     the follower has sent its next fetch, to its new leader (session 11's fault
-    seed 508). The two are steps of different nodes with nothing between them
-    (the take reads only the old request), so they are the same behaviour in
+    seed 508). The two are steps of different nodes with no causal link (the
+    take reads only the old request), so they are the same behaviour in
     either order; spec/Replication.tla keeps one request per follower
     (LateFetchRequests: the next fetch replaces the one on the wire), so the
     take is moved before that fetch, when no step of the taking leader lies
