@@ -93,6 +93,24 @@ AlterPartitionAnswersLost == FALSE
 \* (their state spaces stay as they were); trace validation turns it on, as
 \* real fault runs do it, and MCReplicationLiveFence checks it.
 LiveBrokerFencing == FALSE
+\* TRUE: a broker applies the registrations the controller committed one at
+\* a time, behind it, as Kafka's brokers do (each replays the metadata log
+\* and publishes what has committed, batch by batch): it may apply one
+\* older than the controller's latest, never one older than what it has
+\* applied since it started.  Off in the models that predate it (their
+\* state spaces stay as they were: the controller keeps no history);
+\* trace validation turns it on, as real brokers lag (session 10's fault
+\* seeds 503 and 504), and MCReplicationLagging checks it.
+LaggingMetadata == FALSE
+\* TRUE: a fetch request a follower sent stays on the wire when it applies
+\* new metadata (BecomeLeader, BecomeFollower), as it does across a crash:
+\* the old leader may still take it (a paused zombie does, session 11's
+\* fault seed 501), learning that offset; the answer reaches no fetcher.
+\* The follower's next fetch replaces a request still on the wire (one
+\* slot: a take after that is not modelled).  Off in the models that
+\* predate it (it costs states); trace validation turns it on and
+\* MCReplicationLagging checks it.
+LateFetchRequests == FALSE
 
 ASSUME /\ NoLeader \notin Replicas
        /\ MinInsyncReplicas \in 1..Cardinality(Replicas)
@@ -125,7 +143,9 @@ VARIABLES
                            \*  metadata, or [type |-> "None"]]
     \* ---- the controller: the committed partition registration ----
     controller,            \* [leader, leader_epoch, partition_epoch, isr,
-                           \*  fenced: brokers whose registration is fenced]
+                           \*  fenced: brokers whose registration is fenced,
+                           \*  registrations: every registration committed
+                           \*  so far, kept only with LaggingMetadata]
     \* ---- history (ghost) variables, read only by the properties ----
     produced,              \* values producers have sent
     acks_all,              \* values sent with acks=all
@@ -169,6 +189,17 @@ log_end_offset(r) == Len(log[r])
 LastEpoch(r) ==
     IF epoch_cache_tail[r] # -1 THEN epoch_cache_tail[r]
     ELSE IF log[r] = << >> THEN -1 ELSE log[r][Len(log[r])].leader_epoch
+
+\* f's fetch request on the wire was sent before f applied its current
+\* metadata (LateFetchRequests): a leader may take it, nobody reads the answer.
+StaleFetch(f) ==
+    /\ fetch[f].type = "FetchRequest"
+    /\ (role[f] # "Follower" \/ fetch[f].current_leader_epoch # leader_epoch[f])
+
+\* What applying new metadata leaves of r's fetch: nothing, or with
+\* LateFetchRequests the request it sent, still on the wire.
+FetchAfterMetadata(r) ==
+    IF LateFetchRequests /\ fetch[r].type = "FetchRequest" THEN fetch[r] ELSE NoFetch
 
 \* Prefix of a log with n entries (truncation keeps offsets < n).
 Prefix(s, n) == SubSeq(s, 1, n)
@@ -263,6 +294,28 @@ ElectableFromElr(r) ==
     /\ r \in controller.elr
     /\ controller.isr \subseteq controller.fenced
 
+\* What a broker applies of the controller's state c: the partition's
+\* registration (Kafka's PartitionRegistration as a broker reads it).
+Registration(c) == [leader |-> c.leader, leader_epoch |-> c.leader_epoch,
+                    partition_epoch |-> c.partition_epoch, isr |-> c.isr]
+
+\* The controller commits its new state c: with LaggingMetadata its
+\* registration joins the history that brokers apply from.
+Committed(c) ==
+    IF LaggingMetadata THEN [c EXCEPT !.registrations = @ \cup {Registration(c)}]
+    ELSE c
+
+\* The registrations broker r may apply: the controller's latest and, with
+\* LaggingMetadata, any committed one newer than the one r applied.  A
+\* broker that (re)started applies the latest first: Kafka's broker
+\* publishes nothing before its metadata log caught up with the high
+\* watermark it found at start (and the latest is what the spec's
+\* controller committed last).
+Applicable(r) ==
+    {Registration(controller)}
+    \cup {g \in controller.registrations :
+              partition_epoch[r] # -1 /\ g.partition_epoch > partition_epoch[r]}
+
 -----------------------------------------------------------------------------
 (* Initial state: a freshly created partition.  All replicas are online   *)
 (* with empty logs and in the ISR; the controller has not elected a leader *)
@@ -282,7 +335,8 @@ Init ==
     /\ alter_partition = [r \in Replicas |-> NoAlterPartition]
     /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
                      partition_epoch |-> -1, isr |-> Replicas, fenced |-> {},
-                     broker_epoch |-> [r \in Replicas |-> 0], elr |-> {}]
+                     broker_epoch |-> [r \in Replicas |-> 0], elr |-> {},
+                     registrations |-> {}]
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
@@ -335,9 +389,10 @@ LeaderHandleFetch(l, f) ==
                         [remote_log_end_offset EXCEPT ![l][f] = req.fetch_offset]
                   /\ remote_broker_epoch' =
                         [remote_broker_epoch EXCEPT ![l][f] = req.broker_epoch]
-          \* A request of a crashed incarnation of f (see Crash) is still
-          \* handled, but its answer goes to a connection that died with it.
-          /\ IF role[f] = "Offline"
+          \* A request of a crashed incarnation of f (see Crash), or one f
+          \* sent before it applied new metadata (LateFetchRequests), is
+          \* still handled, but its answer reaches no fetcher.
+          /\ IF role[f] = "Offline" \/ StaleFetch(f)
              THEN fetch' = [fetch EXCEPT ![f] = NoFetch]
              ELSE IF diverging
              THEN fetch' = [fetch EXCEPT ![f] =
@@ -461,7 +516,7 @@ AlterPartitionLost(l) ==
 \* One fetch in flight per follower, as Kafka's fetcher thread does.
 FollowerFetch(f) ==
     /\ role[f] = "Follower"
-    /\ fetch[f].type = "None"
+    /\ fetch[f].type = "None" \/ StaleFetch(f)
     /\ \E l \in Replicas : role[l] = "Leader" /\ leader_epoch[l] = leader_epoch[f]
     /\ fetch' = [fetch EXCEPT ![f] =
                    [type |-> "FetchRequest",
@@ -532,26 +587,28 @@ TruncateToEpochEndOffset(f) ==
                    faults>>
 
 -----------------------------------------------------------------------------
-(* Metadata propagation: a broker applies the controller's registration.  *)
-(* Until it does, it acts on its old one (a deposed leader is a zombie     *)
-(* that still takes appends and answers fetches in its old epoch).         *)
+(* Metadata propagation: a broker applies the controller's registration   *)
+(* (with LaggingMetadata, any committed one newer than its own: see       *)
+(* Applicable).  Until it does, it acts on its old one (a deposed leader   *)
+(* is a zombie that still takes appends and answers fetches in its old    *)
+(* epoch).                                                                 *)
 (* Applying one drops a pending AlterPartition: the committed state is     *)
 (* now known, and a late answer is stale.                                  *)
 
 \* r applies a registration naming it leader: a new leader epoch (it then
 \* forgets what it knew of followers' offsets) or a new partition epoch
 \* (an ISR change it did not make, e.g. the controller fencing a follower).
-BecomeLeader(r) ==
-    /\ controller.leader = r
+BecomeLeaderTo(r, g) ==
+    /\ g.leader = r
     /\ role[r] # "Offline"
     /\ \/ role[r] # "Leader"
-       \/ leader_epoch[r] # controller.leader_epoch
-       \/ partition_epoch[r] # controller.partition_epoch
+       \/ leader_epoch[r] # g.leader_epoch
+       \/ partition_epoch[r] # g.partition_epoch
     /\ role' = [role EXCEPT ![r] = "Leader"]
-    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = controller.leader_epoch]
-    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = controller.partition_epoch]
-    /\ isr' = [isr EXCEPT ![r] = controller.isr]
-    /\ IF role[r] = "Leader" /\ leader_epoch[r] = controller.leader_epoch
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = g.leader_epoch]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = g.partition_epoch]
+    /\ isr' = [isr EXCEPT ![r] = g.isr]
+    /\ IF role[r] = "Leader" /\ leader_epoch[r] = g.leader_epoch
        THEN UNCHANGED <<remote_log_end_offset, remote_broker_epoch, epoch_cache_tail>>
        ELSE /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
             /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
@@ -559,24 +616,26 @@ BecomeLeader(r) ==
             \* (before KIP-101 there is no cache).
             /\ epoch_cache_tail' = IF TruncateToHighWatermarkOnBecomeFollower
                                    THEN epoch_cache_tail
-                                   ELSE [epoch_cache_tail EXCEPT ![r] = controller.leader_epoch]
-    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+                                   ELSE [epoch_cache_tail EXCEPT ![r] = g.leader_epoch]
+    /\ fetch' = [fetch EXCEPT ![r] = FetchAfterMetadata(r)]
     /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     /\ UNCHANGED <<log, high_watermark, controller, ghost_vars, faults>>
+
+BecomeLeader(r) == \E g \in Applicable(r) : BecomeLeaderTo(r, g)
 
 \* r applies a registration naming another leader (or none) with a new
 \* leader epoch, or is back after a restart.  Since KIP-101 it keeps its log
 \* and lets the first fetch find the divergence; before it, it truncated to
 \* its high watermark here.
-BecomeFollower(r) ==
-    /\ controller.leader # r
+BecomeFollowerTo(r, g) ==
+    /\ g.leader # r
     /\ role[r] # "Offline"
     /\ \/ role[r] \in {"Leader", "Online"}
-       \/ leader_epoch[r] # controller.leader_epoch
+       \/ leader_epoch[r] # g.leader_epoch
     /\ role' = [role EXCEPT ![r] = "Follower"]
-    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = controller.leader_epoch]
-    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = controller.partition_epoch]
-    /\ isr' = [isr EXCEPT ![r] = controller.isr]
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = g.leader_epoch]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = g.partition_epoch]
+    /\ isr' = [isr EXCEPT ![r] = g.isr]
     /\ log' = IF TruncateToHighWatermarkOnBecomeFollower
               THEN [log EXCEPT ![r] = Prefix(@, high_watermark[r])]
               ELSE log
@@ -587,9 +646,11 @@ BecomeFollower(r) ==
                            ELSE epoch_cache_tail
     /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
     /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
-    /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
+    /\ fetch' = [fetch EXCEPT ![r] = FetchAfterMetadata(r)]
     /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
     /\ UNCHANGED <<high_watermark, controller, ghost_vars, faults>>
+
+BecomeFollower(r) == \E g \in Applicable(r) : BecomeFollowerTo(r, g)
 
 -----------------------------------------------------------------------------
 (* Controller actions                                                      *)
@@ -618,9 +679,9 @@ CommitAlterPartition(l) ==
            error == AlterPartitionError(req, l)
        IN  /\ controller' =
                  IF error = "NONE"
-                 THEN [controller EXCEPT !.isr = req.new_isr,
-                                         !.partition_epoch = @ + 1,
-                                         !.elr = NewElr(req.new_isr)]
+                 THEN Committed([controller EXCEPT !.isr = req.new_isr,
+                                                   !.partition_epoch = @ + 1,
+                                                   !.elr = NewElr(req.new_isr)])
                  ELSE controller
            /\ alter_partition' = [alter_partition EXCEPT ![l] =
                  [type |-> "AlterPartitionResponse", new_isr |-> req.new_isr,
@@ -638,11 +699,11 @@ ElectLeader(r) ==
     /\ controller.leader = NoLeader
     /\ r \in controller.isr \/ ElectableFromElr(r)
     /\ r \notin controller.fenced
-    /\ controller' = [controller EXCEPT !.leader = r,
+    /\ controller' = Committed([controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
                                         !.partition_epoch = @ + 1,
                                         !.isr = IF r \in @ THEN @ ELSE {r},
-                                        !.elr = @ \ {r}]
+                                        !.elr = @ \ {r}])
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
 \* Preferred (or any operator-chosen) leader election: move leadership to
@@ -652,9 +713,9 @@ ElectPreferredLeader(r) ==
     /\ controller.leader \notin {NoLeader, r}
     /\ r \in controller.isr
     /\ r \notin controller.fenced
-    /\ controller' = [controller EXCEPT !.leader = r,
+    /\ controller' = Committed([controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
-                                        !.partition_epoch = @ + 1]
+                                        !.partition_epoch = @ + 1])
     /\ UNCHANGED <<replica_vars, ghost_vars>>
     /\ faults' = [faults EXCEPT !.preferred = @ + 1]
 
@@ -666,10 +727,10 @@ UncleanElectLeader(r) ==
     /\ controller.isr \subseteq controller.fenced
     /\ r \notin controller.isr
     /\ r \notin controller.fenced
-    /\ controller' = [controller EXCEPT !.leader = r,
+    /\ controller' = Committed([controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
                                         !.partition_epoch = @ + 1,
-                                        !.isr = {r}]
+                                        !.isr = {r}])
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
 \* Whether the controller, in the registration c, has a replica to elect:
@@ -713,13 +774,13 @@ FenceBroker(r) ==
                          !.isr = new_isr,
                          !.elr = NewElr(new_isr),
                          !.fenced = @ \cup {r}]
-       IN  controller' =
+       IN  controller' = Committed(
                 [fenced EXCEPT
                     !.leader_epoch = IF controller.leader = r /\ ~CanElect(fenced)
                                      THEN @ + 1 ELSE @,
                     !.partition_epoch = IF new_isr = controller.isr
                                                /\ controller.leader # r
-                                        THEN @ ELSE @ + 1]
+                                        THEN @ ELSE @ + 1])
     /\ faults' = IF role[r] = "Offline" THEN faults
                  ELSE [faults EXCEPT !.live_fence = @ + 1]
     /\ UNCHANGED <<replica_vars, ghost_vars>>
@@ -806,9 +867,9 @@ Restart(r) ==
     /\ r \in controller.fenced
     /\ role' = [role EXCEPT ![r] = "Online"]
     /\ LET drop == r \in faults.unclean /\ r \in controller.elr
-       IN  controller' = [controller EXCEPT !.broker_epoch[r] = @ + 1,
+       IN  controller' = Committed([controller EXCEPT !.broker_epoch[r] = @ + 1,
                                             !.elr = IF drop THEN @ \ {r} ELSE @,
-                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @]
+                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @])
     \* A request of the old process still on the wire is dropped here (a
     \* simplification: one the leader takes after the restart is not modelled).
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
@@ -900,7 +961,11 @@ TypeOK ==
                        leader_epoch : Nat \cup {-1},
                        partition_epoch : Nat \cup {-1}, isr : SUBSET Replicas,
                        fenced : SUBSET Replicas,
-                       broker_epoch : [Replicas -> Nat], elr : SUBSET Replicas]
+                       broker_epoch : [Replicas -> Nat], elr : SUBSET Replicas,
+                       registrations : SUBSET [leader : Replicas \cup {NoLeader},
+                                               leader_epoch : Nat \cup {-1},
+                                               partition_epoch : Nat \cup {-1},
+                                               isr : SUBSET Replicas]]
     /\ controller.isr # {} \/ EligibleLeaderReplicasEnable
     /\ controller.elr \cap controller.isr = {}
     /\ produced \subseteq Values
@@ -988,6 +1053,18 @@ FollowerOffsetsBelowLogEnd ==
                /\ leader_epoch[f] = leader_epoch[l]
                /\ remote_broker_epoch[l][f] = controller.broker_epoch[f])
                   => remote_log_end_offset[l][f] <= Len(log[f])
+
+\* KIP-279: a follower that handled a diverging-epoch answer holds no entry
+\* of an epoch newer than the one answered (it truncated to the end of that
+\* epoch, or of its own largest epoch below it): else its next fetch sends
+\* that newer epoch and diverges again, for ever.  An action property (the
+\* step and its answer); before KIP-101 there are no epochs to compare.
+TruncationDropsNewerEpochs ==
+    [][\A f \in Replicas :
+          (fetch[f].type = "DivergingEpoch" /\ fetch'[f].type = "None"
+           /\ role[f] = "Follower" /\ role'[f] = "Follower"
+           /\ ~TruncateToHighWatermarkOnBecomeFollower)
+              => \A i \in 1..Len(log'[f]) : log'[f][i].leader_epoch <= fetch[f].epoch]_vars
 
 \* KIP-841: a fenced broker is not in the committed ISR, except as its last
 \* member (without KIP-966 the ISR never becomes empty).  Fencing removes

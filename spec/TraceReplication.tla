@@ -199,8 +199,9 @@ TBecomeFollower ==
     IF "same_leader" \in DOMAIN Ev THEN TFollowerMetadata ELSE
     LET r == Ev.replica IN
     /\ Len(log[r]) = Ev.log_end_offset
-    /\ controller.leader = Ev.leader
-    /\ BecomeFollower(r)
+    \* (the spec's follower does not record whom it follows: the leader
+    \* logged is compared with the registration applied)
+    /\ \E g \in Applicable(r) : g.leader = Ev.leader /\ BecomeFollowerTo(r, g)
     /\ leader_epoch'[r] = Ev.leader_epoch
     \* A broker catching up on the metadata log (after a restart) may apply
     \* a registration older than the controller's latest of the same term
@@ -235,6 +236,17 @@ TUncleanElectLeader == UncleanElectLeader(Ev.leader) /\ ElectedAsLogged
 \* validation checks against the spec with Replication's LiveBrokerFencing
 \* on (TraceRun.cfg: `LiveBrokerFencing <- TLiveBrokerFencing`).
 TLiveBrokerFencing == TRUE
+\* Real brokers apply the committed registrations one at a time, behind
+\* the controller (a broker catching up after its controller wrote several
+\* changes in a row: session 10's fault seeds 503 and 504), so trace
+\* validation turns on Replication's LaggingMetadata (TraceRun.cfg:
+\* `LaggingMetadata <- TLaggingMetadata`).
+TLaggingMetadata == TRUE
+\* A follower's fetch request stays on the wire across its BecomeLeader or
+\* BecomeFollower, and its old leader may take it late (session 11's fault
+\* seed 501: a paused zombie did): Replication's LateFetchRequests
+\* (TraceRun.cfg: `LateFetchRequests <- TLateFetchRequests`).
+TLateFetchRequests == TRUE
 \* KIP-903 broker epochs, wherever kref logs one (trace_check numbers them
 \* as the spec does: 0 for the incarnation registered when the partition
 \* began, one more per registration of that broker since): the fencing and
@@ -346,7 +358,11 @@ StateView ==
                                    THEN [fetch[f] EXCEPT !.records = Len(@)]
                                    ELSE fetch[f]],
      alter_partition |-> alter_partition,
-     controller |-> controller]
+     \* (without its history of registrations: see the trace's controller steps)
+     controller |-> [leader |-> controller.leader, leader_epoch |-> controller.leader_epoch,
+                     partition_epoch |-> controller.partition_epoch, isr |-> controller.isr,
+                     fenced |-> controller.fenced, broker_epoch |-> controller.broker_epoch,
+                     elr |-> controller.elr]]
 
 \* The state constraint. TLC register 1 counts the traces accepted so far;
 \* register 1 + i holds the deepest cursor trace i reached, printed at every

@@ -353,7 +353,9 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _same_leader_updates(mine)
     mine = _alter_partition_answers(mine, skipped)
     mine = _taken_after_the_error(mine, skipped)
+    mine = _completions_after_moving_on(mine, skipped)
     mine = _drop_failed_fetches(mine, skipped)
+    mine = _late_takes_first(mine)
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
     mine = _lost_answers(mine, skipped)
@@ -611,35 +613,182 @@ def _taken_after_the_error(mine, skipped):
     return out
 
 
+def _late_takes_first(mine):
+    """A leader's late take of a request its follower left on the wire goes before the follower's next fetch.
+
+    A follower that applied new metadata (BecomeLeader, BecomeFollower) with a
+    request unanswered leaves it on the wire; a paused leader may take it after
+    the follower has sent its next fetch, to its new leader (session 11's fault
+    seed 508). The two are steps of different nodes with no causal link (the
+    take reads only the old request), so they are the same behaviour in
+    either order; spec/Replication.tla keeps one request per follower
+    (LateFetchRequests: the next fetch replaces the one on the wire), so the
+    take is moved before that fetch, when no step of the taking leader lies
+    between them.
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e = out[i][0]
+        if e["type"] == "FollowerFetch":
+            f, left, reset = e["replica"], None, False
+            for x, _ in reversed(out[:i]):  # f's previous request, unanswered when f reset its fetching
+                if x.get("replica") == f and x["type"] in ("Restart", "Crash"):
+                    break  # a restart drops what the old process sent (spec: Restart)
+                if x.get("replica") == f and _resets_fetch(x):
+                    reset = True
+                elif x["type"] == "FollowerFetch" and x["replica"] == f:
+                    left = x
+                    break
+                elif (x["type"] == "LeaderHandleFetch" and x["follower"] == f) or (
+                        x.get("replica") == f and x["type"] in ("FetchError", "FollowerAppend", "TruncateToEpochEndOffset")):
+                    break
+            same = left is not None and (left.get("leader"), left["leader_epoch"], left["fetch_offset"],
+                                         left["last_fetched_epoch"]) == (e.get("leader"), e["leader_epoch"],
+                                                                         e["fetch_offset"], e["last_fetched_epoch"])
+            if left is not None and reset and left.get("leader") is not None and not same:  # (same: the take is this one's)
+                l, key = left["leader"], (left["leader_epoch"], left["fetch_offset"], left["last_fetched_epoch"])
+                for k in range(i + 1, len(out)):
+                    later = out[k][0]
+                    if (later["type"] == "LeaderHandleFetch" and later["replica"] == l and later["follower"] == f
+                            and (later["leader_epoch"], later["fetch_offset"], later["last_fetched_epoch"]) == key):
+                        out.insert(i, out.pop(k))
+                        i += 1
+                        break
+                    if later.get("replica") == l and later["type"] not in BROKER_EVENTS | ELECTIONS:
+                        break  # a step of the taking leader: the take cannot move before it
+        i += 1
+    return out
+
+
+def _completions_after_moving_on(mine, skipped):
+    """A parked fetch the leader completes after its follower moved on: the same request read again.
+
+    kref's leader, like Kafka's, logs a parked fetch when it takes it and
+    again when it completes (_delayed_fetch_completions). When the follower
+    applied new metadata in between (session 10's rerun of fault seed 501: it
+    became leader itself while a paused leader held its request; seed 505 of
+    session 11: it followed the new leader and fetched from it), the
+    completion reads the request the leader already took: it learns the
+    offset it already knew, and its answer reaches no fetcher (the spec's
+    BecomeLeader/BecomeFollower dropped the follower's fetch, answer
+    included). No spec step: left out and counted. Only a take matching that
+    request (leader, epoch, offsets) before the follower sends to the same
+    leader again is one.
+    """
+    out = []
+    sent: dict[int, tuple] = {}  # follower -> (leader, epoch, offsets) of its last FollowerFetch
+    taken: dict[int, bool] = {}  # follower -> a leader took that request
+    moved_on: dict[int, tuple] = {}  # follower -> the taken request its reset left behind
+    left: dict[int, tuple] = {}  # follower -> the request its reset left behind untaken (a late take may come)
+    late = 0
+    for e, origin in mine:
+        kind = e["type"]
+        if kind == "FollowerFetch":
+            f = e["replica"]
+            sent[f] = (e.get("leader"), e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
+            taken[f] = False
+            for behind in (moved_on, left):
+                if behind.get(f, (None, None))[:2] == sent[f][:2]:
+                    behind.pop(f)  # the same leader and epoch again: a later take may be this one's
+        elif kind == "LeaderHandleFetch":
+            f = e["follower"]
+            request = (e["replica"], e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"])
+            if moved_on.get(f) == request:
+                late += 1
+                continue
+            if sent.get(f) == request:
+                taken[f] = True
+            elif left.get(f) == request:
+                moved_on[f] = left.pop(f)  # its first take, late (LateFetchRequests): kept; a completion is not
+        elif _resets_fetch(e):
+            f = e["replica"]
+            moved_on.pop(f, None)
+            left.pop(f, None)
+            if taken.pop(f, False):
+                moved_on[f] = sent[f]
+            elif f in sent:
+                left[f] = sent[f]
+            sent.pop(f, None)
+        out.append((e, origin))
+    if late:
+        skipped["LeaderHandleFetch completing a parked fetch after its follower moved on"] = late
+    return out
+
+
 def _drop_failed_fetches(mine, skipped):
     """Drop each FollowerFetch whose next fetch event for that follower is a FetchError, and the error;
     and each FollowerFetch never answered before the follower's fetch was reset (BecomeFollower with a new
     leader, BecomeLeader; a crashed replica's, by its Restart): kref's fetcher tries the old leader until it applies the new one, which
     the spec's FollowerFetch (a live leader of the follower's epoch) does not allow, and neither changes
-    anything the spec tracks."""
+    anything the spec tracks (one a leader takes after the reset is kept: _taken_late). A FollowerFetch the follower sent again, with the same offsets and epoch,
+    before anything answered the first is the same: the first failed unlogged (session 11: fault seed
+    503's follower fetched again and again from a killed leader with no FetchError between), and only the
+    last try may be taken."""
     drop: set[int] = set()
-    abandoned = 0
+    at_reset: list[tuple[int, int]] = []  # (unanswered FollowerFetch, the reset after it)
+    abandoned = resent = 0
     pending: dict[int, int] = {}  # follower -> index of its unanswered FollowerFetch
     for i, (e, _) in enumerate(mine):
         kind = e["type"]
         if kind == "FollowerFetch":
+            j = pending.get(e["replica"])
+            if j is not None and all(mine[j][0].get(k) == e.get(k) for k in
+                                     ("leader", "leader_epoch", "fetch_offset", "last_fetched_epoch")):
+                resent += 1
+                drop.add(j)
             pending[e["replica"]] = i
         elif kind == "LeaderHandleFetch":
-            pending.pop(e["follower"], None)
+            j = pending.get(e["follower"])
+            if j is not None and mine[j][0].get("leader", e["replica"]) == e["replica"] and (
+                    mine[j][0]["leader_epoch"] == e["leader_epoch"]):
+                del pending[e["follower"]]  # (a late take of an older request answers not this one)
         elif kind == "FetchError":
             j = pending.pop(e["replica"], None)
             if j is not None:
                 drop.update((i, j))
         elif _resets_fetch(e):
             j = pending.pop(e["replica"], None)
-            if j is not None:  # never answered, then dropped by the reset: it changed nothing
-                abandoned += 1
-                drop.add(j)
-    if drop:
-        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned) // 2
+            if j is not None:  # never answered before the reset: judged below
+                at_reset.append((j, i))
+    # A request left unanswered at a reset changed nothing, unless its old leader takes it later (read
+    # on the steps without the failed fetches: a fetch that failed is no step of the spec).
+    remaining = [k for k in range(len(mine)) if k not in drop]
+    position = {k: n for n, k in enumerate(remaining)}
+    steps = [mine[k] for k in remaining]
+    for j, i in at_reset:
+        if not _taken_late(steps, position[i], mine[j][0]):
+            abandoned += 1
+            drop.add(j)
+    if len(drop) - abandoned - resent:
+        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned - resent) // 2
+    if resent:
+        skipped["FollowerFetch sent again before any answer (the first failed, unlogged)"] = resent
     if abandoned:
         skipped["FollowerFetch never answered (dropped by a metadata change or crash)"] = abandoned
     return [x for i, x in enumerate(mine) if i not in drop]
+
+
+def _taken_late(mine, reset_at: int, request) -> bool:
+    """Whether the old leader takes `request` after its follower's reset (at index reset_at): the
+    request was on the wire across the follower's BecomeLeader/BecomeFollower (session 11's fault
+    seed 501: a paused leader took it), which spec/Replication.tla's LateFetchRequests keeps; the
+    answer reaches no fetcher. A take after the follower's next fetch counts only when no step of
+    that leader lies between the two (_late_takes_first then puts the take first)."""
+    f, l = request["replica"], request.get("leader")
+    key = (request["leader_epoch"], request["fetch_offset"], request["last_fetched_epoch"])
+    fetched_again = False
+    for e, _ in mine[reset_at + 1:]:
+        if e.get("replica") == f and e["type"] in ("Restart", "Crash"):
+            return False
+        if e["type"] == "FollowerFetch" and e["replica"] == f:
+            fetched_again = True
+        elif (e["type"] == "LeaderHandleFetch" and e["replica"] == l and e["follower"] == f
+                and (e["leader_epoch"], e["fetch_offset"], e["last_fetched_epoch"]) == key):
+            return True
+        elif fetched_again and e.get("replica") == l and e["type"] not in BROKER_EVENTS | ELECTIONS:
+            return False
+    return False
 
 
 def _fetch_when_taken(mine):
@@ -662,7 +811,10 @@ def _fetch_when_taken(mine):
             j = i + 1
             while j < len(out):
                 later = out[j][0]
-                if later.get("replica") == f or later.get("broker") == f or later.get("follower") == f:
+                # (a controller's step names the controller as `replica`: it is no step of broker f, and
+                # neither fencing, unfencing nor an election touches a follower's request in flight)
+                if later["type"] not in BROKER_EVENTS | ELECTIONS and (
+                        later.get("replica") == f or later.get("follower") == f):
                     break
                 j += 1
             if j < len(out) and out[j][0]["type"] == "LeaderHandleFetch" and j > i + 1:
@@ -827,11 +979,24 @@ def _creation_as_election(mine, replicas):
     """A partition created in epoch 0 has no election event: the spec's first ElectLeader stands for it."""
     for e, _ in mine:
         if e["type"] in ELECTIONS:
+            if e["leader_epoch"] != 0:
+                # No replica applied the partition's creation (its leader was down or shutting down) and
+                # the controller logs none: the first step is a later election (session 11: the snapshot
+                # and scale-creation process tests).
+                raise TraceError(f"the trace starts in leader epoch {e['leader_epoch']} of the partition (an "
+                                 "election; no replica applied its creation, of which the controller logs no "
+                                 "event): a check must start at its creation (epoch 0)")
             return mine
         if e["type"] in ("BecomeLeader", "BecomeFollower"):
             if e["leader_epoch"] != 0:
                 raise TraceError(f"the trace starts in leader epoch {e['leader_epoch']} of the partition: "
                                  "a check must start at its creation (epoch 0)")
+            if e["partition_epoch"] != 0:
+                # An isr change (a broker fenced or shut down under control while the partition was being
+                # created) before any replica applied the creation: its registration is not in the trace.
+                raise TraceError(f"the trace starts at partition epoch {e['partition_epoch']} of the partition "
+                                 "(no replica applied its creation, of which the controller logs no event): a "
+                                 "check must start at its creation (epoch 0)")
             leader = e["replica"] if e["type"] == "BecomeLeader" else e["leader"]
             created = {"type": "ElectLeader", "replica": 0, "leader": leader, "leader_epoch": 0,
                        "partition_epoch": e["partition_epoch"], "isr": list(e["isr"]), "replicas": replicas}

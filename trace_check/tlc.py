@@ -149,6 +149,8 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         "    TruncateToHighWatermarkOnBecomeFollower = FALSE",
         "    CrashKeeps <- TCrashKeeps",
         "    LiveBrokerFencing <- TLiveBrokerFencing",
+        "    LaggingMetadata <- TLaggingMetadata",
+        "    LateFetchRequests <- TLateFetchRequests",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",

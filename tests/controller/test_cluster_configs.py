@@ -18,7 +18,8 @@ import pytest
 
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_listed
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until, wait_listed
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = FAST_CLUSTER_SETTINGS
 TOPIC = "configured"
@@ -35,12 +36,13 @@ def topic_overrides(port: int) -> dict[str, str]:
     return {c.name: c.value for c in result.configs if c.config_source == 1}
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_incremental_alter_configs_reach_every_broker(tmp_path):
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic(TOPIC, 2, 3)])[TOPIC].result(timeout=30)
@@ -88,6 +90,7 @@ def _partition(port: int, topic: str, index: int):
     return parts.get(index)
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 @pytest.mark.parametrize("level", ["topic", "cluster", "controller"])
 def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
     """Partition 0 of an RF=2 topic, replicas [L, F]. F stops under control (it leaves
@@ -105,7 +108,7 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
 
     topic = "offline"
     settings = {**SETTINGS, "auto.leader.rebalance.enable": "false"}
-    with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, settings, kraft_strict=False) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_listed(specs, processes)
         from kref.node.local_cluster import bootstrap_servers

@@ -24,7 +24,8 @@ import pytest
 from kref.node.local_cluster import bootstrap_servers, wait_ready
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until
+from tests.controller.trace_validation import checked_cluster
 from tests.controller.test_reassignment_processes import wait_long
 
 STARTUP_S = 120
@@ -59,10 +60,11 @@ def alter_default(port: int, name: str, value: str | None) -> tuple[int, str | N
     return result.error_code, result.error_message
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_dynamic_broker_configs_are_the_same_on_every_node(tmp_path):
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         # Start-up alone can take most of a minute on a loaded 2-core box.
         assert wait_ready(specs, STARTUP_S, alive=lambda: all(x.poll() is None for x in processes.values())), \

@@ -99,6 +99,9 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
     from kafka.errors import (InvalidReplicationAssignmentError, NoReassignmentInProgressError,
                               UnknownTopicOrPartitionError)
 
+    # Its nodes' traces are not checked (tests/controller/trace_validation.py): neither spec/Replication.tla
+    # (a fixed replica set) nor spec/KRaft.tla models reassignment (adding and removing replicas, the
+    # adding/removing sets of a PartitionChangeRecord), so no check could take its steps.
     with running_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         servers = bootstrap_servers(specs)

@@ -28,12 +28,15 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from kref.controller import snapshot as snap
 from kref.node.local_cluster import bootstrap_servers
 from kref.storage.metadata_log import MetadataLog
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.clusterkit import describe_quorum, running_cluster, wait_until, wait_listed
+from tests.clusterkit import describe_quorum, wait_until, wait_listed
+from tests.controller.trace_validation import checked_cluster
 
 SINGLE = {
     "controller.quorum.election.timeout.ms": "300",
@@ -133,13 +136,14 @@ def log_end_offset_of_stopped(spec) -> int:
         stopped_log.close()
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_nodes_behind_the_log_start_catch_up_through_fetch_snapshot(tmp_path):
     """A voter (combined node) and an observer (broker-only node 4) are killed, the
     cluster moves on past their logs, and both come back through FetchSnapshot."""
     from confluent_kafka.admin import AdminClient
 
 
-    with running_cluster(tmp_path, 3, 4, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 4, SETTINGS, kraft_strict=False) as (specs, processes, start):
         wait_listed(specs, processes)
         # The voter victim does not lead the quorum; node 4 is the broker-only observer.
         leader = wait_until(lambda: next((s.node_id for s in specs if s.controller_port
@@ -190,8 +194,9 @@ def _restart(spec, processes, start) -> None:
     start(spec)
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
-    with running_cluster(tmp_path, 1, 1, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, SETTINGS, kraft_strict=False) as (specs, processes, start):
         (node,) = specs
         names = [f"r-{i:03d}" for i in range(TOPICS)]
         create_topics(f"127.0.0.1:{node.client_port}", names, partitions=3)
@@ -216,9 +221,10 @@ def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
         assert all(after[n] == 3 for n in names) and after["tail-1"] == 1
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_a_corrupt_snapshot_is_ignored_with_a_clear_line(tmp_path):
     settings = {**SINGLE, "metadata.max.retention.bytes": "-1", "metadata.max.retention.ms": "-1"}
-    with running_cluster(tmp_path, 1, 1, settings) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, settings, kraft_strict=False) as (specs, processes, start):
         (node,) = specs
         names = [f"c-{i:03d}" for i in range(TOPICS)]
         create_topics(f"127.0.0.1:{node.client_port}", names)

@@ -27,6 +27,7 @@ import time
 import pytest
 
 from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until, wait_unfenced
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = {
     **FAST_CLUSTER_SETTINGS,
@@ -201,7 +202,7 @@ def test_rf3_acks_all_survives_kill_of_the_leader(tmp_path):
     assert code == 0, report
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_path):
     """min.insync.replicas=3 on RF=3: with one follower killed the controller
     fences it and drops it from the isr, so acks=all gets NOT_ENOUGH_REPLICAS
@@ -211,7 +212,7 @@ def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_pat
     from kafka import KafkaProducer
     from kafka.errors import NotEnoughReplicasError
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         bootstrap, admin, first = _replicated_topic(specs, processes, **{"min.insync.replicas": "3"})
         all_acks = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0, request_timeout_ms=10000)
@@ -243,7 +244,7 @@ def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_pat
         all_acks.close()
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_committed_offsets_survive_the_loss_of_the_coordinator(tmp_path):
     """__consumer_offsets is replicated (offsets.topic.replication.factor 3 on
     `kref cluster`): kill -9 of the group's coordinator moves its
@@ -255,7 +256,7 @@ def test_committed_offsets_survive_the_loss_of_the_coordinator(tmp_path):
 
     group = "survivors"
     settings = {**SETTINGS, "offsets.topic.num.partitions": "3"}
-    with running_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, settings, kraft_strict=False) as (specs, processes, start):
         bootstrap, _, _ = _replicated_topic(specs, processes)
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         for i in range(20):

@@ -34,7 +34,8 @@ import time
 
 import pytest
 
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_unfenced, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_unfenced, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 # Leadership moves, isr changes and catch-up on a loaded 2-core box: wait up to this.
 SLOW_WAIT_S = 90
@@ -122,14 +123,14 @@ def _described(admin, kind, name: str, key: str):
                            f"describe {name}").get(key)
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_throttled_catch_up_moves_at_about_the_configured_rate(tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_unfenced(specs, processes)
         bootstrap = bootstrap_servers(specs)

@@ -20,6 +20,17 @@ rejected before: node 2's ExpandIsr was proposed by the isolated controller, whi
 answered NOT_CONTROLLER; the channel resent it unseen by the replica core and the next
 controller, which had committed the first try, refused the resend (INVALID_UPDATE_VERSION):
 TraceReplication's ResentUnseen.
+
+testdata/faults-lagging-503 and testdata/faults-late-501 (session 10's runs of seeds 503 and 501,
+gzip), rejected then and accepted since session 11. 503: node 3 paused 2.1 s, node 2 killed, node 1
+the active controller writing fence, unfence and election records its quorum could not commit yet;
+its broker applied them one at a time once they committed (spec/Replication.tla's
+LaggingMetadata), and a follower's fetcher sent again and again to the killed leader without a
+FetchError between (trace_check leaves the unanswered tries out). 501 (the rerun): a paused leader
+completed a parked fetch after its follower had become leader (the same request read again:
+left out). testdata/faults-latetake-501 (session 11's run of seed 501, gzip): the paused leader
+(node 1) took a fetch broker 3 had sent before it followed the new leader, after it did
+(LateFetchRequests). Each fix has its doctored copy, rejected.
 """
 
 from __future__ import annotations
@@ -34,6 +45,9 @@ from trace_check.tlc import check_and_explain_batch
 
 RUN = Path(__file__).parent / "testdata" / "faults-seed42"
 FIXED_RUN = Path(__file__).parent / "testdata" / "faults-fixed"
+LAGGING_RUN = Path(__file__).parent / "testdata" / "faults-lagging-503"
+LATE_RUN = Path(__file__).parent / "testdata" / "faults-late-501"
+LATE_TAKE_RUN = Path(__file__).parent / "testdata" / "faults-latetake-501"
 
 
 def _as_run_dir(tmp_path: Path) -> Path:
@@ -82,10 +96,10 @@ def test_the_run_exercises_lost_alter_partitions_and_failed_fetches(tmp_path):
     assert any("failed fetch" in k or "answer was lost" in k for st in steps for k in st.skipped)
 
 
-def _fixed_run(tmp_path: Path, doctor=None) -> Path:
-    """testdata/faults-fixed unpacked as a run directory (node-N/trace.ndjson); `doctor(line)`
-    may rewrite each event line."""
-    for f in sorted(FIXED_RUN.glob("node-*.ndjson.gz")):
+def _fixed_run(tmp_path: Path, doctor=None, run: Path = FIXED_RUN) -> Path:
+    """A recorded run (testdata/faults-fixed unless `run` says) unpacked as a run directory
+    (node-N/trace.ndjson); `doctor(line)` may rewrite each event line."""
+    for f in sorted(run.glob("node-*.ndjson.gz")):
         node = tmp_path / f.name.split(".")[0]
         node.mkdir()
         with gzip.open(f, "rt") as src, open(node / "trace.ndjson", "w") as dst:
@@ -124,3 +138,115 @@ def test_a_refused_resend_read_as_a_success_is_rejected(tmp_path):
     bad = steps.steps[verdict.reached - 1]
     assert bad["type"] == "HandleAlterPartitionResponse" and bad["error_code"] == 0, bad
     assert steps.origin[verdict.reached - 1].endswith("node-2/trace.ndjson:158")
+
+
+def _one_partition(tmp_path: Path, partition: int):
+    events = load_events(sorted(tmp_path.glob("node-*/trace.ndjson")))
+    steps = normalise(events, "jepsen", partition)
+    verdict, = check_and_explain_batch([steps], min_insync_replicas=2, timeout_s=300)
+    return steps, verdict
+
+
+def test_a_broker_applying_registrations_behind_its_controller_is_accepted(tmp_path):
+    """Seed 503: node 1's broker applies the registration of partition epoch 1 (leader epoch 0)
+    after its controller wrote leader epoch 2 (partition epoch 4): every partition is accepted,
+    and the lagging application is among the checked steps (not a vacuous acceptance)."""
+    _fixed_run(tmp_path, run=LAGGING_RUN)
+    verdicts, _ = validate_run(tmp_path, "jepsen", 3, min_insync_replicas=2)
+    assert [v.code for v in verdicts] == [0, 0, 0], "\n".join(v.text for v in verdicts)
+    events = load_events(sorted(tmp_path.glob("node-*/trace.ndjson")))
+    steps = normalise(events, "jepsen", 0)
+    elected, lagging = -1, []
+    for step in steps.steps:
+        if step["type"] in ("ElectLeader", "ElectPreferredLeader", "UncleanElectLeader"):
+            elected = max(elected, step["leader_epoch"])
+        elif step["type"] in ("BecomeLeader", "BecomeFollower") and step["leader_epoch"] < elected:
+            lagging.append(step)
+    assert any(s["type"] == "BecomeLeader" and s["replica"] == 1 and s["partition_epoch"] == 1 for s in lagging), lagging
+    assert any("sent again before any answer" in k for k in steps.skipped) or any(
+        "sent again before any answer" in k for p in (1, 2) for k in normalise(events, "jepsen", p).skipped)
+
+
+def test_a_lagging_registration_the_controller_never_committed_is_rejected(tmp_path):
+    """LaggingMetadata lets a broker apply an older registration, only one the controller
+    committed: node 1's lagging BecomeLeader with isr [1, 3] (the shrink it proposed from
+    partition epoch 0, which the controller refused) instead of [1, 2] is rejected there."""
+    def doctor(line: str) -> str:
+        lagging = '"replica":1,"topic":"jepsen","partition":0,"leader_epoch":0,"partition_epoch":1,"isr":[1,2]'
+        return line.replace(lagging, lagging.replace("[1,2]", "[1,3]")) if '"BecomeLeader"' in line else line
+
+    _fixed_run(tmp_path, doctor, run=LAGGING_RUN)
+    steps, verdict = _one_partition(tmp_path, 0)
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "BecomeLeader" and bad["isr"] == [1, 3], bad
+    assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:213")
+
+
+def test_a_parked_fetch_completed_after_its_follower_moved_on_is_accepted(tmp_path):
+    """Seed 501 (rerun): node 1, paused, completes broker 2's parked fetch (partition 0, leader
+    epoch 0) after broker 2 became leader of epoch 1: the same request read again, left out."""
+    _fixed_run(tmp_path, run=LATE_RUN)
+    verdicts, _ = validate_run(tmp_path, "jepsen", 3, min_insync_replicas=2)
+    assert [v.code for v in verdicts] == [0, 0, 0], "\n".join(v.text for v in verdicts)
+    steps = normalise(load_events(sorted(tmp_path.glob("node-*/trace.ndjson"))), "jepsen", 0)
+    assert steps.skipped.get("LeaderHandleFetch completing a parked fetch after its follower moved on", 0) >= 1
+    assert not any(o.endswith("node-1/trace.ndjson:182") for o in steps.origin)  # the completion of session 10's rejection
+
+
+def _take_doctored_is_rejected(tmp_path, run: Path, seq: int, follower: int, offset: int, doctored: int,
+                                line: str) -> None:
+    """`run` with the leader's LeaderHandleFetch of `follower` (node 1's event `seq`) asking from
+    `doctored` instead of `offset`: rejected at that take (node-1/trace.ndjson:`line`)."""
+    def doctor(text: str) -> str:
+        if '"LeaderHandleFetch"' in text and f'"seq":{seq},' in text and f'"follower":{follower}' in text:
+            return text.replace(f'"fetch_offset":{offset}', f'"fetch_offset":{doctored}')
+        return text
+
+    _fixed_run(tmp_path, doctor, run=run)
+    steps, verdict = _one_partition(tmp_path, 0)
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "LeaderHandleFetch" and bad["follower"] == follower and bad["fetch_offset"] == doctored, bad
+    assert steps.origin[verdict.reached - 1].endswith(f"node-1/trace.ndjson:{line}")
+
+
+def test_a_late_fetch_of_another_request_is_rejected(tmp_path):
+    """Only the very request the follower left behind is left out: the same late take with a fetch
+    offset the follower never sent (5 instead of 0) is kept, and no behaviour takes it."""
+    _take_doctored_is_rejected(tmp_path, LATE_RUN, seq=181, follower=2, offset=0, doctored=5, line=182)
+
+
+def test_a_request_taken_after_its_follower_moved_on_is_accepted(tmp_path):
+    """Session 11's seed 501: node 1, a zombie leader of epoch 0, takes broker 3's request at
+    offset 77 after broker 3 applied the registration naming broker 2 (the spec's
+    LateFetchRequests keeps it on the wire): every partition is accepted, and that take is a
+    checked step."""
+    _fixed_run(tmp_path, run=LATE_TAKE_RUN)
+    verdicts, _ = validate_run(tmp_path, "jepsen", 3, min_insync_replicas=2)
+    assert [v.code for v in verdicts] == [0, 0, 0], "\n".join(v.text for v in verdicts)
+    steps = normalise(load_events(sorted(tmp_path.glob("node-*/trace.ndjson"))), "jepsen", 0)
+    assert any(o.endswith("node-1/trace.ndjson:367") for o in steps.origin)
+
+
+def test_a_late_take_of_a_request_never_sent_is_rejected(tmp_path):
+    """The late take must be of the request the follower left on the wire: the same take with
+    fetch offset 70 (broker 3 never asked from there) is rejected at it."""
+    _take_doctored_is_rejected(tmp_path, LATE_TAKE_RUN, seq=366, follower=3, offset=77, doctored=70, line=367)
+
+
+def test_a_fetch_sent_again_with_other_offsets_is_not_left_out(tmp_path):
+    """Seed 503: node 1's fetcher began a fetch of partition 1 again and again from the killed
+    leader (no FetchError between: it had no endpoint for it); only identical tries are left out.
+    One of them asking from offset 40 (node 1 had 52 records) is kept and rejected there."""
+    def doctor(line: str) -> str:
+        if '"FollowerFetch"' in line and '"seq":223,' in line and '"partition":1,' in line:
+            return line.replace('"fetch_offset":52', '"fetch_offset":40')
+        return line
+
+    _fixed_run(tmp_path, doctor, run=LAGGING_RUN)
+    steps, verdict = _one_partition(tmp_path, 1)
+    assert not verdict.accepted
+    bad = steps.steps[verdict.reached - 1]
+    assert bad["type"] == "FollowerFetch" and bad["fetch_offset"] == 40, bad
+    assert steps.origin[verdict.reached - 1].endswith("node-1/trace.ndjson:224")
