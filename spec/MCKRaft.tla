@@ -53,11 +53,12 @@ MCBounds ==
 (* pauses), crashes stay bounded, and every protocol and recovery action is *)
 (* weakly fair.                                                             *)
 
-\* A candidate has lost its election: no majority, and no live voter
-\* would still grant it a vote.
+\* A candidate has lost its election: no majority, no live voter would
+\* still grant it a vote, and no grant is on its way to it.
 ElectionLost(c) ==
     /\ votes_granted[c] \notin Quorums
     /\ \A w \in Voters : ~VoteGrantable(w, c)
+    /\ \A m \in messages : m.type = "VoteResponse" => m.dst # c
 
 ElectionTimeout(v) ==
     /\ leader_epoch[v] < MaxEpoch
