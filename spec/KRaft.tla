@@ -280,7 +280,9 @@ VoteResponseMsg(v, c, e, pre) ==
 \* with the post-state of the step (primed), so Send comes last in an
 \* action.  A response: its node left the epoch or, for a vote, is no
 \* longer its candidate (a crash drops responses anyway, so a prospective
-\* that restarts as the candidate it was loses nothing).  A pre-vote
+\* that restarts as the candidate it was loses nothing), or it repeats a
+\* grant its node has counted already (a voter answers every copy of a
+\* request it receives; the node counts a voter once).  A pre-vote
 \* request: its prospective left the epoch (a grant would be ignored; the
 \* granter keeps no record), or every other voter did.  A vote request:
 \* no other voter can act on it any more: each has passed the epoch, or is
@@ -292,6 +294,7 @@ StaleAfter(m) ==
     IF m.type = "VoteResponse"
     THEN \/ leader_epoch'[m.dst] # m.epoch
          \/ ~m.pre_vote /\ state'[m.dst] # Candidate
+         \/ m.src \in votes_granted'[m.dst]  \* a repeated grant, already counted
     ELSE IF m.pre_vote
     THEN \/ leader_epoch'[m.src] # m.epoch
          \/ \A v \in Voters \ {m.src} : leader_epoch'[v] > m.epoch
@@ -350,7 +353,15 @@ PreVote(c) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
-    /\ Send({VoteRequestMsg(c, leader_epoch[c], TRUE)})
+    \* An earlier round's request of this epoch whose log position the new
+    \* one matches or passes adds nothing: whoever would grant it grants the
+    \* new one, with the same response.  It is dropped (fewer states).
+    /\ LET new == VoteRequestMsg(c, leader_epoch[c], TRUE)
+           Dominated(m) ==
+               /\ m.type = "VoteRequest" /\ m.pre_vote /\ m.src = c /\ m.epoch = new.epoch
+               /\ \/ new.last_epoch > m.last_epoch
+                  \/ new.last_epoch = m.last_epoch /\ new.end_offset >= m.end_offset
+       IN  messages' = Pruned({m \in messages : ~Dominated(m)} \cup {new})
 
 \* Voter v would grant the pre-vote request m: same epoch (a pre-vote of a
 \* higher epoch first moves v there, BecomeUnattached; one of a lower is
