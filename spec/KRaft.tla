@@ -289,6 +289,10 @@ VoteResponseMsg(v, c, e, pre) ==
 \* in it as a follower, or voted for another candidate, or voted for this
 \* one, which cannot stand in that epoch again (it leads, resigned,
 \* follows, or passed it), so that a repeated grant would be ignored.
+\* One vote per voter and epoch: v, having cast vf[v] in its epoch, may
+\* vote for c (again).  One definition for the vote rule and for the
+\* pruning that relies on it.
+MayVoteFor(vf, v, c) == vf[v] \in {Nil, c}
 CouldStand(c, e) == leader_epoch'[c] = e /\ state'[c] \in {Candidate, Prospective, Unattached}
 StaleAfter(m) ==
     IF m.type = "VoteResponse"
@@ -302,7 +306,7 @@ StaleAfter(m) ==
             \/ leader_epoch'[v] > m.epoch
             \/ /\ leader_epoch'[v] = m.epoch
                /\ \/ state'[v] = Follower
-                  \/ voted_for'[v] \notin {Nil, m.src}
+                  \/ ~MayVoteFor(voted_for', v, m.src)
                   \/ voted_for'[v] = m.src /\ ~CouldStand(m.src, m.epoch)
 Pruned(msgs) == {m \in msgs : ~StaleAfter(m)}
 Send(new) == messages' = Pruned(messages \cup new)
@@ -404,7 +408,7 @@ RequestGrantable(v, m) ==
     /\ m.epoch >= leader_epoch[v]
     /\ \/ m.epoch > leader_epoch[v]
        \/ /\ state[v] = Unattached
-          /\ voted_for[v] \in {Nil, m.src}
+          /\ MayVoteFor(voted_for, v, m.src)
     /\ CheckLogUpToDate => RequestUpToDate(m, v)
 
 \* v would grant a vote to c in c's current epoch (MCKRaft's liveness).
