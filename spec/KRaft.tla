@@ -42,10 +42,14 @@
 (*    property keeps its meaning; log_start_offset says which of them the  *)
 (*    node can no longer serve as records.                                 *)
 (*                                                                         *)
-(* Every RPC is one atomic step between two live, unpaused nodes: the      *)
-(* request carries the sender's epoch and log position as they are in the  *)
-(* pre-state, the response is applied in the same step.  Delayed or lost   *)
-(* RPCs are modelled by the step simply not happening (yet); a node that   *)
+(* Vote and pre-vote RPCs are messages in flight (`messages`: VoteRequest, *)
+(* a granted VoteResponse): a voter may handle a request after its         *)
+(* candidate moved on, and the candidate counts a grant only while it      *)
+(* still stands in that epoch (HandleVoteResponse).  Every other RPC is    *)
+(* one atomic step between two live, unpaused nodes: the request carries   *)
+(* the sender's epoch and log position as they are in the pre-state, the   *)
+(* response is applied in the same step.  Delayed or lost RPCs are         *)
+(* modelled by the step simply not happening (yet); a node that            *)
 (* sees a higher epoch in any RPC moves to it (BecomeUnattached).  A paused *)
 (* node (Pause, like a long GC pause or SIGSTOP) takes part in no step;    *)
 (* when it resumes it still believes what it believed before: a deposed    *)
@@ -116,6 +120,7 @@ VARIABLES
     up,                 \* SUBSET Voters: voters whose process is running
     paused,             \* SUBSET Voters: running but stopped (GC pause, SIGSTOP)
     broker_metadata_offset, \* [Brokers -> Nat] how far each broker has applied the metadata log
+    messages,           \* the Vote requests and granted Vote responses in flight (a set)
     \* --- history (ghost) variables, read only by the properties
     elections,          \* SUBSET [epoch : Nat, leader : Voters]: every BecomeActiveController
     committed,          \* Seq([entry : Entry, commit_epoch : Nat]): the longest committed prefix ever
@@ -127,7 +132,7 @@ VARIABLES
 snapshot_vars == <<log_start_offset, snapshot_end_offset>>
 raft_vars    == <<leader_epoch, voted_for, leader_id, log, state, high_watermark,
                   end_offsets, votes_granted, snapshot_vars>>
-env_vars     == <<broker_sessions, up, paused, broker_metadata_offset>>
+env_vars     == <<broker_sessions, up, paused, broker_metadata_offset, messages>>
 history_vars == <<elections, committed, deposed_writes, crash_count, pause_count>>
 vars         == <<raft_vars, env_vars, history_vars>>
 
@@ -234,6 +239,7 @@ Init ==
     /\ up = Voters
     /\ paused = {}
     /\ broker_metadata_offset = [b \in Brokers |-> 0]
+    /\ messages = {}
     /\ elections = {}
     /\ committed = << >>
     /\ deposed_writes = {}
@@ -242,6 +248,76 @@ Init ==
 
 -----------------------------------------------------------------------------
 (* Leader election (KIP-595) *)
+
+(* Votes travel as messages (Kafka's Vote RPC): a candidate's or a         *)
+(* prospective's VoteRequest carries its epoch and log position as they    *)
+(* were when it sent it; a voter handles it whenever it arrives, possibly  *)
+(* after the candidate moved on, and answers with a granted VoteResponse;  *)
+(* the candidate counts a grant only while it is still the candidate (or   *)
+(* prospective) of that epoch (KafkaRaftClient.handleVoteResponse).  A    *)
+(* rejection carries nothing but the voter's epoch, which BecomeUnattached *)
+(* covers, so only grants are modelled.                                    *)
+(*                                                                         *)
+(* `messages` is a set: a request is a broadcast to every voter, delivered *)
+(* any number of times (Kafka retries a request to a voter that has not    *)
+(* answered); a response is consumed by its receipt.  A message that can   *)
+(* no longer change anything is taken out of the set in the step that made *)
+(* it so (StaleAfter): a response to a node that left its epoch (or, for a *)
+(* vote, stopped being its candidate) would be ignored on arrival, and a   *)
+(* request no voter can act on any more would be refused or ignored.      *)
+(* Dropping them is the same behaviour as delivering them late and         *)
+(* ignoring them, and it keeps the model's states few.  Responses to a     *)
+(* node that crashes are lost with its connections.                        *)
+
+VoteRequestMsg(c, e, pre) ==
+    [type |-> "VoteRequest", src |-> c, dst |-> Nil, epoch |-> e,
+     last_epoch |-> LastEpoch(c), end_offset |-> LogEndOffset(c), pre_vote |-> pre]
+VoteResponseMsg(v, c, e, pre) ==
+    [type |-> "VoteResponse", src |-> v, dst |-> c, epoch |-> e,
+     last_epoch |-> 0, end_offset |-> 0, pre_vote |-> pre]
+
+\* Whether message m is of no use any more after the step, for good: read
+\* with the post-state of the step (primed), so Send comes last in an
+\* action.  A response: its node left the epoch or, for a vote, is no
+\* longer its candidate (a crash drops responses anyway, so a prospective
+\* that restarts as the candidate it was loses nothing), or it repeats a
+\* grant its node has counted already (a voter answers every copy of a
+\* request it receives; the node counts a voter once).  A pre-vote
+\* request: its prospective left the epoch (a grant would be ignored; the
+\* granter keeps no record), or every other voter did.  A vote request:
+\* no other voter can act on it any more: each has passed the epoch, or is
+\* in it as a follower, or voted for another candidate, or voted for this
+\* one, which cannot stand in that epoch again (it leads, resigned,
+\* follows, or passed it), so that a repeated grant would be ignored.
+\* One vote per voter and epoch: v, having cast vf[v] in its epoch, may
+\* vote for c (again).  One definition for the vote rule and for the
+\* pruning that relies on it.
+MayVoteFor(vf, v, c) == vf[v] \in {Nil, c}
+CouldStand(c, e) == leader_epoch'[c] = e /\ state'[c] \in {Candidate, Prospective, Unattached}
+StaleAfter(m) ==
+    IF m.type = "VoteResponse"
+    THEN \/ leader_epoch'[m.dst] # m.epoch
+         \/ ~m.pre_vote /\ state'[m.dst] # Candidate
+         \/ m.src \in votes_granted'[m.dst]  \* a repeated grant, already counted
+    ELSE IF m.pre_vote
+    THEN \/ leader_epoch'[m.src] # m.epoch
+         \/ \A v \in Voters \ {m.src} : leader_epoch'[v] > m.epoch
+    ELSE \A v \in Voters \ {m.src} :
+            \/ leader_epoch'[v] > m.epoch
+            \/ /\ leader_epoch'[v] = m.epoch
+               /\ \/ state'[v] = Follower
+                  \/ ~MayVoteFor(voted_for', v, m.src)
+                  \/ voted_for'[v] = m.src /\ ~CouldStand(m.src, m.epoch)
+Pruned(msgs) == {m \in msgs : ~StaleAfter(m)}
+Send(new) == messages' = Pruned(messages \cup new)
+
+\* KIP-595 vote rule on a request: the candidate's log, as the request
+\* carries it, is at least as up to date as the voter's (last epoch first,
+\* then end offset).
+RequestUpToDate(m, v) ==
+    \/ m.last_epoch > LastEpoch(v)
+    \/ /\ m.last_epoch = LastEpoch(v)
+       /\ m.end_offset >= LogEndOffset(v)
 
 \* The election timer of c fires (no fetch response from a leader, or a
 \* failed election): c becomes a candidate in the next epoch, votes for
@@ -260,8 +336,9 @@ RequestVote(c) ==
     /\ high_watermark' = high_watermark
     /\ end_offsets' = end_offsets
     /\ UNCHANGED snapshot_vars
-    /\ UNCHANGED env_vars
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
+    /\ Send({VoteRequestMsg(c, leader_epoch[c] + 1, FALSE)})
 
 \* KIP-996: the election timer of c fires (or a pre-vote round failed) and
 \* c becomes Prospective: it asks the voters whether they would vote for it
@@ -273,68 +350,104 @@ PreVote(c) ==
     /\ Live(c)
     /\ state[c] # Leader
     /\ state' = [state EXCEPT ![c] = Prospective]
-    \* A new round keeps what the last one counted: a grant still in flight is
-    \* counted when it arrives (Kafka's and kref's prospective do not tell
-    \* rounds apart; a pre-vote is advisory, no vote).
+    \* A new round keeps what the last one counted (Kafka's and kref's
+    \* prospective do not tell rounds apart; a pre-vote is advisory, no vote).
     /\ votes_granted' = [votes_granted EXCEPT ![c] = IF state[c] = Prospective THEN @ ELSE {c}]
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, high_watermark, end_offsets>>
     /\ UNCHANGED snapshot_vars
-    /\ UNCHANGED env_vars
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
+    \* An earlier round's request of this epoch whose log position the new
+    \* one matches or passes adds nothing: whoever would grant it grants the
+    \* new one, with the same response.  It is dropped (fewer states).
+    /\ LET new == VoteRequestMsg(c, leader_epoch[c], TRUE)
+           Dominated(m) ==
+               /\ m.type = "VoteRequest" /\ m.pre_vote /\ m.src = c /\ m.epoch = new.epoch
+               /\ \/ new.last_epoch > m.last_epoch
+                  \/ new.last_epoch = m.last_epoch /\ new.end_offset >= m.end_offset
+       IN  messages' = Pruned({m \in messages : ~Dominated(m)} \cup {new})
 
-\* Voter v would vote for prospective c: same epoch (a pre-vote of a higher
-\* epoch first moves v there, BecomeUnattached; one of a lower is refused),
-\* c's log at least as up to date, and v has no leader it follows or is:
-\* a Follower (kref refuses in that state; Kafka once it fetched from its
-\* leader) and a Leader refuse, and so a leader every other voter follows
-\* cannot be voted out by one voter that lost touch.  Whether v voted for
-\* someone in the epoch does not matter: a pre-vote is no vote.
-PreVoteGrantable(v, c) ==
-    /\ v # c
-    /\ Live(v) /\ Live(c)
-    /\ state[c] = Prospective
-    /\ leader_epoch[c] = leader_epoch[v]
+\* Voter v would grant the pre-vote request m: same epoch (a pre-vote of a
+\* higher epoch first moves v there, BecomeUnattached; one of a lower is
+\* refused), the prospective's log (as m carries it) at least as up to
+\* date, and v has no leader it follows or is: a Follower (kref refuses in
+\* that state; Kafka once it fetched from its leader) and a Leader refuse,
+\* and so a leader every other voter follows cannot be voted out by one
+\* voter that lost touch.  Whether v voted for someone in the epoch does
+\* not matter: a pre-vote is no vote.
+PreVoteGrantable(v, m) ==
+    /\ m.type = "VoteRequest" /\ m.pre_vote
+    /\ v # m.src
+    /\ Live(v)
+    /\ m.epoch = leader_epoch[v]
     /\ state[v] \notin {Leader, Follower}
-    /\ CheckLogUpToDate => LogUpToDate(c, v)  \* as for a vote
+    /\ CheckLogUpToDate => RequestUpToDate(m, v)  \* as for a vote
 
-\* v grants c's pre-vote; only c's count changes (v keeps no record of it,
-\* and may grant again in c's next round).
+\* v grants c's pre-vote: it answers with a granted VoteResponse and keeps
+\* no record of it (it may grant again in c's next round).
 GrantPreVote(v, c) ==
-    /\ PreVoteGrantable(v, c)
+    /\ \E m \in messages :
+          /\ m.src = c
+          /\ PreVoteGrantable(v, m)
+          /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, state, high_watermark,
+                         end_offsets, votes_granted>>
+          /\ UNCHANGED snapshot_vars
+          /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
+          /\ UNCHANGED history_vars
+          /\ Send({VoteResponseMsg(v, c, m.epoch, TRUE)})
+
+\* Voter v handles the Vote request m and grants it.  A request with a
+\* higher epoch first moves v to that epoch (Unattached, no vote yet).  v
+\* grants at most one vote per epoch (again to the same candidate, whose
+\* request may come again), never while it follows a leader or leads, and
+\* only if the candidate's log is at least as up to date as its own.
+RequestGrantable(v, m) ==
+    /\ m.type = "VoteRequest" /\ ~m.pre_vote
+    /\ v # m.src
+    /\ Live(v)
+    /\ m.epoch >= leader_epoch[v]
+    /\ \/ m.epoch > leader_epoch[v]
+       \/ /\ state[v] = Unattached
+          /\ MayVoteFor(voted_for, v, m.src)
+    /\ CheckLogUpToDate => RequestUpToDate(m, v)
+
+\* v would grant a vote to c in c's current epoch (MCKRaft's liveness).
+VoteGrantable(v, c) ==
+    \E m \in messages : m.src = c /\ m.epoch = leader_epoch[c] /\ RequestGrantable(v, m)
+
+GrantVote(v, c) ==
+    \E m \in messages :
+       /\ m.src = c
+       /\ RequestGrantable(v, m)
+       /\ leader_epoch' = [leader_epoch EXCEPT ![v] = m.epoch]
+       /\ voted_for' = [voted_for EXCEPT ![v] = c]
+       /\ leader_id' = [leader_id EXCEPT ![v] = Nil]
+       /\ state' = [state EXCEPT ![v] = Unattached]
+       /\ votes_granted' = [votes_granted EXCEPT ![v] = {}]
+       /\ high_watermark' = high_watermark
+       /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
+       /\ log' = log
+       /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
+       /\ UNCHANGED snapshot_vars
+       /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+       /\ UNCHANGED history_vars
+       /\ Send({VoteResponseMsg(v, c, m.epoch, FALSE)})
+
+\* Candidate (or prospective) c receives v's granted VoteResponse while it
+\* still stands in that epoch, and counts it.  (A response it would ignore
+\* was pruned; one for a prospective that follows a leader again waits:
+\* it counts if c stands again in the same epoch, as kref's does.)
+HandleVoteResponse(c, v) ==
+    /\ Live(c)
+    /\ \E m \in messages :
+          /\ m.type = "VoteResponse" /\ m.dst = c /\ m.src = v
+          /\ m.epoch = leader_epoch[c]
+          /\ state[c] = IF m.pre_vote THEN Prospective ELSE Candidate
+          /\ messages' = messages \ {m}
     /\ votes_granted' = [votes_granted EXCEPT ![c] = @ \cup {v}]
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, state, high_watermark, end_offsets>>
     /\ UNCHANGED snapshot_vars
-    /\ UNCHANGED env_vars
-    /\ UNCHANGED history_vars
-
-\* Voter v handles c's Vote request and grants it.  A request with a higher
-\* epoch first moves v to that epoch (Unattached, no vote yet).  v grants at
-\* most one vote per epoch, never while it follows a leader or leads, and
-\* only if c's log is at least as up to date as its own.
-VoteGrantable(v, c) ==
-    /\ v # c
-    /\ Live(v) /\ Live(c)
-    /\ state[c] = Candidate
-    /\ leader_epoch[c] >= leader_epoch[v]
-    /\ \/ leader_epoch[c] > leader_epoch[v]
-       \/ /\ state[v] = Unattached
-          /\ voted_for[v] \in {Nil, c}
-    /\ CheckLogUpToDate => LogUpToDate(c, v)
-    /\ v \notin votes_granted[c]
-
-GrantVote(v, c) ==
-    /\ VoteGrantable(v, c)
-    /\ leader_epoch' = [leader_epoch EXCEPT ![v] = leader_epoch[c]]
-    /\ voted_for' = [voted_for EXCEPT ![v] = c]
-    /\ leader_id' = [leader_id EXCEPT ![v] = Nil]
-    /\ state' = [state EXCEPT ![v] = Unattached]
-    /\ votes_granted' = [votes_granted EXCEPT ![c] = @ \cup {v}, ![v] = {}]
-    /\ high_watermark' = high_watermark
-    /\ end_offsets' = [end_offsets EXCEPT ![v] = [x \in Voters |-> 0]]
-    /\ log' = log
-    /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
-    /\ UNCHANGED snapshot_vars
-    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
 
 \* A node v learns a higher epoch from any RPC of w (a rejected vote, a
@@ -361,6 +474,7 @@ BecomeUnattached(v, w) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
+    /\ Send({})
 
 \* A candidate with votes from a majority becomes the leader (the active
 \* controller) and appends the LeaderChange control record of its epoch:
@@ -381,6 +495,7 @@ BecomeActiveController(c) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, high_watermark>>
     /\ UNCHANGED <<up, paused, broker_metadata_offset, committed, crash_count, pause_count>>
+    /\ Send({})
 
 \* The leader l tells voter v about its epoch (BeginQuorumEpoch RPC); v
 \* becomes its follower.  A voter in the same epoch that is still a
@@ -407,6 +522,7 @@ BeginQuorumEpoch(l, v) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<up, paused, broker_metadata_offset>>
     /\ UNCHANGED history_vars
+    /\ Send({})
 
 -----------------------------------------------------------------------------
 (* Replication by Fetch (KIP-595) *)
@@ -492,7 +608,7 @@ AppendMetadata(l) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
-    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, messages, elections, committed,
                    crash_count, pause_count>>
 
 -----------------------------------------------------------------------------
@@ -565,7 +681,7 @@ RegisterBroker(l, b) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
-    /\ UNCHANGED <<up, paused, broker_metadata_offset, elections, committed,
+    /\ UNCHANGED <<up, paused, broker_metadata_offset, messages, elections, committed,
                    crash_count, pause_count>>
 
 \* BrokerHeartbeat from b reaches l, which believes it is the active
@@ -578,7 +694,7 @@ BrokerHeartbeat(b, l) ==
     /\ b \notin broker_sessions[l]
     /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \cup {b}]
     /\ UNCHANGED raft_vars
-    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED <<up, paused, broker_metadata_offset, messages>>
     /\ UNCHANGED history_vars
 
 \* b's heartbeat session at l has expired: l appends a FenceBroker record.
@@ -591,7 +707,7 @@ FenceBroker(l, b) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
-    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, messages, elections, committed,
                    crash_count, pause_count>>
 
 \* b's heartbeats stop reaching l (the broker died, or a partition) for
@@ -603,7 +719,7 @@ ExpireBrokerSession(l, b) ==
     /\ b \in broker_sessions[l]
     /\ broker_sessions' = [broker_sessions EXCEPT ![l] = @ \ {b}]
     /\ UNCHANGED raft_vars
-    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED <<up, paused, broker_metadata_offset, messages>>
     /\ UNCHANGED history_vars
 
 \* b heartbeats and has caught up with the metadata log past its own
@@ -618,7 +734,7 @@ UnfenceBroker(l, b) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, high_watermark,
                    end_offsets, votes_granted>>
-    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, elections, committed,
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset, messages, elections, committed,
                    crash_count, pause_count>>
 
 \* Controlled shutdown (KIP-631): b heartbeats with want_shut_down; l moves
@@ -639,7 +755,7 @@ BrokerFetchMetadata(b, l) ==
     /\ high_watermark[l] > broker_metadata_offset[b]
     /\ broker_metadata_offset' = [broker_metadata_offset EXCEPT ![b] = high_watermark[l]]
     /\ UNCHANGED raft_vars
-    /\ UNCHANGED <<broker_sessions, up, paused>>
+    /\ UNCHANGED <<broker_sessions, up, paused, messages>>
     /\ UNCHANGED history_vars
 
 -----------------------------------------------------------------------------
@@ -672,6 +788,8 @@ Crash(v) ==
                             IF RestartState(v) = Candidate THEN {v} ELSE {}]
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
     /\ UNCHANGED snapshot_vars
+    \* Responses on their way to v are lost with its connections.
+    /\ messages' = {m \in messages : m.dst # v}
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, broker_metadata_offset>>
     /\ crash_count' = crash_count + 1
     /\ UNCHANGED <<elections, committed, deposed_writes, pause_count>>
@@ -680,7 +798,7 @@ Restart(v) ==
     /\ v \notin up
     /\ up' = up \cup {v}
     /\ UNCHANGED raft_vars
-    /\ UNCHANGED <<broker_sessions, paused, broker_metadata_offset>>
+    /\ UNCHANGED <<broker_sessions, paused, broker_metadata_offset, messages>>
     /\ UNCHANGED history_vars
 
 \* The process of the active controller is stopped without dying (a long
@@ -694,7 +812,7 @@ Pause(v) ==
     /\ state[v] = Leader
     /\ paused' = paused \cup {v}
     /\ UNCHANGED raft_vars
-    /\ UNCHANGED <<broker_sessions, up, broker_metadata_offset>>
+    /\ UNCHANGED <<broker_sessions, up, broker_metadata_offset, messages>>
     /\ pause_count' = pause_count + 1
     /\ UNCHANGED <<elections, committed, deposed_writes, crash_count>>
 
@@ -709,7 +827,7 @@ Resign(l) ==
     /\ UNCHANGED snapshot_vars
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, high_watermark,
                    end_offsets, votes_granted>>
-    /\ UNCHANGED <<up, paused, broker_metadata_offset>>
+    /\ UNCHANGED <<up, paused, broker_metadata_offset, messages>>
     /\ pause_count' = pause_count + 1
     /\ UNCHANGED <<elections, committed, deposed_writes, crash_count>>
 
@@ -745,6 +863,7 @@ ControllerWrite(l) ==
 
 ProtocolNext ==
     \/ \E v, c \in Voters : GrantVote(v, c) \/ BecomeUnattached(v, c) \/ GrantPreVote(v, c)
+                            \/ HandleVoteResponse(c, v)
     \/ \E c \in Voters : BecomeActiveController(c)
     \/ \E l, v \in Voters : BeginQuorumEpoch(l, v)
     \/ \E f, l \in Voters : FetchFromLeader(f, l) \/ TruncateToEpochEndOffset(f, l)
@@ -771,7 +890,7 @@ Next ==
 \* possible eventually happens.  No fairness on disruptive steps.
 Fairness ==
     /\ \A v, c \in Voters : WF_vars(GrantVote(v, c)) /\ WF_vars(BecomeUnattached(v, c))
-                            /\ WF_vars(GrantPreVote(v, c))
+                            /\ WF_vars(GrantPreVote(v, c)) /\ WF_vars(HandleVoteResponse(c, v))
     /\ \A c \in Voters : WF_vars(BecomeActiveController(c))
     /\ \A l, v \in Voters : WF_vars(BeginQuorumEpoch(l, v))
     /\ \A f, l \in Voters : WF_vars(FetchFromLeader(f, l)) /\ WF_vars(TruncateToEpochEndOffset(f, l))
@@ -798,6 +917,9 @@ TypeOK ==
     /\ up \subseteq Voters /\ paused \subseteq up
     /\ crash_count \in Nat /\ pause_count \in Nat
     /\ broker_metadata_offset \in [Brokers -> Nat]
+    /\ \A m \in messages : /\ m.type \in {"VoteRequest", "VoteResponse"}
+                          /\ m.src \in Voters /\ m.dst \in Voters \cup {Nil}
+                          /\ m.epoch \in Nat /\ m.pre_vote \in BOOLEAN
     /\ log_start_offset \in [Voters -> Nat] /\ snapshot_end_offset \in [Voters -> Nat]
     /\ \A v \in Voters : high_watermark[v] <= LogEndOffset(v)
 
@@ -884,9 +1006,12 @@ NoZombieWrite ==
 \* c's higher epoch would then depose l on c's return (MCKRaftNoPreVote).
 \* Nor does any voter grant c (or anyone) a pre-vote meanwhile: a follower
 \* of a live leader and the leader refuse (KIP-996's rule; without it a
-\* follower's grant would let c stand, one step later).  That half holds
-\* whatever grants c kept from before l's election (a prospective counts
-\* grants across rounds), which is why the epoch half asks for none.
+\* follower's grant would let c stand, one step later): no granted Vote
+\* response is sent but by c itself (a prospective may grant a pre-vote
+\* request that another voter sent before it followed l, delivered late).
+\* That half holds whatever grants c kept, counted or still in flight,
+\* from before l's election (a prospective counts grants across rounds),
+\* which is why the epoch half asks for none.
 FollowedByAllBut(l, c) ==
     /\ Live(l) /\ state[l] = Leader
     /\ \A v \in Voters \ {l} :
@@ -897,10 +1022,11 @@ FollowedByAllBut(l, c) ==
 ServedByAllBut(l, c) ==
     /\ FollowedByAllBut(l, c)
     /\ state[c] = Prospective => votes_granted[c] = {c}
+    /\ \A m \in messages : m.type = "VoteResponse" => m.dst # c
 PreVoteStability ==
     [][\A l, c \in Voters :
           /\ ServedByAllBut(l, c) => \A v \in Voters : leader_epoch'[v] = leader_epoch[v]
           /\ FollowedByAllBut(l, c) =>
-                \A w \in Voters : votes_granted'[w] \subseteq votes_granted[w] \cup {w}]_vars
+                \A m \in messages' \ messages : m.type = "VoteResponse" => m.src = c]_vars
 
 =============================================================================

@@ -19,14 +19,17 @@ CONSTANTS
     MaxMetadataRecords, \* other controller records (AppendMetadata) per log
     MaxSnapshotOffset, \* no snapshot is written past this offset (0: no snapshots)
     MaxCrashes,        \* crashes of voters over a whole behaviour
-    MaxPauses          \* pauses of voters over a whole behaviour
+    MaxPauses,         \* pauses of voters over a whole behaviour
+    MaxMessages        \* Vote requests and responses in flight at once (100: no bound)
 
 \* The bounds, as a state constraint (CONSTRAINT MCBounds in every .cfg):
 \* a state beyond them is not explored.  Each bound can only be crossed by
 \* a disruptive action: an election timeout (RequestVote raises the epoch;
 \* other actions only copy an existing epoch), a controller write, a crash
 \* or a pause, or a snapshot (CreateSnapshot; InstallSnapshot copies the
-\* leader's, which is within the bound already).  LeaderChange records are bounded by MaxEpoch, not here.
+\* leader's, which is within the bound already), or a Vote message sent
+\* (RequestVote, PreVote, a grant) while MaxMessages are in flight: a bound
+\* on the network's buffer, which the models with pre-vote need.  LeaderChange records are bounded by MaxEpoch, not here.
 BrokerRecordCount(v) ==
     Cardinality({i \in 1..Len(log[v]) : log[v][i].type \notin {"LeaderChange", "Metadata"}})
 MetadataRecordCount(v) ==
@@ -39,6 +42,7 @@ MCBounds ==
     /\ \A v \in Voters : snapshot_end_offset[v] <= MaxSnapshotOffset
     /\ crash_count <= MaxCrashes
     /\ pause_count <= MaxPauses
+    /\ Cardinality(messages) <= MaxMessages
 
 -----------------------------------------------------------------------------
 (* Liveness.  Raft elects a leader only under a timing assumption: with     *)
@@ -53,11 +57,12 @@ MCBounds ==
 (* pauses), crashes stay bounded, and every protocol and recovery action is *)
 (* weakly fair.                                                             *)
 
-\* A candidate has lost its election: no majority, and no live voter
-\* would still grant it a vote.
+\* A candidate has lost its election: no majority, no live voter would
+\* still grant it a vote, and no grant is on its way to it.
 ElectionLost(c) ==
     /\ votes_granted[c] \notin Quorums
     /\ \A w \in Voters : ~VoteGrantable(w, c)
+    /\ \A m \in messages : m.type = "VoteResponse" => m.dst # c
 
 ElectionTimeout(v) ==
     /\ leader_epoch[v] < MaxEpoch

@@ -30,6 +30,13 @@
 (* record where the leader's logged log end offset grew by them, right     *)
 (* after that leader's previous step.                                      *)
 (*                                                                         *)
+(* Votes are messages (KRaft.tla's VoteRequest and VoteResponse): a        *)
+(* RequestVote or PreVote event sends the request, a voter's GrantVote or  *)
+(* GrantPreVote event handles it whenever it logged it (the candidate may  *)
+(* have moved on since) and sends its grant; the candidate's receipt       *)
+(* (HandleVoteResponse) is logged by nobody and is a silent step, which    *)
+(* TLC may take wherever the candidate still stands in that epoch.         *)
+(*                                                                         *)
 (* KIP-996 pre-votes are PreVote (a prospective's round) and GrantPreVote  *)
 (* (a voter's grant, its own state unchanged); a RequestVote then needs   *)
 (* the grants of a majority.  PreVoteEnabled is TRUE for a trace whose     *)
@@ -105,20 +112,26 @@ TGrantVote == GrantVote(Ev.replica, Ev.candidate) /\ AsLogged(Ev.replica)
 \* state unchanged, as logged; the prospective counts it).
 TPreVote == PreVote(Ev.replica) /\ AsLogged(Ev.replica)
 
+\* The grant is a VoteResponse in flight: the prospective counts it when it
+\* receives it (a silent step, below), or never if its round ended first.
+\* A request whose prospective has since left the epoch is no longer in
+\* `messages` (KRaft.tla's StaleAfter: its grant would be ignored); its
+\* late grant is then a step of the voter alone that changes nothing.
 TGrantPreVote ==
-    \/ GrantPreVote(Ev.replica, Ev.candidate) /\ AsLogged(Ev.replica)
-    \* The spec hands a grant to its prospective at once; on the wire it travels,
-    \* and a round can end before it lands (the prospective heard from its leader
-    \* again and follows, or stood): that grant joins no count and changes nothing.
-    \/ /\ state[Ev.candidate] # Prospective
-       /\ state[Ev.replica] \notin {Leader, Follower}
+    LET v == Ev.replica
+        c == Ev.candidate IN
+    \/ GrantPreVote(v, c) /\ AsLogged(v)
+    \/ /\ Live(v)
+       /\ leader_epoch[c] > leader_epoch[v]
+       /\ state[v] \notin {Leader, Follower}
        /\ UNCHANGED vars
-       /\ AsLogged(Ev.replica)
+       /\ AsLogged(v)
 
 TBecomeUnattached == BecomeUnattached(Ev.replica, Ev.source) /\ AsLogged(Ev.replica)
 
-\* The candidate counted at least the votes it logged (a vote granted after
-\* it counted a majority is in the spec's votes_granted too).
+\* The candidate counted at least the votes it logged (their VoteResponses
+\* were received in silent steps before; one received after it counted a
+\* majority is in the spec's votes_granted too).
 TBecomeActiveController ==
     LET c == Ev.replica IN
     /\ SetOf(Ev.votes_granted) \subseteq votes_granted[c]
@@ -235,9 +248,11 @@ TraceStep ==
     /\ ti' = ti
     /\ tl' = tl + 1
 
-\* A Fetch answered with no records: nobody logs it (see above).
+\* A Fetch answered with no records, and a candidate's (or prospective's)
+\* receipt of a granted VoteResponse: nobody logs them (see above).
 SilentStep ==
-    /\ \E f, l \in Voters : FetchFromLeader(f, l) /\ log'[f] = log[f]
+    /\ \/ \E f, l \in Voters : FetchFromLeader(f, l) /\ log'[f] = log[f]
+       \/ \E c, v \in Voters : HandleVoteResponse(c, v)
     /\ UNCHANGED <<ti, tl>>
 
 TraceNext == TraceStep \/ SilentStep
@@ -262,6 +277,7 @@ StateView ==
      end_offsets |-> end_offsets,
      broker_sessions |-> broker_sessions,
      broker_metadata_offset |-> broker_metadata_offset,
+     messages |-> messages,
      registered |-> [v \in Voters |-> {b \in Brokers : IsRegistered(v, b)}],
      fenced |-> [v \in Voters |-> {b \in Brokers : IsFenced(v, b)}],
      up |-> up]

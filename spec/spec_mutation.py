@@ -176,10 +176,10 @@ CATALOGUE: list[Mutation] = [
              "    /\\ votes_granted[c] \\in Quorums\n",
              "    /\\ votes_granted[c] # {}\n"),
     Mutation("KRaft: two votes per epoch", K,
-             "          /\\ voted_for[v] \\in {Nil, c}\n",
-             "          /\\ TRUE\n"),
+             "MayVoteFor(vf, v, c) == vf[v] \\in {Nil, c}\n",
+             "MayVoteFor(vf, v, c) == TRUE\n"),
     Mutation("KRaft: votes ignore the log (no KIP-595 up-to-date check)", K,
-             "    /\\ CheckLogUpToDate => LogUpToDate(c, v)\n",
+             "    /\\ CheckLogUpToDate => RequestUpToDate(m, v)\n",
              "    /\\ TRUE\n"),
     Mutation("KRaft: the vote is lost on a crash", K,
              "    /\\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, broker_metadata_offset>>\n"
@@ -230,7 +230,7 @@ CATALOGUE: list[Mutation] = [
              "    /\\ state[v] \\notin {Leader, Follower}\n",
              "    /\\ state[v] # Leader\n"),
     Mutation("KRaft: a pre-vote granted without the log check", K,
-             "    /\\ CheckLogUpToDate => LogUpToDate(c, v)  \\* as for a vote\n",
+             "    /\\ CheckLogUpToDate => RequestUpToDate(m, v)  \\* as for a vote\n",
              "    /\\ TRUE\n",
              uncatchable="equivalent for safety: the vote itself still checks the log, "
                          "so a prospective with an older log that stands cannot win; it "

@@ -12,14 +12,17 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
   its process. Where a run of a voter is followed by another, a Crash and a
   Restart are put just before the new run's first event (as late as the
   trace allows: until then the spec may keep the dead node alive and silent).
-- Late deliveries. Every RPC is one atomic step in the spec, but a node
-  logs the response when it applies it, which may be after the sender moved
-  on (a vote granted after the candidate already counted a majority, records
-  appended after their leader resigned). The timestamps give one
+- Late deliveries. Votes are messages in the spec (a voter's GrantVote or
+  GrantPreVote handles the candidate's VoteRequest whenever it arrives, and
+  the candidate's receipt of the grant is a silent step), so they are taken
+  where they were logged. Every other RPC is one atomic step in the spec,
+  but a node logs the response when it applies it, which may be after the
+  sender moved on (records appended after their leader resigned, an epoch
+  learnt from a node that has since moved further). The timestamps give one
   linearisation of the run; any other that keeps each node's own order and
   puts each step after what it needed is the same run. So an event whose
-  peer is no longer in the state the event needs (the candidate a
-  Candidate of that epoch, the leader a Leader of it whose log, for a
+  peer is no longer in the state the event needs (the leader a Leader of
+  that epoch whose log, for a
   fetch of records, did not yet start past the fetch offset, the node
   whose higher epoch was learnt in that epoch) is moved, with the other events of its
   node's same core step, back to the latest point where the peer still was,
@@ -353,10 +356,9 @@ def _infer_membership_steps(mine):
 # None: any live state).
 def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
     kind = e["type"]
-    if kind == "GrantVote":
-        return e["candidate"], e["leader_epoch"], frozenset({"Candidate"})
-    if kind == "GrantPreVote":
-        return e["candidate"], e["leader_epoch"], frozenset({"Prospective"})
+    # GrantVote and GrantPreVote need no state of their candidate: the request they handle is a
+    # message the candidate sent before (spec/KRaft.tla's VoteRequest), whatever it became since
+    # (_ok checks that it was sent).
     if kind == "BecomeUnattached":
         return e["source"], e["leader_epoch"], None
     if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset", "InstallSnapshot"):
@@ -446,9 +448,15 @@ def _status(seq, node: int, k: int) -> tuple[int, str] | None:
     return 0, "Unattached"
 
 
+# The event that sends the vote request a grant handles.
+REQUEST_OF = {"GrantVote": "RequestVote", "GrantPreVote": "PreVote"}
+
+
 def _ok(seq, group, k: int) -> bool:
     """Whether every peer the group's events need is, before position k of seq, as they need it."""
     for e, _ in group:
+        if e["type"] in REQUEST_OF and not _sent(seq, e["candidate"], REQUEST_OF[e["type"]], e["leader_epoch"], k):
+            return False
         need = _needs(e)
         if need is None or need[0] == e["replica"]:
             continue
@@ -459,6 +467,12 @@ def _ok(seq, group, k: int) -> bool:
         if e["type"] == "FetchFromLeader" and _log_start(seq, peer, k) > e["first_offset"]:
             return False  # answered with records before the leader's log start passed them
     return True
+
+
+def _sent(seq, node: int, kind: str, epoch: int, k: int) -> bool:
+    """Whether `node` logged `kind` in `epoch` before position k of seq (it sent that vote request)."""
+    return any(e["replica"] == node and e["type"] == kind and e["leader_epoch"] == epoch
+               for g in seq[:k] for e, _ in g)
 
 
 def _log_start(seq, node: int, k: int) -> int:

@@ -55,7 +55,7 @@ def test_cluster_brokers_hand_out_disjoint_producer_ids(tmp_path):
     from tests.clusterkit import wait_unfenced, wait_until
     from tests.controller.trace_validation import checked_cluster
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
         wait_unfenced(specs, processes)
         ids = {}

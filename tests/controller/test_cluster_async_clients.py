@@ -37,7 +37,7 @@ MESSAGES = 60
 def bootstrap(tmp_path_factory):
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path_factory.mktemp("cluster"), 3, 3, SETTINGS, kraft_strict=False) as (
+    with checked_cluster(tmp_path_factory.mktemp("cluster"), 3, 3, SETTINGS) as (
             specs, processes, start):
         wait_listed(specs, processes)
         yield bootstrap_servers(specs)

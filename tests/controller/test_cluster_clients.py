@@ -31,7 +31,7 @@ MESSAGES = 30
 def bootstrap(tmp_path):
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs)
         wait_listed(specs, processes)
         yield servers

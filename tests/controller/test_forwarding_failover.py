@@ -59,7 +59,7 @@ def lists_topic(port: int, name: str) -> bool:
 
 @pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_create_topics_sent_while_the_quorum_has_no_leader_succeeds_once_it_has_one(tmp_path):
-    with checked_cluster(tmp_path, 3, 3, FAST_CLUSTER_SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, FAST_CLUSTER_SETTINGS) as (specs, processes, start):
         wait_listed(specs, processes)
         leader, quorum = wait_for_leader(specs)
         by_id = {s.node_id: s for s in specs}

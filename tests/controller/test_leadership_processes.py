@@ -52,7 +52,7 @@ def test_elect_leaders_and_controlled_shutdown(tmp_path):
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})

@@ -54,7 +54,7 @@ def _first_metadata(port: int):
 
 @pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_first_answers_list_the_node_and_a_reachable_controller(tmp_path):
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         for s in specs:
             try:
                 response = _first_metadata(s.client_port)
@@ -71,7 +71,7 @@ def test_create_topics_sent_while_the_cluster_starts(tmp_path):
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs), "log_level": 0})
         # Replication factor 1: a client this early may find fewer than three brokers
         # unfenced, and then a larger factor is refused (INVALID_REPLICATION_FACTOR, fast).
@@ -89,7 +89,7 @@ def test_controller_only_quorum_leader_is_never_the_client_controller(tmp_path):
     The answer names node 1, the broker that forwards."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    with checked_cluster(tmp_path, 3, 1, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 1, SETTINGS) as (specs, processes, start):
         broker = specs[0]
         response = _first_metadata(broker.client_port)
         assert [b.node_id for b in response.brokers] == [1] and response.controller_id == 1

@@ -12,19 +12,16 @@ action can take; a trace that cannot be checked (exit 2) fails it only
 when `strict` (the quorum-only tests, whose files hold nothing the specs
 leave out).
 
-`kraft_strict=False` (the tests that check their traces since session 10):
-a spec/KRaft.tla rejection is printed, not failed on, unless
-KREF_TRACE_KRAFT_STRICT=1. Their clusters start and elect under load, where
-two races the quorum spec cannot yet take were met (docs/trace-validation.md,
-"Session 10": a vote or pre-vote grant delivered after its candidate moved
-on, across the granting voter's own later steps); a replication rejection
-fails them as always.
+Every rejection fails the test, spec/KRaft.tla's as spec/Replication.tla's.
+(Session 10 printed a KRaft rejection only, for the tests converted then: a
+vote or pre-vote grant that reached its candidate after it moved on could not
+be expressed while the spec's votes were atomic steps; they are messages in
+flight since session 11, docs/trace-validation.md.)
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 
 from tests.clusterkit import running_cluster
 from trace_check.cli import validate
@@ -32,17 +29,11 @@ from trace_check.cli import validate
 TIMEOUT_S = 240
 
 
-def check_cluster_traces(specs, *, strict: bool = False, kraft_strict: bool = True,
-                         timeout_s: float = TIMEOUT_S) -> str:
+def check_cluster_traces(specs, *, strict: bool = False, timeout_s: float = TIMEOUT_S) -> str:
     files = [s.dir / "trace.ndjson" for s in specs if (s.dir / "trace.ndjson").exists()]
     assert files, "no node wrote a trace"
     code, report = validate([str(f) for f in files], timeout_s=timeout_s)
     print(report)
-    if code == 1 and not (kraft_strict or os.environ.get("KREF_TRACE_KRAFT_STRICT")):
-        # The verdict lines say which spec rejected (trace_check.cli._report).
-        if not any("no behaviour of spec/Replication.tla" in line for line in report.splitlines()):
-            print("(spec/KRaft.tla's rejection above is reported, not failed on: KREF_TRACE_KRAFT_STRICT=1 fails it)")
-            return report
     assert code != 1, f"a trace of this run is not a behaviour of the spec:\n{report}"
     if strict:
         assert code == 0, report
@@ -50,10 +41,9 @@ def check_cluster_traces(specs, *, strict: bool = False, kraft_strict: bool = Tr
 
 
 @contextlib.contextmanager
-def checked_cluster(tmp_path, controllers: int, brokers: int, overrides: dict[str, str], *, strict: bool = False,
-                    kraft_strict: bool = True):
+def checked_cluster(tmp_path, controllers: int, brokers: int, overrides: dict[str, str], *, strict: bool = False):
     """tests.clusterkit.running_cluster, whose traces are checked once the test body ended well
     and every node stopped (a failing body is reported as it is, unchecked)."""
     with running_cluster(tmp_path, controllers, brokers, overrides) as running:
         yield running
-    check_cluster_traces(running[0], strict=strict, kraft_strict=kraft_strict)
+    check_cluster_traces(running[0], strict=strict)
