@@ -42,7 +42,7 @@ def test_incremental_alter_configs_reach_every_broker(tmp_path):
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})
         admin.create_topics([NewTopic(TOPIC, 2, 3)])[TOPIC].result(timeout=30)
@@ -108,7 +108,7 @@ def test_enabling_unclean_election_elects_an_offline_partition(tmp_path, level):
 
     topic = "offline"
     settings = {**SETTINGS, "auto.leader.rebalance.enable": "false"}
-    with checked_cluster(tmp_path, 3, 3, settings, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_listed(specs, processes)
         from kref.node.local_cluster import bootstrap_servers

@@ -55,7 +55,7 @@ def test_consumers_through_different_brokers_form_one_group(tmp_path):
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
         wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": ",".join(servers)})
@@ -113,7 +113,7 @@ def test_kafka_python_commit_through_one_broker_is_listed_through_another(tmp_pa
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         servers = bootstrap_servers(specs).split(",")
         wait_listed(specs, processes)
         nodes = {wait_until(lambda s=s: _coordinator_found(s, "g-kp"), "a coordinator") for s in servers}

@@ -64,7 +64,7 @@ def alter_default(port: int, name: str, value: str | None) -> tuple[int, str | N
 def test_dynamic_broker_configs_are_the_same_on_every_node(tmp_path):
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         # Start-up alone can take most of a minute on a loaded 2-core box.
         assert wait_ready(specs, STARTUP_S, alive=lambda: all(x.poll() is None for x in processes.values())), \

@@ -143,7 +143,7 @@ def test_nodes_behind_the_log_start_catch_up_through_fetch_snapshot(tmp_path):
     from confluent_kafka.admin import AdminClient
 
 
-    with checked_cluster(tmp_path, 3, 4, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 4, SETTINGS) as (specs, processes, start):
         wait_listed(specs, processes)
         # The voter victim does not lead the quorum; node 4 is the broker-only observer.
         leader = wait_until(lambda: next((s.node_id for s in specs if s.controller_port
@@ -196,7 +196,7 @@ def _restart(spec, processes, start) -> None:
 
 @pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
-    with checked_cluster(tmp_path, 1, 1, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, SETTINGS) as (specs, processes, start):
         (node,) = specs
         names = [f"r-{i:03d}" for i in range(TOPICS)]
         create_topics(f"127.0.0.1:{node.client_port}", names, partitions=3)
@@ -224,7 +224,7 @@ def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
 @pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_a_corrupt_snapshot_is_ignored_with_a_clear_line(tmp_path):
     settings = {**SINGLE, "metadata.max.retention.bytes": "-1", "metadata.max.retention.ms": "-1"}
-    with checked_cluster(tmp_path, 1, 1, settings, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, settings) as (specs, processes, start):
         (node,) = specs
         names = [f"c-{i:03d}" for i in range(TOPICS)]
         create_topics(f"127.0.0.1:{node.client_port}", names)

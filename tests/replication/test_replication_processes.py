@@ -212,7 +212,7 @@ def test_min_insync_replicas_refuses_acks_all_until_the_follower_returns(tmp_pat
     from kafka import KafkaProducer
     from kafka.errors import NotEnoughReplicasError
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         bootstrap, admin, first = _replicated_topic(specs, processes, **{"min.insync.replicas": "3"})
         all_acks = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=0, request_timeout_ms=10000)
@@ -256,7 +256,7 @@ def test_committed_offsets_survive_the_loss_of_the_coordinator(tmp_path):
 
     group = "survivors"
     settings = {**SETTINGS, "offsets.topic.num.partitions": "3"}
-    with checked_cluster(tmp_path, 3, 3, settings, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, settings) as (specs, processes, start):
         bootstrap, _, _ = _replicated_topic(specs, processes)
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         for i in range(20):

@@ -130,7 +130,7 @@ def test_throttled_catch_up_moves_at_about_the_configured_rate(tmp_path):
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, kraft_strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_unfenced(specs, processes)
         bootstrap = bootstrap_servers(specs)
