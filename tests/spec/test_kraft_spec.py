@@ -39,6 +39,7 @@ CONSTANTS
     MaxSnapshotOffset = 0
     MaxCrashes = 0
     MaxPauses = 0
+    MaxMessages = 100
 SPECIFICATION {spec}
 PROPERTIES
     EventuallyLeader
