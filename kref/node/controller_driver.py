@@ -141,8 +141,13 @@ class ControllerDriver:
         Consecutive WriteRecords (the decisions of several requests taken in one
         turn, `request_many`) go to the quorum as one append: one write and one
         replication round for all of them, as Kafka's controller appends a
-        whole AlterPartition request's records together. Any other effect
-        first flushes the writes before it, so trace events keep their order."""
+        whole AlterPartition request's records together.
+
+        A decision's trace events (RegisterBroker, FenceBroker, an election:
+        spec actions that append a record) are emitted before its records are
+        proposed: a single voter commits inside the proposal and logs its
+        AdvanceHighWatermark over them there, and the spec's append must come
+        first."""
         replies: list[tuple[int | None, object, trio.Event | None]] = []
         writes: list[c.WriteRecords] = []
 
@@ -166,21 +171,20 @@ class ControllerDriver:
                     replies.append(self._after_commit(w.request_id, w.base_offset + len(w.records), w.reply))
 
         for effect in effects:
-            if isinstance(effect, c.WriteRecords):
-                if writes and writes[-1].base_offset + len(writes[-1].records) != effect.base_offset:
-                    flush()
-                writes.append(effect)
-                continue
-            flush()
             match effect:
+                case c.WriteRecords():
+                    if writes and writes[-1].base_offset + len(writes[-1].records) != effect.base_offset:
+                        flush()
+                    writes.append(effect)
+                case c.Emit():
+                    if self.trace_sink is not None:
+                        self.trace_sink.emit(effect.event)
                 case c.Reply():
+                    flush()
                     if effect.commit_offset > self.raft.high_watermark:
                         replies.append(self._after_commit(effect.request_id, effect.commit_offset, effect.reply))
                     else:
                         replies.append((effect.request_id, effect.reply, None))
-                case c.Emit():
-                    if self.trace_sink is not None:
-                        self.trace_sink.emit(effect.event)
         flush()
         return replies
 

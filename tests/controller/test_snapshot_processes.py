@@ -35,7 +35,7 @@ from kref.node.local_cluster import bootstrap_servers
 from kref.storage.metadata_log import MetadataLog
 from kref.protocol.client import WireClient
 from kref.protocol.codec import request_class
-from tests.clusterkit import describe_quorum, running_cluster, wait_until, wait_listed
+from tests.clusterkit import describe_quorum, wait_until, wait_listed
 from tests.controller.trace_validation import checked_cluster
 
 SINGLE = {
@@ -194,11 +194,9 @@ def _restart(spec, processes, start) -> None:
     start(spec)
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
-    # Single voter: traces written, not checked. Its RegisterBroker is logged after
-    # the single voter's AdvanceHighWatermark over that very record, which
-    # spec/KRaft.tla cannot take (session 11's CI; an open item in the closing note).
-    with running_cluster(tmp_path, 1, 1, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, SETTINGS) as (specs, processes, start):
         (node,) = specs
         names = [f"r-{i:03d}" for i in range(TOPICS)]
         create_topics(f"127.0.0.1:{node.client_port}", names, partitions=3)
@@ -223,10 +221,10 @@ def test_restart_loads_the_snapshot_then_the_log_after_it(tmp_path):
         assert all(after[n] == 3 for n in names) and after["tail-1"] == 1
 
 
+@pytest.mark.timeout(900)  # the cluster run plus TLC on its traces (trace_validation.TIMEOUT_S per spec)
 def test_a_corrupt_snapshot_is_ignored_with_a_clear_line(tmp_path):
     settings = {**SINGLE, "metadata.max.retention.bytes": "-1", "metadata.max.retention.ms": "-1"}
-    # Single voter: traces written, not checked (see the test above).
-    with running_cluster(tmp_path, 1, 1, settings) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, settings) as (specs, processes, start):
         (node,) = specs
         names = [f"c-{i:03d}" for i in range(TOPICS)]
         create_topics(f"127.0.0.1:{node.client_port}", names)
