@@ -112,7 +112,7 @@ class ClusterView:
         self._alter_resend_due: dict[Any, tuple[Any, int]] = {}
         self._alter_sender_running = False
         self._alter_wake = trio.Event()
-        self.alter_partition_requests = 0  # AlterPartition requests sent (tests read it)
+        self.alter_partition_requests = 0  # AlterPartition requests sent (numbered in the per-request log line)
         raft.on_commit.append(self._on_commit)
         raft.on_snapshot.append(self._on_snapshot)
         broker.kraft = self  # the handlers' hook
