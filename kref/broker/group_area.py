@@ -33,7 +33,8 @@ registers:
   committed offsets of a deleted topic, as Kafka does.
 
 `__consumer_offsets` is created on the first FindCoordinator for a group,
-like Kafka does, as a compacted topic with offsets.topic.num.partitions
+like Kafka does (on `kref cluster` in the background: that FindCoordinator
+gets COORDINATOR_NOT_AVAILABLE at once and the client retries), as a compacted topic with offsets.topic.num.partitions
 partitions (on `kref cluster` through the active controller, with
 offsets.topic.replication.factor replicas); if it already exists its real
 partition count wins, so groups keep mapping to the partition that holds
@@ -99,6 +100,11 @@ class GroupArea:
     offsets_roles: dict[int, tuple[str, int]] = field(default_factory=dict)
     # partitions led before the nursery ran -> leader_epoch
     offsets_loads_waiting: dict[int, int] = field(default_factory=dict)
+    # On `kref cluster`: True while this broker's CreateTopics for
+    # __consumer_offsets is with the controller (one at a time), and why the
+    # last one failed, if it did (said in the next COORDINATOR_NOT_AVAILABLE).
+    offsets_creation_running: bool = False
+    offsets_creation_failed: str | None = None
 
 
 def _group_config(config, num_partitions: int | None = None) -> g.GroupConfig:
@@ -306,10 +312,35 @@ async def _ensure_offsets_topic_in_cluster(broker, kraft) -> str | None:
     return result.error_message or ErrorCode(result.error_code).name
 
 
+async def _create_offsets_topic_in_background(broker, kraft) -> None:
+    area: GroupArea = broker.group_area
+    try:
+        area.offsets_creation_failed = await _ensure_offsets_topic_in_cluster(broker, kraft)
+    except Exception as exc:  # a background task must not take the broker's nursery down
+        log.exception("cannot create %s", OFFSETS_TOPIC)
+        area.offsets_creation_failed = f"{type(exc).__name__}: {exc}"
+    finally:
+        area.offsets_creation_running = False
+
+
 async def _cluster_coordinator_for(broker, kraft, key: str, listener_name: str):
-    why = await _ensure_offsets_topic_in_cluster(broker, kraft)
-    if why is not None:
-        return g.Errors.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {why}", -1, "", -1
+    if not kraft.has_topic(OFFSETS_TOPIC):
+        # As Kafka's brokers do: ask the controller for the topic in the
+        # background and answer COORDINATOR_NOT_AVAILABLE at once; every client
+        # retries FindCoordinator (with its own backoff) until the topic's
+        # partitions have leaders. Waiting here instead held the client's
+        # request for up to the CreateTopics timeout (15 s), longer than some
+        # clients' socket timeouts.
+        area: GroupArea = broker.group_area
+        if broker.nursery is None:  # not serving yet: nothing to run the task in
+            why = await _ensure_offsets_topic_in_cluster(broker, kraft)
+        else:
+            why = area.offsets_creation_failed or "being created"
+            if not area.offsets_creation_running:
+                area.offsets_creation_running = True
+                broker.nursery.start_soon(_create_offsets_topic_in_background, broker, kraft)
+        if why is not None:
+            return g.Errors.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is not there yet: {why}", -1, "", -1
     count = kraft.partition_count(OFFSETS_TOPIC)
     p = partition_for(key, count)
     partition = kraft.partition(OFFSETS_TOPIC, p)
