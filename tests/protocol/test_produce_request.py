@@ -109,3 +109,23 @@ def test_a_tagged_field_takes_the_generic_path():
     tagged = frame[:-1] + b"\x01\x05\x01\x00"  # one unknown tag (5), one byte long
     assert decode_produce(tagged, body_at, 9) is None
     assert _outcome(lambda f: decode_request(f, SUPPORTED), tagged) == _outcome(_generic, tagged)
+
+
+def test_large_records_are_a_view_into_the_frame_with_the_same_bytes():
+    from kref.protocol.produce_request import VIEW_BYTES
+
+    rng = random.Random(SEED)
+    for version in (3, 9, 13):
+        cls = request_class(0, version)
+        topic_type, part_type = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+        key = {"topic_id": uuid.UUID(int=7)} if version >= 13 else {"name": "big"}
+        records = rng.randbytes(VIEW_BYTES + 17)
+        request = cls(transactional_id=None, acks=1, timeout=datetime.timedelta(milliseconds=1500),
+                      topic_data=(topic_type(**key, partition_data=(part_type(index=0, records=records),)),))
+        frame = encode_request(request, 3)[4:]
+        body = decode_request(frame, SUPPORTED).body
+        assert body == from_kio(request)
+        decoded = body.topics[0][2][0][1]
+        assert isinstance(decoded, memoryview) and bytes(decoded) == records
+        # Cut one byte short: the generic path decides, as for any other frame.
+        assert _outcome(lambda f: decode_request(f, SUPPORTED), frame[:-1]) == _outcome(_generic, frame[:-1])
