@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -112,11 +113,12 @@ def start_kref():
 
 
 @contextlib.contextmanager
-def start_kref_process(env: dict[str, str] | None = None, log_file=None):
+def start_kref_process(env: dict[str, str] | None = None, log_file=None, log_dirs_in: str | None = None):
     """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU).
-    `log_file`: an open file for the broker's log (bench/latency_smoke.py reads it); else discarded."""
+    `log_file`: an open file for the broker's log (bench/latency_smoke.py reads it); else discarded.
+    `log_dirs_in`: the directory its temporary log dir is made in (default: the system's temp dir)."""
     port = free_port()
-    data = tempfile.mkdtemp(prefix="kref-bench-")
+    data = tempfile.mkdtemp(prefix="kref-bench-", dir=log_dirs_in)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kref.cli", "broker",
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
@@ -343,6 +345,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="paired rounds (1-9): each runs both brokers back to back, the order alternating")
     parser.add_argument("--only", choices=["kref", "tansu"], default=None)
+    parser.add_argument("--kref-log-dirs-in", metavar="DIR", default=None,
+                        help="make kref's temporary log dir in DIR (e.g. /dev/shm, a memory file system like "
+                             "Tansu's memory:// storage; default: the system's temp dir, usually a disk)")
     parser.add_argument("--realtime", action="store_true",
                         help="the single-record phase at SCHED_FIFO priority (broker and client, both brokers alike)")
     parser.add_argument("--fetch-queue-backoff-ms", type=int, default=10,
@@ -359,7 +364,8 @@ def main() -> int:
     # (both brokers measured back to back, the order alternating so neither
     # always runs second), then the median and the spread over the pairs
     # are reported, as issue 12 asks, rather than one broker's best run.
-    brokers = [("kref", start_kref_process), ("tansu", start_tansu_process)]
+    brokers = [("kref", functools.partial(start_kref_process, log_dirs_in=args.kref_log_dirs_in)),
+               ("tansu", start_tansu_process)]
     pairs: list[dict[str, Figures]] = []
     for round_no in range(args.rounds):
         pair: dict[str, Figures] = {}
@@ -377,7 +383,8 @@ def main() -> int:
             f"produce {f.produce_cpu_us:.2f} consume {f.consume_cpu_us:.2f}, per single request {f.single_cpu_us:.0f}"
             for n, f in pair.items()), flush=True)
 
-    print(f"\n{args.messages} x {args.value_bytes}-byte records batched; {args.requests} single-record produces; "
+    print(f"\nkref log dirs in {args.kref_log_dirs_in or tempfile.gettempdir()}; Tansu storage memory://")
+    print(f"{args.messages} x {args.value_bytes}-byte records batched; {args.requests} single-record produces; "
           f"{args.rounds} paired round(s); medians, [min-max] over rounds; consumer fetch.queue.backoff.ms "
           f"{args.fetch_queue_backoff_ms if args.fetch_queue_backoff_ms >= 0 else 'default (1000)'}"
           f"{'; single-record phase at real-time priority' if args.realtime else ''}")
