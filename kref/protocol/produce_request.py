@@ -92,6 +92,9 @@ def decode_produce(frame: bytes, pos: int, version: int) -> ProduceBody | None:
 def _length(frame: bytes, pos: int, flexible: bool, fixed: struct.Struct) -> tuple[int, int]:
     """A string/bytes length or an array count (-1: null), compact in flexible versions."""
     if flexible:
+        byte = frame[pos]
+        if byte < 0x80:  # nearly every length and count: one byte, no call
+            return byte - 1, pos + 1
         n, pos = _uvarint(frame, pos)
         return n - 1, pos
     (n,) = fixed.unpack_from(frame, pos)
@@ -117,12 +120,6 @@ def _records(frame: bytes, pos: int, n: int) -> tuple[bytes | memoryview | None,
     if pos + n > len(frame):
         raise _NotPlain
     return memoryview(frame)[pos:pos + n], pos + n
-
-
-def _no_tags(frame: bytes, pos: int) -> int:
-    if frame[pos] != 0:
-        raise _NotPlain  # a tagged field: kio's reader knows what to do with it
-    return pos + 1
 
 
 def _decode(frame: bytes, pos: int, version: int) -> ProduceBody:
@@ -158,13 +155,19 @@ def _decode(frame: bytes, pos: int, version: int) -> ProduceBody:
             n, pos = _length(frame, pos + 4, flexible, _I32)
             records, pos = _records(frame, pos, n)
             if flexible:
-                pos = _no_tags(frame, pos)
+                if frame[pos]:
+                    raise _NotPlain  # a tagged field: kio's reader knows what to do with it
+                pos += 1
             partitions.append((index, records))
         if flexible:
-            pos = _no_tags(frame, pos)
+            if frame[pos]:
+                raise _NotPlain
+            pos += 1
         topics.append((name, topic_id, tuple(partitions)))
     if flexible:
-        pos = _no_tags(frame, pos)
+        if frame[pos]:
+            raise _NotPlain
+        pos += 1
     if pos != len(frame):
         raise _NotPlain  # bytes left over: the generic path reports them
     return ProduceBody(transactional_id, acks, timeout_ms, tuple(topics))
