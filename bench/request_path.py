@@ -49,6 +49,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # are counted in both, e.g. the append inside the produce handler).
 STAGES = [
     ("read + frame (trio receive_some, FrameDecoder)", "framing.py", "feed"),
+    ("frame a lone request (FrameDecoder.whole_frame)", "framing.py", "whole_frame"),
     ("decode request (codec.decode_request, kio)", "codec.py", "decode_request"),
     ("dispatch (router)", "router.py", "dispatch"),
     ("  produce handler", "produce.py", "produce"),

@@ -63,6 +63,25 @@ _FOLLOWER_EFFECTS = (
     fcore.FetchBackoff,
 )
 
+# What _apply does with an effect, by its exact class: one dict look-up per
+# effect instead of a chain of up to six isinstance calls (17 per
+# single-record produce, the largest item of this driver's share of it).
+# Filled on first sight of each class, so at most one entry per effect class.
+_EMIT, _HW_ADVANCED, _LEO_ADVANCED, _ASSIGN_EPOCH, _FOLLOWER, _ALTER, _ANSWER = range(7)
+_EFFECT_KINDS: dict[type, int] = {}
+
+
+def _effect_kind(kind: type) -> int:
+    for base, code in ((core.Emit, _EMIT), (core.HighWatermarkAdvanced, _HW_ADVANCED),
+                       (core.LogEndOffsetAdvanced, _LEO_ADVANCED), (core.AssignLeaderEpoch, _ASSIGN_EPOCH),
+                       (_FOLLOWER_EFFECTS, _FOLLOWER), (core.AlterPartition, _ALTER)):
+        if issubclass(kind, base):
+            break
+    else:
+        code = _ANSWER
+    _EFFECT_KINDS[kind] = code
+    return code
+
 
 def error_code_for(exc: BaseException) -> int:
     """The Kafka error code a storage or record error answers a client with."""
@@ -198,22 +217,25 @@ class Partition:
         alter_requests: list[core.AlterPartition] = []
         woke = False
         for effect in effects:
-            if isinstance(effect, core.Emit):
+            kind = _EFFECT_KINDS.get(type(effect))
+            if kind is None:
+                kind = _effect_kind(type(effect))
+            if kind == _EMIT:
                 if self.trace.enabled:
                     self.trace.emit(effect.event)
-            elif isinstance(effect, core.HighWatermarkAdvanced):
+            elif kind == _HW_ADVANCED:
                 # Bytes count as arrived for parked fetches once the core says
                 # their last offset is visible.
                 while self._above_hw and self.core.is_visible(self._above_hw[0][0]):
                     self.visible_bytes += self._above_hw.popleft()[1]
                 woke = True
-            elif isinstance(effect, core.LogEndOffsetAdvanced):
+            elif kind == _LEO_ADVANCED:
                 woke = True
-            elif isinstance(effect, core.AssignLeaderEpoch):
+            elif kind == _ASSIGN_EPOCH:
                 self.log.leader_epoch_cache.assign(effect.leader_epoch, effect.start_offset)
-            elif isinstance(effect, _FOLLOWER_EFFECTS):
+            elif kind == _FOLLOWER:
                 self._carry_out_follower(effect, now_ms, backoff_ms)
-            elif isinstance(effect, core.AlterPartition):
+            elif kind == _ALTER:
                 # To the controller (the single broker's local metadata source);
                 # its answer is stepped once these effects are carried out.
                 if self.alter_partition is None:

@@ -207,6 +207,17 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                 if not data:
                     decoder.end_of_stream()
                     return
+                frame = decoder.whole_frame(data)
+                if frame is not None:
+                    # One whole request and nothing else (a client waiting for
+                    # each answer): no buffering, and no look-ahead to do.
+                    request = decode_request(frame, router.supported_versions)
+                    if unanswered == 0:
+                        await answer(request, more_waiting=False)
+                    else:
+                        unanswered += 1
+                        await send_requests.send(request)
+                    continue
                 decoder.feed(data)
                 # Frame by frame with one frame of look-ahead (whether another
                 # follows decides who answers); bounded: these are bytes the

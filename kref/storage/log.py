@@ -58,9 +58,7 @@ from kref.records.header import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     iter_headers,
-    set_base_offset,
     set_log_append_time,
-    set_partition_leader_epoch,
 )
 from kref.ports.fs import FileSystem
 from kref.storage.checkpoint import fsync_dir
@@ -143,6 +141,7 @@ class FetchDataInfo:
 
 
 _FRAME = struct.Struct(">qi")  # baseOffset, batchLength
+_STAMP = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: a leader append's stamp
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
@@ -382,8 +381,9 @@ class Log:
         else:
             self._check_append_size(len(buf))
             headers = validated
-            if any(h.last_offset_delta < 0 for h in headers):
-                raise InvalidRecordError("negative lastOffsetDelta")
+            for h in headers:
+                if h.last_offset_delta < 0:
+                    raise InvalidRecordError("negative lastOffsetDelta")
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
         cfg = self.config
@@ -421,8 +421,9 @@ class Log:
         next_offset = self.log_end_offset
         stamped = []
         for h in headers:
-            set_base_offset(buf, h, next_offset)
-            set_partition_leader_epoch(buf, h, leader_epoch)
+            # baseOffset and partitionLeaderEpoch (outside the CRC) in one
+            # write, batchLength between them rewritten with its own value.
+            _STAMP.pack_into(buf, h.position, next_offset, h.batch_length, leader_epoch)
             # Field by field: dataclasses.replace walks the fields reflectively,
             # and that was a visible share of a single-record produce.
             h = BatchHeader(h.position, next_offset, h.batch_length, leader_epoch, h.magic, h.crc, h.attributes,
@@ -539,7 +540,7 @@ class Log:
             last_offset=last,
             max_timestamp=max_ts,
             offset_of_max_timestamp=offset_of_max,
-            records_count=sum(h.records_count for h in headers),
+            records_count=headers[0].records_count if len(headers) == 1 else sum(h.records_count for h in headers),
             log_start_offset=self.log_start_offset,
             batches=headers,
         )

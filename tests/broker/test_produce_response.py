@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from kref.broker.handlers._responses import build, error, response_types, topic_key_fields
-from kref.broker.handlers.produce_response import encode_produce_response
+from kref.broker.handlers.produce_response import encode_produce_response, encode_single_partition_response
 from kref.protocol.codec import encode_body
 
 TOPICS = [
@@ -57,3 +57,14 @@ def test_empty_response_and_version_bounds():
             build(response_types(0, version).ProduceResponse, responses=()))
     with pytest.raises(ValueError):
         encode_produce_response(2, [])
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_single_partition_answer_equals_the_general_encoder(version):
+    for name, topic_id, partitions in TOPICS:
+        for partition in partitions:
+            for _ in range(2):  # the second answer reuses the cached head
+                assert encode_single_partition_response(version, name, topic_id, partition) == (
+                    encode_produce_response(version, [(name, topic_id, [partition])]))
+    assert encode_single_partition_response(version, None, None, (0, 3, -1, -1, -1, None)) == (
+        encode_produce_response(version, [(None, None, [(0, 3, -1, -1, -1, None)])]))

@@ -143,3 +143,51 @@ def test_large_frame_truncated_by_end_of_stream():
     assert d.buffered_bytes == 6000 and d.missing_bytes == 94000
     with pytest.raises(TruncatedFrameError, match="6000 bytes buffered of 100000"):
         d.end_of_stream()
+
+
+def _fed_outcome(chunks: list[bytes], max_bytes: int):
+    """Frames (or the error type) from feed + next_frame alone."""
+    d = FrameDecoder(max_bytes)
+    out = []
+    try:
+        for chunk in chunks:
+            d.feed(chunk)
+            out += list(d.frames())
+    except FrameError as exc:
+        return out, type(exc)
+    return out, None
+
+
+def _whole_first_outcome(chunks: list[bytes], max_bytes: int):
+    """The server's way: whole_frame first, feed + next_frame when it says None."""
+    d = FrameDecoder(max_bytes)
+    out = []
+    try:
+        for chunk in chunks:
+            frame = d.whole_frame(chunk)
+            if frame is not None:
+                out.append(frame)
+                continue
+            d.feed(chunk)
+            out += list(d.frames())
+    except FrameError as exc:
+        return out, type(exc)
+    return out, None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=6), st.integers(min_value=1, max_value=30))
+def test_whole_frame_first_changes_nothing(chunks, max_bytes):
+    # Chunks that are whole frames, frames cut anywhere, bad and oversized prefixes alike.
+    framed = [encode_frame(c) if i % 2 == 0 else c for i, c in enumerate(chunks)]
+    assert _whole_first_outcome(framed, max_bytes) == _fed_outcome(framed, max_bytes)
+
+
+def test_whole_frame_only_when_nothing_is_buffered():
+    d = FrameDecoder(100)
+    assert d.whole_frame(encode_frame(b"abc")) == b"abc"
+    d.feed(b"\x00\x00")  # half a size prefix buffered: the next read is not a frame of its own
+    assert d.whole_frame(encode_frame(b"abc")) is None
+    with pytest.raises(InvalidFrameSizeError):
+        FrameDecoder(2).whole_frame(encode_frame(b"abc"))
+    assert FrameDecoder(100).whole_frame(encode_frame(b"abc") + b"\x00") is None  # more than one frame

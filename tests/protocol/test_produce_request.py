@@ -1,8 +1,10 @@
 """kref/protocol/produce_request.py reads Produce v3-v13 with struct; kio's
 reader is the judge. For every version, requests of many shapes written by
-kio's writer must decode to equal kio dataclasses on both paths, and
-mangled frames (cut short, bytes flipped, bytes appended) must give the
-generic path's outcome: the same request, or the same error type."""
+kio's writer must decode to equal bodies on both paths (the struct reader's
+ProduceBody against `from_kio` of kio's dataclasses, which must themselves
+equal what was written), and mangled frames (cut short, bytes flipped,
+bytes appended) must give the generic path's outcome: the same request, or
+the same error type."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from kref.protocol.codec import decode_request, encode_request, request_class
 from kref.protocol.errors import ProtocolError
 from kref.protocol import codec
 from kref.protocol.messages import nested
-from kref.protocol.produce_request import decode_produce
+from kref.protocol.produce_request import ProduceBody, decode_produce, from_kio
 
 SEED = 1207
 SUPPORTED = {0: (3, 13)}
@@ -57,9 +59,10 @@ def _generic(frame: bytes):
 
 def _outcome(decode, frame: bytes):
     try:
-        return decode(frame).body
+        body = decode(frame).body
     except ProtocolError as exc:
         return type(exc)
+    return body if type(body) is ProduceBody else from_kio(body)
 
 
 @pytest.mark.parametrize("version", range(3, 14))
@@ -71,7 +74,8 @@ def test_struct_reader_equals_kio(version):
         request = _request(version, rng)
         frame = encode_request(request, 7)[4:]
         decoded = decode_request(frame, SUPPORTED)
-        assert decoded.body == request
+        assert type(decoded.body) is ProduceBody
+        assert decoded.body == from_kio(request)
         assert _generic(frame).body == request
         plain += decode_produce(frame, len(frame) - len(_body_bytes(request)), version) is not None
         # Mangled frames: the same outcome on both paths.
@@ -105,3 +109,23 @@ def test_a_tagged_field_takes_the_generic_path():
     tagged = frame[:-1] + b"\x01\x05\x01\x00"  # one unknown tag (5), one byte long
     assert decode_produce(tagged, body_at, 9) is None
     assert _outcome(lambda f: decode_request(f, SUPPORTED), tagged) == _outcome(_generic, tagged)
+
+
+def test_large_records_are_a_view_into_the_frame_with_the_same_bytes():
+    from kref.protocol.produce_request import VIEW_BYTES
+
+    rng = random.Random(SEED)
+    for version in (3, 9, 13):
+        cls = request_class(0, version)
+        topic_type, part_type = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+        key = {"topic_id": uuid.UUID(int=7)} if version >= 13 else {"name": "big"}
+        records = rng.randbytes(VIEW_BYTES + 17)
+        request = cls(transactional_id=None, acks=1, timeout=datetime.timedelta(milliseconds=1500),
+                      topic_data=(topic_type(**key, partition_data=(part_type(index=0, records=records),)),))
+        frame = encode_request(request, 3)[4:]
+        body = decode_request(frame, SUPPORTED).body
+        assert body == from_kio(request)
+        decoded = body.topics[0][2][0][1]
+        assert isinstance(decoded, memoryview) and bytes(decoded) == records
+        # Cut one byte short: the generic path decides, as for any other frame.
+        assert _outcome(lambda f: decode_request(f, SUPPORTED), frame[:-1]) == _outcome(_generic, frame[:-1])

@@ -33,10 +33,11 @@ import uuid
 from typing import Any
 
 from kref.broker.broker import INTERNAL_TOPICS
-from kref.broker.handlers.produce_response import encode_produce_response
+from kref.broker.handlers.produce_response import encode_produce_response, encode_single_partition_response
 from kref.broker.partition import AppendResult, error_code_for
 from kref.protocol.codec import PreEncoded, response_class
 from kref.protocol.errors import ErrorCode
+from kref.protocol.produce_request import ProduceBody, from_kio
 from kref.records.errors import CorruptRecordError, InvalidRecordError
 from kref.records.framing_validation import validate_records_framing
 from kref.records.header import BatchHeader
@@ -50,7 +51,6 @@ MIN_VERSION, MAX_VERSION = 3, 13
 # Bound on how long an acks=all produce may wait, whatever the client asks.
 MAX_PRODUCE_TIMEOUT_MS = 300_000
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-
 
 
 def validate_produce_payload(records: bytes | None, max_message_bytes: int) -> list[BatchHeader]:
@@ -81,77 +81,92 @@ def register(router, broker) -> None:
 
 
 async def produce(broker, api_version: int, request) -> Any:
+    if type(request) is not ProduceBody:
+        request = from_kio(request)  # the generic reader's kio dataclasses
     now_ms = broker.now_ms()
-    acks = int(request.acks)
-    results: dict[tuple[str | None, uuid.UUID | None], dict[int, AppendResult]] = {}
-    waiting: dict[tuple[str, int], ProducePartitionStatus] = {}
-    waiting_results: dict[tuple[str, int], AppendResult] = {}
+    acks = request.acks
+    topics = request.topics
+    if len(topics) == 1 and len(topics[0][2]) == 1:
+        # The shape nearly every client sends (one batch for one partition):
+        # the same steps without the per-topic and per-partition dicts.
+        (name, topic_id, ((index, records),)), = topics
+        result, part = _append_partition(broker, name, topic_id, index, records, acks, now_ms)
+        if acks == 0:
+            return None
+        if result.required_offset is not None:
+            await _wait_for_acks_all(broker, {part.key: result}, request.timeout_ms)
+        body = encode_single_partition_response(api_version, name, topic_id, _row(index, result))
+        return PreEncoded(response_class(PRODUCE, api_version), body)
 
-    for topic_data in request.topic_data:
-        name = getattr(topic_data, "name", None)
-        topic_id = getattr(topic_data, "topic_id", None)
-        if name is None and topic_id is not None:
-            meta = broker.topic_by_id(topic_id)
-            name = meta.name if meta is not None else None
-            unknown = ErrorCode.UNKNOWN_TOPIC_ID
-        else:
-            unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        per_partition = results.setdefault((getattr(topic_data, "name", None), topic_id), {})
-        for pd in topic_data.partition_data:
-            if name in INTERNAL_TOPICS:
-                # Only the coordinators write there, through the driver directly.
-                per_partition[pd.index] = AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                                       error_message=f"cannot produce to internal topic {name}")
-                continue
-            part = broker.partitions.get((name, pd.index)) if name is not None else None
-            if part is None:
-                per_partition[pd.index] = AppendResult(broker.absent_partition_error(name, pd.index, unknown))
-                continue
-            try:
-                max_message_bytes = int(getattr(part.log.config, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
-                headers = validate_produce_payload(pd.records, max_message_bytes)
-            except (CorruptRecordError, PayloadTooLarge) as exc:
-                per_partition[pd.index] = AppendResult(error_code_for(exc), error_message=str(exc))
-                continue
-            # The headers parsed here (CRC and size checked) travel to the Log:
-            # the batch header is parsed once per produce.
-            result = part.append_records_as_leader(
-                pd.records, acks, headers[0].records_count, now_ms, validated=headers
-            )
-            per_partition[pd.index] = result
+    results: dict[tuple[str | None, uuid.UUID | None], dict[int, AppendResult]] = {}
+    waiting: dict[tuple[str, int], AppendResult] = {}
+    for name, topic_id, partitions in topics:
+        per_partition = results.setdefault((name, topic_id), {})
+        for index, records in partitions:
+            result, part = _append_partition(broker, name, topic_id, index, records, acks, now_ms)
+            per_partition[index] = result
             if result.required_offset is not None:
-                waiting[part.key] = ProducePartitionStatus(result.required_offset)
-                waiting_results[part.key] = result
+                waiting[part.key] = result
 
     if acks == 0:
         return None
-
     if waiting:
-        def check(key, required_offset):
-            part = broker.partitions.get(key)
-            if part is None:
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            return part.check_produce_completion(required_offset)
-
-        op = DelayedProduce(waiting, check)
-        timeout_ms = max(0, min(int(request.timeout.total_seconds() * 1000), MAX_PRODUCE_TIMEOUT_MS))
-        await wait_for(broker.produce_purgatory, op, timeout_ms)
-        for key, status in op.partitions.items():
-            waiting_results[key].error_code = status.error_code
-
+        await _wait_for_acks_all(broker, waiting, request.timeout_ms)
     body = encode_produce_response(
         api_version,
         (
-            (
-                name,
-                topic_id,
-                [
-                    (index, r.error_code, r.base_offset, r.log_append_time if r.log_append_time is not None else -1,
-                     r.log_start_offset, r.error_message if r.error_code else None)
-                    for index, r in per_partition.items()
-                ],
-            )
+            (name, topic_id, [_row(index, r) for index, r in per_partition.items()])
             for (name, topic_id), per_partition in results.items()
         ),
     )
     return PreEncoded(response_class(PRODUCE, api_version), body)
+
+
+def _append_partition(
+    broker, name: str | None, topic_id: uuid.UUID | None, index: int, records: bytes | None, acks: int, now_ms: int
+) -> tuple[AppendResult, Any]:
+    """One partition's produce: resolve, check the payload, append as leader.
+
+    Returns the result and the partition (None when nothing was appended).
+    """
+    if name is None and topic_id is not None:
+        meta = broker.topic_by_id(topic_id)
+        name = meta.name if meta is not None else None
+        unknown = ErrorCode.UNKNOWN_TOPIC_ID
+    else:
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if name in INTERNAL_TOPICS:
+        # Only the coordinators write there, through the driver directly.
+        return AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                            error_message=f"cannot produce to internal topic {name}"), None
+    part = broker.partitions.get((name, index)) if name is not None else None
+    if part is None:
+        return AppendResult(broker.absent_partition_error(name, index, unknown)), None
+    try:
+        max_message_bytes = int(getattr(part.log.config, "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
+        headers = validate_produce_payload(records, max_message_bytes)
+    except (CorruptRecordError, PayloadTooLarge) as exc:
+        return AppendResult(error_code_for(exc), error_message=str(exc)), None
+    # The headers parsed here (CRC and size checked) travel to the Log:
+    # the batch header is parsed once per produce.
+    return part.append_records_as_leader(records, acks, headers[0].records_count, now_ms, validated=headers), part
+
+
+async def _wait_for_acks_all(broker, waiting: dict[tuple[str, int], AppendResult], timeout_ms: int) -> None:
+    """Park the acks=all partitions in the produce purgatory; their results get the outcome."""
+    def check(key, required_offset):
+        part = broker.partitions.get(key)
+        if part is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return part.check_produce_completion(required_offset)
+
+    op = DelayedProduce({key: ProducePartitionStatus(r.required_offset) for key, r in waiting.items()}, check)
+    await wait_for(broker.produce_purgatory, op, max(0, min(timeout_ms, MAX_PRODUCE_TIMEOUT_MS)))
+    for key, status in op.partitions.items():
+        waiting[key].error_code = status.error_code
+
+
+def _row(index: int, r: AppendResult) -> tuple:
+    """A partition's response fields (produce_response.PartitionResult)."""
+    return (index, r.error_code, r.base_offset, r.log_append_time if r.log_append_time is not None else -1,
+            r.log_start_offset, r.error_message if r.error_code else None)

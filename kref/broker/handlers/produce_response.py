@@ -97,3 +97,34 @@ def encode_produce_response(
             out.append(b"\x00")  # topic tagged fields
     out.append(_RESPONSE_TAIL[api_version])  # throttle_time_ms 0 (and the tag buffer)
     return b"".join(out)
+
+
+# A one-partition answer's bytes around its fixed fields, per (version,
+# name, id): every single-record produce to the same partition writes the
+# same head (one topic, its key, one partition) and, without an error
+# message, the same tail. Bounded like _TOPIC_KEYS.
+_SINGLE_HEADS: dict[tuple, bytes] = {}
+_SINGLE_TAIL = {v: _PARTITION_TAIL[v] + (b"\x00" if v >= 9 else b"") + _RESPONSE_TAIL[v] for v in range(3, 14)}
+
+
+def encode_single_partition_response(
+    api_version: int, name: str | None, topic_id: uuid.UUID | None, partition: PartitionResult
+) -> bytes:
+    """encode_produce_response for one topic with one partition (the common answer), the same bytes."""
+    index, error_code, base_offset, append_time, log_start_offset, message = partition
+    if message is not None or not 3 <= api_version <= 13:
+        return encode_produce_response(api_version, ((name, topic_id, [partition]),))
+    key = (api_version, name, topic_id)
+    head = _SINGLE_HEADS.get(key)
+    if head is None:
+        if len(_SINGLE_HEADS) >= MAX_CACHED_TOPIC_KEYS:
+            _SINGLE_HEADS.clear()
+        flexible = api_version >= 9
+        head = _SINGLE_HEADS[key] = b"".join((
+            array_count(1, flexible), topic_key(name, topic_id, api_version >= 13, flexible), array_count(1, flexible),
+        ))
+    if api_version >= 5:
+        fixed = _PARTITION_V5.pack(index, error_code, base_offset, append_time, log_start_offset)
+    else:
+        fixed = _PARTITION_V3.pack(index, error_code, base_offset, append_time)
+    return b"".join((head, fixed, _SINGLE_TAIL[api_version]))
