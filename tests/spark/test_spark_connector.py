@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -97,7 +100,9 @@ def test_batch_read_returns_every_record_once_one_task_per_partition(spark, brok
     assert _row_tuples(rows) == delivered
     assert {r.topic for r in rows} == {topic}
     assert {r.timestampType for r in rows} == {0}  # CreateTime
-    assert all(r.timestamp is not None for r in rows)
+    # CreateTime of records produced by this module, not 1970 nor the future.
+    now = time.time()
+    assert all(now - 3600 < r.timestamp.timestamp() <= now + 60 for r in rows)
 
 
 def test_starting_and_ending_offsets(spark, broker, filled):
@@ -375,3 +380,15 @@ def test_write_failures_fail_the_task_with_a_clear_message(spark, broker):
         big.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
             "topic", small
         ).mode("append").save()
+
+
+def test_daemon_preload_imports_the_connector_and_starts_no_thread():
+    """kref.spark.daemon forks workers, so its preload must leave one thread."""
+    code = (
+        "import sys; from kref.spark import daemon; daemon.preload(); "
+        "assert 'kref.spark.source' in sys.modules and 'pyspark.worker' in sys.modules; "
+        "print(daemon._threads())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1"]
