@@ -5,9 +5,13 @@ only through confluent-kafka (librdkafka), exactly as an application would:
 Metadata to resolve the subscription, ListOffsets (KIP-79 EARLIEST=-2 /
 LATEST=-1 sentinels) to plan offset ranges, Fetch via an assigned consumer
 with no group to read one range, Produce with acks=all to write (Metadata
-naming the topic first, which lets the broker auto-create it). Nothing here
-keeps a connection past one call: Spark pickles readers and writers, so every
-task opens its own client inside the task and closes it on the way out.
+naming the topic first, which lets the broker auto-create it). Spark pickles
+readers and writers, so no client crosses a process boundary: every task
+opens its clients inside its Python worker. A read task closes its consumer
+on the way out; a write task that ends cleanly leaves its producer idle in
+the worker for the next write task there (as Spark's Kafka sink pools its
+producers), so a query's tasks skip the producer's start-up, its topic
+Metadata round trip and its teardown.
 
 Reading a range [from_offset, until_offset) ends when the consumer's position
 reaches until_offset, not when a record with offset until_offset-1 arrives:
@@ -20,7 +24,9 @@ is in docs/spark.md ("Performance").
 
 from __future__ import annotations
 
+import gc
 import logging
+from array import array
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -130,35 +136,48 @@ class Admin:
             return list(subscription.assignment)
         return sorted((topic, p) for topic in wanted for p in found[topic])
 
-    def list_offsets(self, partitions: list[TopicPartition], which: int) -> PartitionOffsets:
-        """log_start_offset (EARLIEST) or high_watermark (LATEST) of each partition."""
+    def offset_bounds(
+        self, partitions: list[TopicPartition]
+    ) -> tuple[PartitionOffsets, PartitionOffsets]:
+        """(log_start_offsets, high_watermarks) of the partitions.
+
+        Both ListOffsets requests (EARLIEST, LATEST) are sent before either
+        answer is awaited: one round trip of planning, not two.
+        """
         from confluent_kafka import IsolationLevel, KafkaException
         from confluent_kafka import TopicPartition as KafkaTopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         if not partitions:
-            return {}
-        spec = OffsetSpec.earliest() if which == EARLIEST else OffsetSpec.latest()
+            return {}, {}
         isolation = (
             IsolationLevel.READ_COMMITTED
             if self._isolation == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
-        futures = self._admin.list_offsets(
-            {KafkaTopicPartition(t, p): spec for t, p in partitions},
-            isolation_level=isolation,
-            request_timeout=self.timeout_s,
-        )
-        out: PartitionOffsets = {}
-        for tp, future in futures.items():
-            try:
-                out[(tp.topic, tp.partition)] = future.result(timeout=self.timeout_s + 5).offset
-            except KafkaException as exc:
-                raise KrefConnectorError(
-                    f"ListOffsets for {tp.topic}-{tp.partition} failed on kref broker "
-                    f"{self.bootstrap!r}: {exc}"
-                ) from None
-        return out
+        pending = [
+            self._admin.list_offsets(
+                {KafkaTopicPartition(t, p): spec for t, p in partitions},
+                isolation_level=isolation,
+                request_timeout=self.timeout_s,
+            )
+            for spec in (OffsetSpec.earliest(), OffsetSpec.latest())
+        ]
+        bounds: list[PartitionOffsets] = []
+        for futures in pending:
+            out: PartitionOffsets = {}
+            for tp, future in futures.items():
+                try:
+                    out[(tp.topic, tp.partition)] = future.result(
+                        timeout=self.timeout_s + 5
+                    ).offset
+                except KafkaException as exc:
+                    raise KrefConnectorError(
+                        f"ListOffsets for {tp.topic}-{tp.partition} failed on kref broker "
+                        f"{self.bootstrap!r}: {exc}"
+                    ) from None
+            bounds.append(out)
+        return bounds[0], bounds[1]
 
 
 def ensure_topic(list_topics, topic: str, bootstrap: str, timeout_s: float) -> None:
@@ -263,7 +282,10 @@ class _ArrowBatchBuilder:
         self._keys: list = []
         self._values: list = []
         self._offsets: list[int] = []
-        self._stamps: list[tuple[int, int]] = []
+        # (type, ms) of each record, flattened as they arrive: the tuples
+        # Message.timestamp() returns die at once instead of living (GC-tracked)
+        # until the batch is built.
+        self._stamps = array("q")
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -277,7 +299,7 @@ class _ArrowBatchBuilder:
             self._offsets.extend(range(first, last + 1))
         else:  # gaps: compaction, transaction markers
             self._offsets.extend(map(offset, records))
-        self._stamps.extend(map(timestamp, records))
+        self._stamps.extend(chain.from_iterable(map(timestamp, records)))
         if self._headers is not None:
             self._headers.extend(map(headers, records))
 
@@ -285,17 +307,16 @@ class _ArrowBatchBuilder:
         pa = self._pa
         # pyarrow converts a list of bytes ~50x faster when it infers the type
         # than when given type=binary; an all-null column infers as null.
-        array = pa.array(values)
-        if array.type == pa.binary():
-            return array
+        column = pa.array(values)
+        if column.type == pa.binary():
+            return column
         # All null (no cast: it would import pyarrow.compute, ~1 s per worker).
         return pa.nulls(len(values), pa.binary())
 
     def build(self):
         np, pa, schema = self._np, self._pa, self._schema
         n = len(self._offsets)
-        # (type, ms) pairs flattened in C: ~2.5x faster than np.array(list of tuples).
-        stamps = np.fromiter(chain.from_iterable(self._stamps), np.int64, 2 * n).reshape(n, 2)
+        stamps = np.frombuffer(self._stamps, np.int64).reshape(n, 2)
         kinds = stamps[:, 0]
         columns = {
             "key": self._binary(self._keys),
@@ -312,8 +333,30 @@ class _ArrowBatchBuilder:
         if self._headers is not None:
             columns["headers"] = pa.array(self._headers, type=schema.field("headers").type)
             self._headers = []
-        self._keys, self._values, self._offsets, self._stamps = [], [], [], []
+        self._keys, self._values, self._offsets, self._stamps = [], [], [], array("q")
         return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+@contextmanager
+def _gc_paused():
+    """No cyclic-GC pass inside one consume() or one batch.add().
+
+    Both allocate one GC-tracked object per record (a Message, a timestamp
+    tuple), none of them in a cycle, so CPython's collector would run every
+    700 records and scan the worker's heap (pyspark, pyarrow) each time for
+    nothing. Pausing it over one bounded step (at most rowsPerArrowBatch
+    records) leaves one pass per step: measured, a reader's CPU per record
+    went down by about 15% (docs/spark.md). Never held across a yield, so
+    Spark's code between batches runs with the collector as it found it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def consumer_config(config: dict[str, str]) -> dict:
@@ -398,7 +441,8 @@ def read_range(
         deadline = time.monotonic() + poll_timeout_ms / 1000
 
         while position < until_offset:
-            messages = consumer.consume(min(rows_per_batch, until_offset - position), 0.5)
+            with _gc_paused():
+                messages = consumer.consume(min(rows_per_batch, until_offset - position), 0.5)
             if not messages:
                 if time.monotonic() > deadline:
                     raise KrefConnectorError(
@@ -439,7 +483,8 @@ def read_range(
                 position = until_offset
             if records:
                 position = max(position, records[-1].offset() + 1)
-                batch.add(records)
+                with _gc_paused():
+                    batch.add(records)
             if len(batch) >= rows_per_batch:
                 yield batch.build()
             if position < until_offset:
@@ -493,6 +538,79 @@ class SinkColumns:
 _MAX_REPORTED_FAILURES = 10
 
 
+# A bound on the topics one producer remembers as existing (topic columns).
+_MAX_KNOWN_TOPICS = 10_000
+# A producer idle longer than this is not reused: Kafka's metadata.max.age.ms,
+# after which a Kafka producer would refresh what it knows of its topics.
+_PRODUCER_MAX_IDLE_S = 300.0
+
+
+class _PooledProducer:
+    """One librdkafka producer and the report state its callbacks fill.
+
+    The callbacks are bound at creation, so they write into this object,
+    which each task that borrows the producer resets.
+    """
+
+    def __init__(self, key: tuple, cfg: dict):
+        from confluent_kafka import Producer
+
+        self.key = key
+        # The last few client errors, for the failure message (bounded: a long
+        # outage reports one error per reconnect attempt).
+        self.errors: deque[str] = deque(maxlen=3)
+        self.failures: list[str] = []
+        self.failed = 0
+        # Topics this producer has seen in Metadata (no look-up again).
+        self.known_topics: set[str] = set()
+        self.idle_since = 0.0
+        self.producer = Producer(
+            {**cfg, "error_cb": self._on_error, "on_delivery": self._on_failure}
+        )
+
+    def _on_error(self, err) -> None:
+        self.errors.append(str(err))
+
+    def _on_failure(self, err, msg) -> None:
+        if err is None:
+            return
+        self.failed += 1
+        if len(self.failures) < _MAX_REPORTED_FAILURES:
+            self.failures.append(f"{msg.topic()}-{msg.partition()}: {err.str()}")
+
+
+# At most one idle producer per Python worker process (a worker runs one task
+# at a time), handed to the next write task with the same client settings, as
+# Spark's Kafka sink keeps its producers in a pool across tasks
+# (spark.kafka.producer.cache.timeout). A reused producer is already
+# connected and knows its topics: no start-up, no Metadata round trip, and
+# no teardown on the task's way out.
+_idle: _PooledProducer | None = None
+
+
+def _take_producer(cfg: dict) -> _PooledProducer:
+    global _idle
+    key = tuple(sorted((k, str(v)) for k, v in cfg.items()))
+    pooled, _idle = _idle, None
+    if (
+        pooled is not None
+        and pooled.key == key
+        and time.monotonic() - pooled.idle_since < _PRODUCER_MAX_IDLE_S
+    ):
+        pooled.errors.clear()
+        pooled.failures.clear()
+        pooled.failed = 0
+        return pooled
+    del pooled  # a producer with other settings, or idle too long: closed here
+    return _PooledProducer(key, cfg)
+
+
+def _keep_producer(pooled: _PooledProducer) -> None:
+    global _idle
+    pooled.idle_since = time.monotonic()
+    _idle = pooled
+
+
 class BatchProducer:
     """Produce Arrow record batches with acks=all inside one Spark task; any failure raises.
 
@@ -502,7 +620,9 @@ class BatchProducer:
     No per-record callback: delivery.report.only.error makes librdkafka
     report failures only, checked after every batch (so a failing task stops
     early) and at flush. Partitioning matches the Java client (murmur2) so
-    keyed records land where a Spark Kafka sink would put them.
+    keyed records land where a Spark Kafka sink would put them. The
+    librdkafka producer comes from the worker's pool (_take_producer) and
+    goes back only after a clean flush (write_batches).
     """
 
     def __init__(
@@ -513,30 +633,25 @@ class BatchProducer:
         metadata_timeout_ms: int,
         flush_timeout_ms: int,
     ):
-        from confluent_kafka import Producer
-
         self.columns = columns
         self.bootstrap = config["bootstrap.servers"]
-        # The last few client errors, for the failure message (bounded: a long
-        # outage reports one error per reconnect attempt).
-        self._errors: deque[str] = deque(maxlen=3)
-        self._failures: list[str] = []
-        self._failed = 0
-        cfg = producer_config(config, flush_timeout_ms=flush_timeout_ms)
-        cfg["error_cb"] = lambda err: self._errors.append(str(err))
-        cfg["on_delivery"] = self._on_failure
-        self._producer = Producer(cfg)
+        self._client = _take_producer(producer_config(config, flush_timeout_ms=flush_timeout_ms))
+        self._producer = self._client.producer
         self._metadata_timeout_s = metadata_timeout_ms / 1000
         self._flush_timeout_s = flush_timeout_ms / 1000
-        self._known_topics: set[str] = set()
         self.records = 0
 
-    def _on_failure(self, err, msg) -> None:
-        if err is None:
-            return
-        self._failed += 1
-        if len(self._failures) < _MAX_REPORTED_FAILURES:
-            self._failures.append(f"{msg.topic()}-{msg.partition()}: {err.str()}")
+    @property
+    def _failures(self) -> list[str]:
+        return self._client.failures
+
+    @property
+    def _errors(self) -> deque[str]:
+        return self._client.errors
+
+    @property
+    def _known_topics(self) -> set[str]:
+        return self._client.known_topics
 
     def _ensure_topic(self, topic) -> None:
         if topic is None:
@@ -544,6 +659,8 @@ class BatchProducer:
                 "a row has a null topic: set the 'topic' column or the 'topic' option"
             )
         ensure_topic(self._producer.list_topics, topic, self.bootstrap, self._metadata_timeout_s)
+        if len(self._known_topics) >= _MAX_KNOWN_TOPICS:
+            self._known_topics.clear()
         self._known_topics.add(topic)
 
     def write(self, batch) -> None:
@@ -619,7 +736,7 @@ class BatchProducer:
 
     def _raise_failures(self) -> None:
         raise KrefConnectorError(
-            f"kref sink: {self._failed} record(s) not acknowledged by kref broker "
+            f"kref sink: {self._client.failed} record(s) not acknowledged by kref broker "
             f"{self.bootstrap!r}: {'; '.join(self._failures)}"
         )
 
@@ -649,6 +766,10 @@ def write_batches(
     producer = BatchProducer(
         config, columns, metadata_timeout_ms=metadata_timeout_ms, flush_timeout_ms=flush_timeout_ms
     )
+    # Kept for the next task only after a clean end: a failed task's producer
+    # may hold queued records and failure reports, and is dropped with it.
     for batch in batches:
         producer.write(batch)
-    return producer.flush()
+    written = producer.flush()
+    _keep_producer(producer._client)
+    return written

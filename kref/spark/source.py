@@ -152,8 +152,7 @@ class KrefBatchReader(DataSourceReader):
         o = self.options
         with client.admin(o.client_config, o.metadata_timeout_ms) as admin:
             tps = admin.topic_partitions(o.subscription)
-            earliest = admin.list_offsets(tps, EARLIEST)
-            latest = admin.list_offsets(tps, -1)
+            earliest, latest = admin.offset_bounds(tps)
         start = client.resolve_offsets(o.starting, tps, "startingOffsets", earliest, latest)
         end = client.resolve_offsets(o.ending, tps, "endingOffsets", earliest, latest)
         for tp in tps:
@@ -205,7 +204,7 @@ class KrefStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         with client.admin(o.client_config, o.metadata_timeout_ms) as admin:
             tps = admin.topic_partitions(o.subscription)
-            return admin.list_offsets(tps, EARLIEST), admin.list_offsets(tps, -1)
+            return admin.offset_bounds(tps)
 
     def initialOffset(self) -> dict:
         earliest, latest = self._snapshot()

@@ -43,6 +43,9 @@ def spark(tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # kref's daemon: the connector's modules imported once, before the fork
+        # (kref/spark/daemon.py); every test below runs through it.
+        .config("spark.python.daemon.module", "kref.spark.daemon")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

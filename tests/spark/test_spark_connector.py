@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -97,7 +100,9 @@ def test_batch_read_returns_every_record_once_one_task_per_partition(spark, brok
     assert _row_tuples(rows) == delivered
     assert {r.topic for r in rows} == {topic}
     assert {r.timestampType for r in rows} == {0}  # CreateTime
-    assert all(r.timestamp is not None for r in rows)
+    # CreateTime of records produced by this module, not 1970 nor the future.
+    now = time.time()
+    assert all(now - 3600 < r.timestamp.timestamp() <= now + 60 for r in rows)
 
 
 def test_starting_and_ending_offsets(spark, broker, filled):
@@ -360,6 +365,46 @@ def test_starting_offset_below_log_start_offset_fails_or_skips(spark, broker):
     assert sorted(r.offset for r in rows.collect()) == list(range(5, 12))
 
 
+def test_write_tasks_in_one_worker_reuse_a_producer_but_not_after_a_failure(broker):
+    """A write task's body (client.write_batches), run twice in one process as a
+    reused Python worker would: the second borrows the first's producer; a
+    failed task's producer is dropped, not handed to the next task."""
+    import pyarrow as pa
+
+    from kref.spark import client
+
+    topic = broker.create_topic(2)
+    cfg = {"bootstrap.servers": broker.bootstrap}
+    limits = {"metadata_timeout_ms": 30_000, "flush_timeout_ms": 30_000}
+    columns = client.SinkColumns(value="value", key="key", topic=topic)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([b"k1", b"k2"]), pa.array([b"v1", b"v2"])], names=["key", "value"]
+    )
+    try:
+        assert client.write_batches(cfg, columns, [batch], **limits) == 2
+        first = client._idle
+        assert first is not None and topic in first.known_topics
+        assert client.write_batches(cfg, columns, [batch], **limits) == 2
+        assert client._idle is first
+        to_partition_7 = pa.RecordBatch.from_arrays(
+            [batch.column(0), batch.column(1), pa.array([7, 7], pa.int32())],
+            names=["key", "value", "partition"],
+        )
+        with pytest.raises(client.KrefConnectorError, match=f"cannot produce to {topic}-7"):
+            client.write_batches(
+                cfg,
+                client.SinkColumns(value="value", key="key", topic=topic, partition="partition"),
+                [to_partition_7],
+                **limits,
+            )
+        assert client._idle is None
+        assert client.write_batches(cfg, columns, [batch], **limits) == 2
+        assert client._idle is not first
+    finally:
+        client._idle = None
+    assert len(broker.consume_all(topic, 2)) == 6
+
+
 def test_write_failures_fail_the_task_with_a_clear_message(spark, broker):
     topic = broker.create_topic(2)
     df = spark.createDataFrame([("k", "v", 7)], "key string, value string, partition int")
@@ -375,3 +420,15 @@ def test_write_failures_fail_the_task_with_a_clear_message(spark, broker):
         big.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
             "topic", small
         ).mode("append").save()
+
+
+def test_daemon_preload_imports_the_connector_and_starts_no_thread():
+    """kref.spark.daemon forks workers, so its preload must leave one thread."""
+    code = (
+        "import sys; from kref.spark import daemon; daemon.preload(); "
+        "assert 'kref.spark.source' in sys.modules and 'pyspark.worker' in sys.modules; "
+        "print(daemon._threads())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1"]
