@@ -111,6 +111,9 @@ LaggingMetadata == FALSE
 \* predate it (it costs states); trace validation turns it on and
 \* MCReplicationLagging checks it.
 LateFetchRequests == FALSE
+\* TRUE: a broker that is up may ask to shut down (ControlledShutdown).  Off
+\* in the models that predate it; trace validation turns it on.
+ControlledShutdowns == FALSE
 
 ASSUME /\ NoLeader \notin Replicas
        /\ MinInsyncReplicas \in 1..Cardinality(Replicas)
@@ -152,7 +155,7 @@ VARIABLES
     acked,                 \* entries acknowledged to an acks=all producer
     consumed,              \* entries a leader exposed below its high
                            \* watermark (what consumers may have read)
-    faults                 \* [crash, shrink, preferred]: disruptive steps
+    faults                 \* [crash, shrink, preferred, live_fence, shutdown]: disruptive steps
                            \* taken so far, and unclean: the brokers whose last
                            \* crash lost part of their log (what a missing
                            \* clean-shutdown marker tells at restart, KIP-966)
@@ -310,11 +313,16 @@ Committed(c) ==
 \* broker that (re)started applies the latest first: Kafka's broker
 \* publishes nothing before its metadata log caught up with the high
 \* watermark it found at start (and the latest is what the spec's
-\* controller committed last).
+\* controller committed last).  A broker up since the partition's creation
+\* (broker epoch 0) that has applied nothing of it yet replays the log in
+\* order, from the creation on (session 12: a broker applied the creation
+\* after the controller had moved the leadership away, as a SIGTERM during
+\* creation does).
 Applicable(r) ==
     {Registration(controller)}
     \cup {g \in controller.registrations :
-              partition_epoch[r] # -1 /\ g.partition_epoch > partition_epoch[r]}
+              \/ partition_epoch[r] # -1 /\ g.partition_epoch > partition_epoch[r]
+              \/ partition_epoch[r] = -1 /\ controller.broker_epoch[r] = 0}
 
 -----------------------------------------------------------------------------
 (* Initial state: a freshly created partition.  All replicas are online   *)
@@ -342,7 +350,7 @@ Init ==
     /\ acked = {}
     /\ consumed = {}
     /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {},
-                  live_fence |-> 0]
+                  live_fence |-> 0, shutdown |-> 0]
 
 -----------------------------------------------------------------------------
 (* Leader actions                                                          *)
@@ -763,8 +771,8 @@ CanElect(c) ==
 \* the new leader lacks.  A fenced follower keeps fetching (KIP-903 keeps
 \* it out of the ISR until UnfenceBroker).  Its heartbeats resume with
 \* the same broker epoch, and the controller unfences it once caught up.
-FenceBroker(r) ==
-    /\ role[r] = "Offline" \/ LiveBrokerFencing
+\* BrokerLeaves(r) is the controller's change, shared with ControlledShutdown.
+BrokerLeaves(r) ==
     /\ r \notin controller.fenced
     /\ LET new_isr == IF controller.isr = {r} /\ ~EligibleLeaderReplicasEnable
                       THEN controller.isr
@@ -781,6 +789,10 @@ FenceBroker(r) ==
                     !.partition_epoch = IF new_isr = controller.isr
                                                /\ controller.leader # r
                                         THEN @ ELSE @ + 1])
+
+FenceBroker(r) ==
+    /\ role[r] = "Offline" \/ LiveBrokerFencing
+    /\ BrokerLeaves(r)
     /\ faults' = IF role[r] = "Offline" THEN faults
                  ELSE [faults EXCEPT !.live_fence = @ + 1]
     /\ UNCHANGED <<replica_vars, ghost_vars>>
@@ -792,6 +804,44 @@ UnfenceBroker(r) ==
     /\ role[r] # "Offline"
     /\ controller' = [controller EXCEPT !.fenced = @ \ {r}]
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
+
+-----------------------------------------------------------------------------
+(* Controlled shutdown (switch ControlledShutdowns)                        *)
+
+\* Broker r asks to shut down (controlled.shutdown.enable: its heartbeat
+\* carries want_shut_down).  Kafka's controller marks it in controlled
+\* shutdown (a BrokerRegistrationChangeRecord) and, in the same batch, moves
+\* every leadership off it and takes it out of every ISR, the last member
+\* excepted (ReplicationControlManager's handling of a broker entering
+\* controlled shutdown); from then on r may neither lead nor join an ISR.
+\* Once r leads nothing and has applied that batch, the controller fences
+\* it and tells it to stop.  For one partition the batch is FenceBroker's
+\* change of the registration (BrokerLeaves) of a broker that is up: the
+\* spec's `fenced` stands for "may not lead nor join the ISR", which both
+\* states mean, and the fencing record that follows changes nothing of the
+\* partition (trace_check takes it as a repeat of this step).  r goes on
+\* applying metadata and following until its process stops (a Crash that
+\* keeps its log: it flushed) and comes back through Restart.  Kafka does
+\* not unfence a broker in controlled shutdown before it registers again;
+\* the spec does not forbid it (UnfenceBroker of a live fenced broker): a
+\* superset.  Not a fault: it is counted apart (faults.shutdown) so that a
+\* model can bound it.  Off in the models that predate it; trace validation
+\* turns it on (every process test ends with SIGTERMs) and
+\* MCReplicationControlledShutdown checks it, without crashes: Crash's fault
+\* assumption (the last live ISR member keeps its log) does not cover a
+\* member that leaves the ISR while it is up, and TLC then finds acknowledged
+\* records lost (session 12: a follower crashes losing its unflushed suffix,
+\* the leader shuts down and leaves it as the ISR, and as a zombie of its
+\* epoch acknowledges what the follower had fetched; or the leader crashes
+\* losing it, and the live follower holding it shuts down).  Kafka's
+\* controller does the same (it cannot tell a crashed broker before its
+\* session ends); the MCReplicationLiveFence models have no crash either.
+ControlledShutdown(r) ==
+    /\ ControlledShutdowns
+    /\ role[r] # "Offline"
+    /\ BrokerLeaves(r)
+    /\ faults' = [faults EXCEPT !.shutdown = @ + 1]
+    /\ UNCHANGED <<replica_vars, ghost_vars>>
 
 -----------------------------------------------------------------------------
 (* Failures                                                                *)
@@ -902,6 +952,7 @@ Next ==
     \/ \E r \in Replicas : ElectPreferredLeader(r)
     \/ \E r \in Replicas : UncleanElectLeader(r)
     \/ \E r \in Replicas : FenceBroker(r)
+    \/ ControlledShutdowns /\ \E r \in Replicas : ControlledShutdown(r)
     \/ \E r \in Replicas : UnfenceBroker(r)
     \/ \E r \in Replicas : Crash(r)
     \/ \E r \in Replicas : Restart(r)
@@ -973,7 +1024,7 @@ TypeOK ==
     /\ acked \subseteq Entry
     /\ consumed \subseteq Entry
     /\ faults \in [crash : Nat, shrink : Nat, preferred : Nat,
-                   unclean : SUBSET Replicas, live_fence : Nat]
+                   unclean : SUBSET Replicas, live_fence : Nat, shutdown : Nat]
 
 \* The elected leader is always an ISR member, and a leader's own view of
 \* the ISR contains itself: elections and AlterPartition never break this,

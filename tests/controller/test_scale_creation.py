@@ -13,6 +13,11 @@ creates its logs from its drain task, the files laid out in a worker thread.
 - Restarted, it loads what it created, creates the rest, and every broker ends
   with all 200 logs; Metadata (confluent-kafka) shows a leader for every
   partition.
+- Every trace is checked, strictly (tests/controller/trace_validation.py): the
+  quorum against spec/KRaft.tla, all 200 partitions against
+  spec/Replication.tla from their PartitionRecord, through the victim's
+  controlled shutdown (ControlledShutdown, session 12) inside their first
+  steps and the final SIGTERMs.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import signal
 import time
 
 from kref.node.local_cluster import bootstrap_servers, brokers_listed
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = FAST_CLUSTER_SETTINGS
 TOPIC = "many"
@@ -46,11 +52,7 @@ def _wait(predicate, what: str, timeout_s: float):
 def test_sigterm_during_log_creation_then_every_log(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    # Traces are written, not checked: a SIGTERM during creation puts a controlled
-    # shutdown (in neither spec) inside the partitions' first steps, and a follower's
-    # fetch to a broker that never applied its leadership then lies before the cut
-    # (session 11's CI: 27 partitions rejected, an open item in the closing note).
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS, strict=True) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         # Bounded, and generous: three processes start slowly on a loaded 2-core box.
         _wait(lambda: brokers_listed(specs), "every broker listing all three brokers", 120)
