@@ -743,15 +743,18 @@ def _completions_after_moving_on(mine, skipped):
                 taken[f] = True
             elif left.get(f) == request:
                 moved_on[f] = left.pop(f)  # its first take, late (LateFetchRequests): kept; a completion is not
-        elif _resets_fetch(e):
+        elif _resets_fetch(e) and e["replica"] in sent:
+            # (a second reset with no fetch between keeps what the first left behind: session 12's
+            # scale-creation run, a follower that became leader, then followed again, before its old
+            # leader completed its parked request)
             f = e["replica"]
             moved_on.pop(f, None)
             left.pop(f, None)
             if taken.pop(f, False):
                 moved_on[f] = sent[f]
-            elif f in sent:
+            else:
                 left[f] = sent[f]
-            sent.pop(f, None)
+            sent.pop(f)
         out.append((e, origin))
     if late:
         skipped["LeaderHandleFetch completing a parked fetch after its follower moved on"] = late
@@ -863,12 +866,18 @@ def _fetch_when_taken(mine):
             while j < len(out):
                 later = out[j][0]
                 # (a controller's step names the controller as `replica`: it is no step of broker f, and
-                # neither fencing, unfencing nor an election touches a follower's request in flight)
-                if later["type"] not in BROKER_EVENTS | ELECTIONS and (
+                # neither fencing, unfencing nor an election touches a follower's request in flight; nor
+                # does f's own isr-only BecomeFollower, `same_leader`, no step of the spec: session 12's
+                # controlled shutdowns made many)
+                if later["type"] not in BROKER_EVENTS | ELECTIONS and not later.get("same_leader") and (
                         later.get("replica") == f or later.get("follower") == f):
                     break
                 j += 1
-            if j < len(out) and out[j][0]["type"] == "LeaderHandleFetch" and j > i + 1:
+            # The take, or (session 12) f's own reset of its fetching when the take comes after it (a
+            # late take: a leader that applied its leadership after f sent and f moved on, as the
+            # final SIGTERMs make them): the request went out as late as f's next own step allows.
+            if j < len(out) and j > i + 1 and (out[j][0]["type"] == "LeaderHandleFetch" or (
+                    _resets_fetch(out[j][0]) and out[j][0].get("replica") == f)):
                 out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the answer left
                 continue
         i += 1
