@@ -312,19 +312,27 @@ Committed(c) ==
 
 \* The registrations broker r may apply: the controller's latest and, with
 \* LaggingMetadata, any committed one newer than the one r applied.  A
-\* broker that (re)started applies the latest first: Kafka's broker
-\* publishes nothing before its metadata log caught up with the high
-\* watermark it found at start (and the latest is what the spec's
-\* controller committed last).  A broker up since the partition's creation
-\* (broker epoch 0) that has applied nothing of it yet replays the log in
-\* order, from the creation on (session 12: a broker applied the creation
-\* after the controller had moved the leadership away, as a SIGTERM during
-\* creation does).
+\* broker that applied nothing of the partition yet replays the metadata
+\* log in order from where it starts: one up since the partition's creation
+\* from the creation on (session 12: a broker applied the creation after
+\* the controller had moved the leadership away, as a SIGTERM during
+\* creation does), one that restarted from the registration committed when
+\* it registered again (controller.restarted_at: Kafka's broker publishes
+\* nothing before its metadata log caught up with the high watermark it
+\* found at start; session 12's snapshot test: a restarted broker applied
+\* a fencing before the election its controller had written but not yet
+\* committed).
 Applicable(r) ==
     {Registration(controller)}
     \cup {g \in controller.registrations :
-              \/ partition_epoch[r] # -1 /\ g.partition_epoch > partition_epoch[r]
-              \/ partition_epoch[r] = -1 /\ controller.broker_epoch[r] = 0}
+              IF partition_epoch[r] # -1 THEN g.partition_epoch > partition_epoch[r]
+              ELSE g.partition_epoch >= controller.restarted_at[r]}
+
+\* The partition epoch of the registration committed when a broker
+\* registers again (Restart; `drop`: that registration's own ELR change),
+\* kept only with LaggingMetadata (else the state spaces would grow).
+RestartFloor(drop) ==
+    IF LaggingMetadata THEN controller.partition_epoch + (IF drop THEN 1 ELSE 0) ELSE -1
 
 -----------------------------------------------------------------------------
 (* Initial state: a freshly created partition.  All replicas are online   *)
@@ -346,7 +354,7 @@ Init ==
     /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
                      partition_epoch |-> -1, isr |-> Replicas, fenced |-> {},
                      broker_epoch |-> [r \in Replicas |-> 0], elr |-> {},
-                     registrations |-> {}]
+                     registrations |-> {}, restarted_at |-> [r \in Replicas |-> -1]]
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
@@ -921,7 +929,8 @@ Restart(r) ==
     /\ LET drop == r \in faults.unclean /\ r \in controller.elr
        IN  controller' = Committed([controller EXCEPT !.broker_epoch[r] = @ + 1,
                                             !.elr = IF drop THEN @ \ {r} ELSE @,
-                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @])
+                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @,
+                                            !.restarted_at[r] = RestartFloor(drop)])
     \* A request of the old process still on the wire is dropped here (a
     \* simplification: one the leader takes after the restart is not modelled).
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
@@ -1018,7 +1027,8 @@ TypeOK ==
                        registrations : SUBSET [leader : Replicas \cup {NoLeader},
                                                leader_epoch : Nat \cup {-1},
                                                partition_epoch : Nat \cup {-1},
-                                               isr : SUBSET Replicas]]
+                                               isr : SUBSET Replicas],
+                       restarted_at : [Replicas -> Nat \cup {-1}]]
     /\ controller.isr # {} \/ EligibleLeaderReplicasEnable
     /\ controller.elr \cap controller.isr = {}
     /\ produced \subseteq Values

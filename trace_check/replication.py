@@ -512,8 +512,9 @@ def _spec_broker_epochs(events, mine, tp, skipped):
     base: dict[int, int] = {}  # broker -> index in order of the incarnation at the partition's start
     begun = False
     for e, _ in events:
-        if not begun and (e.get("topic"), e.get("partition")) == tp and e["type"] in REPLICA_ACTIONS:
-            begun = True
+        if not begun and (e.get("topic"), e.get("partition")) == tp and (
+                e["type"] in REPLICA_ACTIONS or e["type"] == "PartitionRecord"):
+            begun = True  # (the creation, or the first replica step of a trace without one)
         if e["type"] == "RegisterBroker" and "broker_epoch" in e:
             seen = order.setdefault(e["broker"], [])
             if e["broker_epoch"] not in seen:
