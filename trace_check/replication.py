@@ -841,7 +841,9 @@ def _drop_failed_fetches(mine, skipped):
     position = {k: n for n, k in enumerate(remaining)}
     steps = [mine[k] for k in remaining]
     for j, i in at_reset:
-        if not _taken_late(steps, position[i], mine[j][0]):
+        # (a Restart drops what the old process sent, as the spec's does: a take after it answers
+        # the new process's request with the same offsets, session 12's victim restarting)
+        if mine[i][0]["type"] == "Restart" or not _taken_late(steps, position[i], mine[j][0]):
             abandoned += 1
             drop.add(j)
     if len(drop) - abandoned - resent - unfinished:
