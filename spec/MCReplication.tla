@@ -18,6 +18,9 @@ CONSTANTS MaxCrashes, MaxIsrShrinks, MaxPreferredElections
 \* unless a .cfg says `MaxLiveFences <- One` (or Two; a definition, so that the
 \* configurations that predate it need no new constant).
 MaxLiveFences == 0
+\* Controlled shutdowns (Replication's ControlledShutdowns): none unless a
+\* .cfg says `MaxControlledShutdowns <- One` (or Two).
+MaxControlledShutdowns == 0
 One == 1
 Two == 2
 
@@ -26,6 +29,7 @@ FaultBudget ==
     /\ faults.shrink <= MaxIsrShrinks
     /\ faults.preferred <= MaxPreferredElections
     /\ faults.live_fence <= MaxLiveFences
+    /\ faults.shutdown <= MaxControlledShutdowns
 
 \* Replicas and values are interchangeable: the spec never orders them or
 \* picks one by name (Init has no leader yet; CHOOSE is used on numbers

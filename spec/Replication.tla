@@ -41,7 +41,9 @@
 (*   A restarted broker is unfenced once it registers again.  With         *)
 (*   LiveBrokerFencing a broker that is up may be fenced too (a pause or a *)
 (*   cut link past broker.session.timeout.ms); it acts on its old          *)
-(*   registration until it applies the new one.                            *)
+(*   registration until it applies the new one.  With ControlledShutdowns  *)
+(*   a broker that is up may ask to shut down: the controller moves its    *)
+(*   leadership away and takes it out of the ISR, as fencing does.         *)
 (* - Each replica keeps a leader-epoch cache (KIP-101): its log's epochs,  *)
 (*   plus the epoch it became leader of at its log end offset, kept (after *)
 (*   it stops leading) until it appends or truncates: its last fetched     *)
@@ -111,6 +113,9 @@ LaggingMetadata == FALSE
 \* predate it (it costs states); trace validation turns it on and
 \* MCReplicationLagging checks it.
 LateFetchRequests == FALSE
+\* TRUE: a broker that is up may ask to shut down (ControlledShutdown).  Off
+\* in the models that predate it; trace validation turns it on.
+ControlledShutdowns == FALSE
 
 ASSUME /\ NoLeader \notin Replicas
        /\ MinInsyncReplicas \in 1..Cardinality(Replicas)
@@ -152,7 +157,7 @@ VARIABLES
     acked,                 \* entries acknowledged to an acks=all producer
     consumed,              \* entries a leader exposed below its high
                            \* watermark (what consumers may have read)
-    faults                 \* [crash, shrink, preferred]: disruptive steps
+    faults                 \* [crash, shrink, preferred, live_fence, shutdown]: disruptive steps
                            \* taken so far, and unclean: the brokers whose last
                            \* crash lost part of their log (what a missing
                            \* clean-shutdown marker tells at restart, KIP-966)
@@ -307,14 +312,27 @@ Committed(c) ==
 
 \* The registrations broker r may apply: the controller's latest and, with
 \* LaggingMetadata, any committed one newer than the one r applied.  A
-\* broker that (re)started applies the latest first: Kafka's broker
-\* publishes nothing before its metadata log caught up with the high
-\* watermark it found at start (and the latest is what the spec's
-\* controller committed last).
+\* broker that applied nothing of the partition yet replays the metadata
+\* log in order from where it starts: one up since the partition's creation
+\* from the creation on (session 12: a broker applied the creation after
+\* the controller had moved the leadership away, as a SIGTERM during
+\* creation does), one that restarted from the registration committed when
+\* it registered again (controller.restarted_at: Kafka's broker publishes
+\* nothing before its metadata log caught up with the high watermark it
+\* found at start; session 12's snapshot test: a restarted broker applied
+\* a fencing before the election its controller had written but not yet
+\* committed).
 Applicable(r) ==
     {Registration(controller)}
     \cup {g \in controller.registrations :
-              partition_epoch[r] # -1 /\ g.partition_epoch > partition_epoch[r]}
+              IF partition_epoch[r] # -1 THEN g.partition_epoch > partition_epoch[r]
+              ELSE g.partition_epoch >= controller.restarted_at[r]}
+
+\* The partition epoch of the registration committed when a broker
+\* registers again (Restart; `drop`: that registration's own ELR change),
+\* kept only with LaggingMetadata (else the state spaces would grow).
+RestartFloor(drop) ==
+    IF LaggingMetadata THEN controller.partition_epoch + (IF drop THEN 1 ELSE 0) ELSE -1
 
 -----------------------------------------------------------------------------
 (* Initial state: a freshly created partition.  All replicas are online   *)
@@ -336,13 +354,13 @@ Init ==
     /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
                      partition_epoch |-> -1, isr |-> Replicas, fenced |-> {},
                      broker_epoch |-> [r \in Replicas |-> 0], elr |-> {},
-                     registrations |-> {}]
+                     registrations |-> {}, restarted_at |-> [r \in Replicas |-> -1]]
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
     /\ consumed = {}
     /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {},
-                  live_fence |-> 0]
+                  live_fence |-> 0, shutdown |-> 0]
 
 -----------------------------------------------------------------------------
 (* Leader actions                                                          *)
@@ -763,8 +781,8 @@ CanElect(c) ==
 \* the new leader lacks.  A fenced follower keeps fetching (KIP-903 keeps
 \* it out of the ISR until UnfenceBroker).  Its heartbeats resume with
 \* the same broker epoch, and the controller unfences it once caught up.
-FenceBroker(r) ==
-    /\ role[r] = "Offline" \/ LiveBrokerFencing
+\* BrokerLeaves(r) is the controller's change, shared with ControlledShutdown.
+BrokerLeaves(r) ==
     /\ r \notin controller.fenced
     /\ LET new_isr == IF controller.isr = {r} /\ ~EligibleLeaderReplicasEnable
                       THEN controller.isr
@@ -781,6 +799,10 @@ FenceBroker(r) ==
                     !.partition_epoch = IF new_isr = controller.isr
                                                /\ controller.leader # r
                                         THEN @ ELSE @ + 1])
+
+FenceBroker(r) ==
+    /\ role[r] = "Offline" \/ LiveBrokerFencing
+    /\ BrokerLeaves(r)
     /\ faults' = IF role[r] = "Offline" THEN faults
                  ELSE [faults EXCEPT !.live_fence = @ + 1]
     /\ UNCHANGED <<replica_vars, ghost_vars>>
@@ -792,6 +814,44 @@ UnfenceBroker(r) ==
     /\ role[r] # "Offline"
     /\ controller' = [controller EXCEPT !.fenced = @ \ {r}]
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
+
+-----------------------------------------------------------------------------
+(* Controlled shutdown (switch ControlledShutdowns)                        *)
+
+\* Broker r asks to shut down (controlled.shutdown.enable: its heartbeat
+\* carries want_shut_down).  Kafka's controller marks it in controlled
+\* shutdown (a BrokerRegistrationChangeRecord) and, in the same batch, moves
+\* every leadership off it and takes it out of every ISR, the last member
+\* excepted (ReplicationControlManager's handling of a broker entering
+\* controlled shutdown); from then on r may neither lead nor join an ISR.
+\* Once r leads nothing and has applied that batch, the controller fences
+\* it and tells it to stop.  For one partition the batch is FenceBroker's
+\* change of the registration (BrokerLeaves) of a broker that is up: the
+\* spec's `fenced` stands for "may not lead nor join the ISR", which both
+\* states mean, and the fencing record that follows changes nothing of the
+\* partition (trace_check takes it as a repeat of this step).  r goes on
+\* applying metadata and following until its process stops (a Crash that
+\* keeps its log: it flushed) and comes back through Restart.  Kafka does
+\* not unfence a broker in controlled shutdown before it registers again;
+\* the spec does not forbid it (UnfenceBroker of a live fenced broker): a
+\* superset.  Not a fault: it is counted apart (faults.shutdown) so that a
+\* model can bound it.  Off in the models that predate it; trace validation
+\* turns it on (every process test ends with SIGTERMs) and
+\* MCReplicationControlledShutdown checks it, without crashes: Crash's fault
+\* assumption (the last live ISR member keeps its log) does not cover a
+\* member that leaves the ISR while it is up, and TLC then finds acknowledged
+\* records lost (session 12: a follower crashes losing its unflushed suffix,
+\* the leader shuts down and leaves it as the ISR, and as a zombie of its
+\* epoch acknowledges what the follower had fetched; or the leader crashes
+\* losing it, and the live follower holding it shuts down).  Kafka's
+\* controller does the same (it cannot tell a crashed broker before its
+\* session ends); the MCReplicationLiveFence models have no crash either.
+ControlledShutdown(r) ==
+    /\ ControlledShutdowns
+    /\ role[r] # "Offline"
+    /\ BrokerLeaves(r)
+    /\ faults' = [faults EXCEPT !.shutdown = @ + 1]
+    /\ UNCHANGED <<replica_vars, ghost_vars>>
 
 -----------------------------------------------------------------------------
 (* Failures                                                                *)
@@ -869,7 +929,8 @@ Restart(r) ==
     /\ LET drop == r \in faults.unclean /\ r \in controller.elr
        IN  controller' = Committed([controller EXCEPT !.broker_epoch[r] = @ + 1,
                                             !.elr = IF drop THEN @ \ {r} ELSE @,
-                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @])
+                                            !.partition_epoch = IF drop THEN @ + 1 ELSE @,
+                                            !.restarted_at[r] = RestartFloor(drop)])
     \* A request of the old process still on the wire is dropped here (a
     \* simplification: one the leader takes after the restart is not modelled).
     /\ fetch' = [fetch EXCEPT ![r] = NoFetch]
@@ -902,6 +963,7 @@ Next ==
     \/ \E r \in Replicas : ElectPreferredLeader(r)
     \/ \E r \in Replicas : UncleanElectLeader(r)
     \/ \E r \in Replicas : FenceBroker(r)
+    \/ ControlledShutdowns /\ \E r \in Replicas : ControlledShutdown(r)
     \/ \E r \in Replicas : UnfenceBroker(r)
     \/ \E r \in Replicas : Crash(r)
     \/ \E r \in Replicas : Restart(r)
@@ -965,7 +1027,8 @@ TypeOK ==
                        registrations : SUBSET [leader : Replicas \cup {NoLeader},
                                                leader_epoch : Nat \cup {-1},
                                                partition_epoch : Nat \cup {-1},
-                                               isr : SUBSET Replicas]]
+                                               isr : SUBSET Replicas],
+                       restarted_at : [Replicas -> Nat \cup {-1}]]
     /\ controller.isr # {} \/ EligibleLeaderReplicasEnable
     /\ controller.elr \cap controller.isr = {}
     /\ produced \subseteq Values
@@ -973,7 +1036,7 @@ TypeOK ==
     /\ acked \subseteq Entry
     /\ consumed \subseteq Entry
     /\ faults \in [crash : Nat, shrink : Nat, preferred : Nat,
-                   unclean : SUBSET Replicas, live_fence : Nat]
+                   unclean : SUBSET Replicas, live_fence : Nat, shutdown : Nat]
 
 \* The elected leader is always an ISR member, and a leader's own view of
 \* the ISR contains itself: elections and AlterPartition never break this,

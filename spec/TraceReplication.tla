@@ -255,6 +255,13 @@ TLateFetchRequests == TRUE
 BrokerEpochAsLogged(b) ==
     "broker_epoch" \in DOMAIN Ev => controller.broker_epoch[b] = Ev.broker_epoch
 TFenceBroker == FenceBroker(Ev.broker) /\ BrokerEpochAsLogged(Ev.broker)
+\* ---- controlled shutdown (session 12) ----
+\* Every process test ends with SIGTERMs, and a SIGTERM may land while a
+\* partition is being created: Replication's ControlledShutdowns
+\* (TraceRun.cfg: `ControlledShutdowns <- TControlledShutdowns`). The
+\* controller's ControlledShutdown event is the spec's step of that name.
+TControlledShutdowns == TRUE
+TControlledShutdown == ControlledShutdown(Ev.broker) /\ BrokerEpochAsLogged(Ev.broker)
 TUnfenceBroker == UnfenceBroker(Ev.broker) /\ BrokerEpochAsLogged(Ev.broker)
 \* What the crash kept, when trace_check could tell (docs/trace-validation.md):
 \* the log end offset and high watermark the replica had when it came back,
@@ -301,6 +308,7 @@ TraceStep ==
          [] Ev.type = "ElectPreferredLeader"         -> TElectPreferredLeader
          [] Ev.type = "UncleanElectLeader"           -> TUncleanElectLeader
          [] Ev.type = "FenceBroker"                  -> TFenceBroker
+         [] Ev.type = "ControlledShutdown"           -> TControlledShutdown
          [] Ev.type = "UnfenceBroker"                -> TUnfenceBroker
          [] Ev.type = "Crash"                        -> TCrash
          [] Ev.type = "Restart"                      -> TRestart

@@ -14,9 +14,10 @@ What is not one-to-one, and why (docs/trace-validation.md has the table):
   action in the replication spec: they are left out. Fencing and unfencing before the
   partition exists are left out too: the spec starts with every broker
   registered and unfenced (its Init).
-- A partition is created with leader epoch 0 without an election event; the
-  spec's first ElectLeader is that creation, so a synthetic ElectLeader is
-  put before the partition's first event.
+- A partition's creation (the controller's PartitionRecord event, leader
+  epoch 0) is the spec's first ElectLeader. Traces written before the
+  controller logged it get a synthetic ElectLeader before the partition's
+  first event.
 - A follower fetch that failed (FollowerFetch followed by FetchError for the
   same follower, nothing answered in between) changes nothing the spec
   tracks; both events are dropped. kref's fetcher may send a fetch before
@@ -25,9 +26,10 @@ What is not one-to-one, and why (docs/trace-validation.md has the table):
 - Network faults of the simulator (messages dropped, duplicated, links cut,
   pauses) are not in the replication spec: a trace holding them is refused
   with that reason, not checked with holes in it.
-- A controlled shutdown (the controller's ControlledShutdown event) is in
-  neither spec: the check covers the trace up to the first one of a broker
-  hosting the partition, and says so (Steps.stopped).
+- A controlled shutdown (the controller's ControlledShutdown event) is the
+  spec's ControlledShutdown (session 12; until then the check stopped
+  there); the fencing that ends it is a repeat of that step, left out
+  (_shutdown_fencing).
 - A kill -9 writes no event: the runs of one node's file are its lives, and
   a Crash (and, when a next run follows, a Restart) is inferred between
   them (load_events, _infer_crashes). The steps of other partitions and of
@@ -44,26 +46,27 @@ from typing import Any, Iterable
 from kref.trace.group_events import GROUP_EVENT_TYPES
 from kref.trace.sink import RUN_HEADER_TYPE
 
-# Event types the trace spec has a matcher for.
+# Event types the trace spec has a matcher for (PartitionRecord: the controller's creation of the
+# partition, taken as the spec's first ElectLeader).
 SPEC_ACTIONS = frozenset({
     "LeaderAppend", "AdvanceHighWatermark", "LeaderHandleFetch", "FollowerFetch", "FetchError",
     "FollowerAppend", "TruncateToEpochEndOffset", "ShrinkIsr", "ExpandIsr", "HandleAlterPartitionResponse",
     "BecomeLeader", "BecomeFollower", "ElectLeader", "ElectPreferredLeader", "UncleanElectLeader",
-    "FenceBroker", "UnfenceBroker", "Crash", "Restart",
+    "FenceBroker", "UnfenceBroker", "ControlledShutdown", "Crash", "Restart", "PartitionRecord",
 })
 # Events with no replication-spec action, left out on purpose (see above); the group coordinator's
 # (kref/trace/group_events.py: no spec of the group protocol yet) share a node's file with them.
 NOT_IN_SPEC = frozenset({"RegisterBroker", "BrokerHeartbeat", "ProduceAcknowledged", "TraceRun"}) | GROUP_EVENT_TYPES
 # Faults the spec does not model: a trace holding one is refused.
 UNMODELLED_FAULTS = frozenset({"MessageDropped", "MessageDuplicated", "Partition", "Heal", "Pause", "Resume"})
-# Steps neither spec models, of a broker hosting the partition: the check ends before the first
-# (a controlled shutdown moves leadership off a live broker, empties its isr membership and fences it).
-STOPS = frozenset({"ControlledShutdown"})
-BROKER_EVENTS = frozenset({"FenceBroker", "UnfenceBroker"})
+# Steps neither spec models, of a broker hosting the partition: the check ends before the first.
+# (None since session 12: a controlled shutdown was one until spec/Replication.tla modelled it.)
+STOPS: frozenset[str] = frozenset()
+BROKER_EVENTS = frozenset({"FenceBroker", "UnfenceBroker", "ControlledShutdown"})
 NODE_EVENTS = frozenset({"Crash", "Restart"})
 ELECTIONS = frozenset({"ElectLeader", "ElectPreferredLeader", "UncleanElectLeader"})
 # Steps a broker takes on a partition it hosts (not as the controller, not a fault).
-REPLICA_ACTIONS = SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS - ELECTIONS
+REPLICA_ACTIONS = SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS - ELECTIONS - {"PartitionRecord"}
 # Fields read as sets by the spec (everything else list-valued is a sequence).
 SET_FIELDS = frozenset({"isr", "removed"})
 
@@ -204,7 +207,7 @@ def _infer_crashes(merged, lives):
 
 
 # A controller's events about its own writes (emitted when it writes them, before they commit).
-CONTROLLER_WRITES = BROKER_EVENTS | ELECTIONS | {"RegisterBroker", "ControlledShutdown"}
+CONTROLLER_WRITES = BROKER_EVENTS | ELECTIONS | {"RegisterBroker", "PartitionRecord"}
 
 
 def _uncommitted_controller_writes(events) -> set[str]:
@@ -286,8 +289,14 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             e = {k: v for k, v in e.items() if k != "broker_epoch"} | {"type": "FenceBroker"}
             origin = f"{origin} (RegisterBroker of a new incarnation: fences the old one)"
             kind = "FenceBroker"
+        if kind == "PartitionRecord" and (e.get("topic"), e.get("partition")) == (topic, partition):
+            # The partition's creation: its first registration, the spec's first ElectLeader.
+            e = {**e, "type": "ElectLeader"}
+            origin = f"{origin} (PartitionRecord: the partition's creation)"
+            kind = "ElectLeader"
         if kind in BROKER_EVENTS:
-            fenced[e["broker"]] = kind == "FenceBroker"
+            # (a broker in controlled shutdown may neither lead nor join an isr: the spec's fenced)
+            fenced[e["broker"]] = kind != "UnfenceBroker"
         elif kind in ("Crash", "Restart") and e.get("replica") not in fenced:
             fenced[e["replica"]] = False  # registered and unfenced: the spec's Init
         if kind in STOPS:
@@ -341,6 +350,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     # touch it.
     mine = [(e, o) for e, o in mine
             if e["type"] not in NODE_EVENTS | BROKER_EVENTS | STOPS or e.get("broker", e.get("replica")) in replicas]
+    mine = _shutdown_fencing(mine, skipped)
     stopped = ""
     for i, (e, origin) in enumerate(mine):
         if e["type"] in STOPS:
@@ -348,6 +358,11 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             skipped[f"everything from the {e['type']} on"] = len(mine) - i
             mine = mine[:i]
             break
+    cut = _unclean_switched_on(mine)
+    if cut is not None:
+        stopped = f"leaderless registration at {mine[cut][1]}, before an unclean election (unclean election switched on while running)"
+        skipped["everything from a leaderless registration before an unclean election on"] = len(mine) - cut
+        mine = mine[:cut]
     mine = _restart_when_it_counts(mine)
     mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
@@ -367,14 +382,16 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     out = Steps(topic=topic, partition=partition, replicas=sorted(replicas), values=0,
                 unclean=any(e["type"] == "UncleanElectLeader" for e, _ in mine), skipped=skipped,
                 stopped=stopped)
-    previous: dict[str, Any] = {}
+    fence: dict[str, Any] = {}  # the last FenceBroker/ControlledShutdown step, until an election follows it
     shifted_at: list[int] = []  # kref partition epochs of the after_fence elections so far (TraceReplication's pe_shift)
     for e, origin in mine:
         step = {k: v for k, v in e.items() if k not in ("time_ms", "mono_ns", "seq", "topic", "partition")}
-        if (e["type"] in ("ElectLeader", "UncleanElectLeader") and previous.get("type") == "FenceBroker"
-                and (previous.get("replica"), previous.get("time_ms")) == (e.get("replica"), e.get("time_ms"))):
+        if (e["type"] in ("ElectLeader", "UncleanElectLeader") and fence
+                and (fence.get("replica"), fence.get("time_ms")) == (e.get("replica"), e.get("time_ms"))):
             # One controller write fenced the leader and elected its successor: one partition epoch in
-            # kref (and Kafka), two steps in the spec (TraceReplication's pe_shift).
+            # kref (and Kafka), two steps in the spec (TraceReplication's pe_shift). Other nodes' steps
+            # may lie between the two events (session 12: a controlled shutdown's batch of 240
+            # elections took long enough to emit for a zombie leader's fetches to interleave).
             step["after_fence"] = True
             shifted_at.append(e["partition_epoch"])
         elif "partition_epoch" in step and e["type"] not in ELECTIONS:
@@ -383,7 +400,10 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             own = sum(1 for p in shifted_at if p <= step["partition_epoch"])
             if own != len(shifted_at):
                 step["pe_shift"] = own
-        previous = e
+        if e["type"] in ("FenceBroker", "ControlledShutdown"):
+            fence = e
+        elif e["type"] in ELECTIONS:
+            fence = {}
         if e["type"] == "LeaderAppend":
             out.values += e["last_offset"] - e["first_offset"] + 1
             if "acks" in step:
@@ -396,6 +416,59 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
         raise TraceError(f"{len(out.steps)} steps for {topic}-{partition}: more than {MAX_STEPS} "
                          "(split the run, or check a shorter one)")
     return out
+
+
+def _shutdown_fencing(mine, skipped):
+    """Leave out the FenceBroker that ends a broker's controlled shutdown: a repeat of its ControlledShutdown.
+
+    kref's controller, like Kafka's, takes a broker that asked to shut down
+    off every leadership and isr in one batch (ControlledShutdown), and
+    fences it once it leads nothing (or its session runs out after it
+    exited): that record changes nothing of a partition (the broker is in
+    no isr but as its last member, which stays). The spec's ControlledShutdown
+    already made it ineligible (its `fenced`), so the fencing is no step of
+    it. Only a FenceBroker of the same incarnation (broker epoch) after that
+    broker's ControlledShutdown and before its next UnfenceBroker is left
+    out; any other double fencing is kept and rejected where it is.
+    """
+    out = []
+    shut: dict[int, Any] = {}  # broker -> the broker epoch of its ControlledShutdown taken, not unfenced since
+    repeats = 0
+    for e, origin in mine:
+        kind = e["type"]
+        if kind == "ControlledShutdown":
+            shut[e["broker"]] = e.get("broker_epoch")
+        elif kind == "UnfenceBroker":
+            shut.pop(e["broker"], None)
+        elif kind == "FenceBroker" and e["broker"] in shut and shut[e["broker"]] == e.get("broker_epoch"):
+            repeats += 1
+            continue
+        out.append((e, origin))
+    if repeats:
+        skipped["FenceBroker ending a controlled shutdown (a repeat of its ControlledShutdown)"] = repeats
+    return out
+
+
+def _unclean_switched_on(mine) -> int | None:
+    """Where to stop a trace whose partition went leaderless and was then elected unclean.
+
+    spec/Replication.tla's unclean.leader.election.enable is a constant; the
+    trace's UncleanElectLeader makes the check take it as on from the start.
+    kref's controller, like Kafka's, reads the config when it writes: with it
+    off, fencing (or shutting down) the last isr member writes leader -1 of
+    a new leader epoch even while another replica is up, where the spec with
+    it on expects the unclean election to follow in the same record (no
+    epoch of its own). Such a run switched it on while running
+    (test_cluster_configs' unclean tests): no behaviour of the spec with
+    either value. The check stops at the first leaderless registration a
+    replica applied before the first unclean election (`stopped`). Returns
+    its index, or None.
+    """
+    first_unclean = next((i for i, (e, _) in enumerate(mine) if e["type"] == "UncleanElectLeader"), None)
+    if first_unclean is None:
+        return None
+    return next((i for i, (e, _) in enumerate(mine[:first_unclean])
+                 if e["type"] in ("BecomeFollower", "BecomeLeader") and e.get("leader", 0) == -1), None)
 
 
 def _restart_when_it_counts(mine):
@@ -470,8 +543,9 @@ def _spec_broker_epochs(events, mine, tp, skipped):
     base: dict[int, int] = {}  # broker -> index in order of the incarnation at the partition's start
     begun = False
     for e, _ in events:
-        if not begun and (e.get("topic"), e.get("partition")) == tp and e["type"] in REPLICA_ACTIONS:
-            begun = True
+        if not begun and (e.get("topic"), e.get("partition")) == tp and (
+                e["type"] in REPLICA_ACTIONS or e["type"] == "PartitionRecord"):
+            begun = True  # (the creation, or the first replica step of a trace without one)
         if e["type"] == "RegisterBroker" and "broker_epoch" in e:
             seen = order.setdefault(e["broker"], [])
             if e["broker_epoch"] not in seen:
@@ -701,15 +775,18 @@ def _completions_after_moving_on(mine, skipped):
                 taken[f] = True
             elif left.get(f) == request:
                 moved_on[f] = left.pop(f)  # its first take, late (LateFetchRequests): kept; a completion is not
-        elif _resets_fetch(e):
+        elif _resets_fetch(e) and e["replica"] in sent:
+            # (a second reset with no fetch between keeps what the first left behind: session 12's
+            # scale-creation run, a follower that became leader, then followed again, before its old
+            # leader completed its parked request)
             f = e["replica"]
             moved_on.pop(f, None)
             left.pop(f, None)
             if taken.pop(f, False):
                 moved_on[f] = sent[f]
-            elif f in sent:
+            else:
                 left[f] = sent[f]
-            sent.pop(f, None)
+            sent.pop(f)
         out.append((e, origin))
     if late:
         skipped["LeaderHandleFetch completing a parked fetch after its follower moved on"] = late
@@ -724,7 +801,8 @@ def _drop_failed_fetches(mine, skipped):
     anything the spec tracks (one a leader takes after the reset is kept: _taken_late). A FollowerFetch the follower sent again, with the same offsets and epoch,
     before anything answered the first is the same: the first failed unlogged (session 11: fault seed
     503's follower fetched again and again from a killed leader with no FetchError between), and only the
-    last try may be taken."""
+    last try may be taken. A FollowerFetch still unanswered when the trace ends is left out too (no step
+    reads it)."""
     drop: set[int] = set()
     at_reset: list[tuple[int, int]] = []  # (unanswered FollowerFetch, the reset after it)
     abandoned = resent = 0
@@ -751,17 +829,27 @@ def _drop_failed_fetches(mine, skipped):
             j = pending.pop(e["replica"], None)
             if j is not None:  # never answered before the reset: judged below
                 at_reset.append((j, i))
+    # A request nothing answered, took, failed or reset before the trace ends (session 12: the final
+    # SIGTERMs stop a leader before it applied its leadership, and its followers' requests to it die
+    # with the processes) changed nothing the spec tracks: no later step reads it. The spec's
+    # FollowerFetch needs a leader of its epoch, which such a request may not have had.
+    unfinished = len(pending)
+    drop.update(pending.values())
     # A request left unanswered at a reset changed nothing, unless its old leader takes it later (read
     # on the steps without the failed fetches: a fetch that failed is no step of the spec).
     remaining = [k for k in range(len(mine)) if k not in drop]
     position = {k: n for n, k in enumerate(remaining)}
     steps = [mine[k] for k in remaining]
     for j, i in at_reset:
-        if not _taken_late(steps, position[i], mine[j][0]):
+        # (a Restart drops what the old process sent, as the spec's does: a take after it answers
+        # the new process's request with the same offsets, session 12's victim restarting)
+        if mine[i][0]["type"] == "Restart" or not _taken_late(steps, position[i], mine[j][0]):
             abandoned += 1
             drop.add(j)
-    if len(drop) - abandoned - resent:
-        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned - resent) // 2
+    if len(drop) - abandoned - resent - unfinished:
+        skipped["FollowerFetch+FetchError (failed fetch)"] = (len(drop) - abandoned - resent - unfinished) // 2
+    if unfinished:
+        skipped["FollowerFetch never answered before the trace ends"] = unfinished
     if resent:
         skipped["FollowerFetch sent again before any answer (the first failed, unlogged)"] = resent
     if abandoned:
@@ -812,12 +900,18 @@ def _fetch_when_taken(mine):
             while j < len(out):
                 later = out[j][0]
                 # (a controller's step names the controller as `replica`: it is no step of broker f, and
-                # neither fencing, unfencing nor an election touches a follower's request in flight)
-                if later["type"] not in BROKER_EVENTS | ELECTIONS and (
+                # neither fencing, unfencing nor an election touches a follower's request in flight; nor
+                # does f's own isr-only BecomeFollower, `same_leader`, no step of the spec: session 12's
+                # controlled shutdowns made many)
+                if later["type"] not in BROKER_EVENTS | ELECTIONS and not later.get("same_leader") and (
                         later.get("replica") == f or later.get("follower") == f):
                     break
                 j += 1
-            if j < len(out) and out[j][0]["type"] == "LeaderHandleFetch" and j > i + 1:
+            # The take, or (session 12) f's own reset of its fetching when the take comes after it (a
+            # late take: a leader that applied its leadership after f sent and f moved on, as the
+            # final SIGTERMs make them): the request went out as late as f's next own step allows.
+            if j < len(out) and j > i + 1 and (out[j][0]["type"] == "LeaderHandleFetch" or (
+                    _resets_fetch(out[j][0]) and out[j][0].get("replica") == f)):
                 out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the answer left
                 continue
         i += 1
@@ -981,11 +1075,11 @@ def _creation_as_election(mine, replicas):
         if e["type"] in ELECTIONS:
             if e["leader_epoch"] != 0:
                 # No replica applied the partition's creation (its leader was down or shutting down) and
-                # the controller logs none: the first step is a later election (session 11: the snapshot
-                # and scale-creation process tests).
+                # the trace holds no PartitionRecord (written before the controller logged one, or the
+                # controller's file is missing): the first step is a later election.
                 raise TraceError(f"the trace starts in leader epoch {e['leader_epoch']} of the partition (an "
-                                 "election; no replica applied its creation, of which the controller logs no "
-                                 "event): a check must start at its creation (epoch 0)")
+                                 "election; no replica applied its creation and the trace holds no "
+                                 "PartitionRecord): a check must start at its creation (epoch 0)")
             return mine
         if e["type"] in ("BecomeLeader", "BecomeFollower"):
             if e["leader_epoch"] != 0:
@@ -995,7 +1089,7 @@ def _creation_as_election(mine, replicas):
                 # An isr change (a broker fenced or shut down under control while the partition was being
                 # created) before any replica applied the creation: its registration is not in the trace.
                 raise TraceError(f"the trace starts at partition epoch {e['partition_epoch']} of the partition "
-                                 "(no replica applied its creation, of which the controller logs no event): a "
+                                 "(no replica applied its creation and the trace holds no PartitionRecord): a "
                                  "check must start at its creation (epoch 0)")
             leader = e["replica"] if e["type"] == "BecomeLeader" else e["leader"]
             created = {"type": "ElectLeader", "replica": 0, "leader": leader, "leader_epoch": 0,

@@ -151,6 +151,7 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         "    LiveBrokerFencing <- TLiveBrokerFencing",
         "    LaggingMetadata <- TLaggingMetadata",
         "    LateFetchRequests <- TLateFetchRequests",
+        "    ControlledShutdowns <- TControlledShutdowns",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",

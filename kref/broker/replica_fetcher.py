@@ -212,6 +212,13 @@ class ReplicaFetcherManager:
                 parts = await self._partitions_of(leader, index)
                 if not parts:
                     return
+                # The leader's address first: a core is asked for its fetch (the spec's FollowerFetch,
+                # logged) only when there is somewhere to send it (the metadata may not name the
+                # leader's listener yet, or no more).
+                endpoint = self.view.broker_endpoint(leader, config.inter_broker_listener_name)
+                if endpoint is None:
+                    await trio.sleep(min(backoff_s, 0.1))
+                    continue
                 now = self.broker.now_ms()
                 broker_epoch = self._broker_epoch()
                 wanted: list[tuple[Any, SendFetch]] = []
@@ -227,10 +234,6 @@ class ReplicaFetcherManager:
                     if isinstance(due, SendFetch):
                         wanted.append((part, due))
                 if not wanted:
-                    await trio.sleep(min(backoff_s, 0.1))
-                    continue
-                endpoint = self.view.broker_endpoint(leader, config.inter_broker_listener_name)
-                if endpoint is None:
                     await trio.sleep(min(backoff_s, 0.1))
                     continue
                 plan = session.plan({(part.topic, part.partition): _fetch_data(due, config) for part, due in wanted})
@@ -277,7 +280,11 @@ class ReplicaFetcherManager:
                     # the next request is a full one; any other top-level error backs off.
                     log.info("%s: fetch from broker %d answered error %d; starting a new fetch session",
                              name, leader, code)
-                    if code not in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+                    # Every partition's fetch was answered with that error: its core drops it (the
+                    # spec's FetchError), so its next FollowerFetch follows no unanswered one.
+                    session_error = code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+                    self._fail(wanted, self.broker.now_ms(), code, backoff_ms=0 if session_error else None)
+                    if not session_error:
                         await trio.sleep(backoff_s)
                     continue
                 await self._apply(wanted, response, session, plan)
@@ -367,14 +374,17 @@ class ReplicaFetcherManager:
                     continue
                 self._deliver(part, due, _Unchanged(told[0], told[1]), ErrorCode.NONE, -1, -1, None, now)
 
-    def _fail(self, wanted: list[tuple[Any, SendFetch]], now: int) -> None:
+    def _fail(self, wanted: list[tuple[Any, SendFetch]], now: int, code: int = ErrorCode.NETWORK_EXCEPTION,
+              backoff_ms: int | None = None) -> None:
+        """Tell each partition's core its fetch failed (`code`; backoff_ms: the fetcher's own by default)."""
+        backoff = self.broker.config.replica_fetch_backoff_ms if backoff_ms is None else backoff_ms
         for part, due in wanted:
             if self.broker.partitions.get(part.key) is not part:
                 continue  # deleted or replaced meanwhile
             part.on_fetch_response(
-                due, error_code=ErrorCode.NETWORK_EXCEPTION, high_watermark=-1, log_start_offset=-1,
+                due, error_code=code, high_watermark=-1, log_start_offset=-1,
                 diverging_epoch=-1, diverging_end_offset=-1, records=None, now_ms=now,
-                backoff_ms=self.broker.config.replica_fetch_backoff_ms,
+                backoff_ms=backoff,
             )
 
     def _deliver(self, part: Any, due: SendFetch, p: Any, code: int, epoch: int, end: int, records, now: int) -> None:

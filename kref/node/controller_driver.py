@@ -22,6 +22,9 @@ every controller node, next to its RaftNode:
   a reply with nothing to write waits for the offset the core names (its
   uncommitted state), as Kafka's controller does;
 - a tick fences brokers whose session expired (FenceBroker records);
+- with tracing on, the decision's trace events are written before its records
+  are proposed, and each PartitionRecord it writes is traced as the
+  partition's creation (the replication check starts there);
 - on losing leadership the core only resigns (its optimistic state may hold
   records the quorum never committed: the next `LoadImage` replaces all of
   it) and every waiting request is answered NOT_CONTROLLER.
@@ -54,8 +57,10 @@ from kref.controller import quorum as q
 from kref.node.raft_driver import RaftNode, _kio
 from kref.node.controller_channel import DEFAULT_LANE, LIFECYCLE_LANE
 from kref.metadata import serde
+from kref.metadata.records import PartitionRecord
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
+from kref.trace.events import PartitionRecord as PartitionCreated
 from kref.protocol.framing import FrameError
 from kref.protocol.messages import build, nested, results_by_topic
 
@@ -176,6 +181,7 @@ class ControllerDriver:
                     if writes and writes[-1].base_offset + len(writes[-1].records) != effect.base_offset:
                         flush()
                     writes.append(effect)
+                    self._trace_creations(effect)
                 case c.Emit():
                     if self.trace_sink is not None:
                         self.trace_sink.emit(effect.event)
@@ -187,6 +193,22 @@ class ControllerDriver:
                         replies.append((effect.request_id, effect.reply, None))
         flush()
         return replies
+
+    def _trace_creations(self, write: c.WriteRecords) -> None:
+        """A PartitionRecord (CreateTopics, CreatePartitions) is traced as the partition's creation,
+        its first registration: the replication check starts there, also when no replica applied it
+        before a later change (its leader was down or shutting down). Emitted with the batch's other
+        events, before the proposal (see _carry_out)."""
+        if self.trace_sink is None or not getattr(self.trace_sink, "enabled", False):
+            return
+        for i, record in enumerate(write.records):
+            if isinstance(record, PartitionRecord):
+                self.trace_sink.emit(PartitionCreated(
+                    time_ms=self.now_ms(), replica=self.config.node_id,
+                    topic=self.core.topics_by_id.get(record.topic_id, str(record.topic_id)),
+                    partition=record.partition_id, leader=record.leader, leader_epoch=record.leader_epoch,
+                    partition_epoch=record.partition_epoch, isr=tuple(record.isr), replicas=tuple(record.replicas),
+                    record_offset=write.base_offset + i))
 
     def _after_commit(self, request_id: int, commit_offset: int, reply: object) -> tuple:
         """A reply that waits until the high watermark reaches `commit_offset`."""

@@ -200,6 +200,23 @@ class HandleAlterPartitionResponse(TraceEvent):
     high_watermark: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRecord(TraceEvent):
+    """The controller created the partition (Kafka's PartitionRecord, in a
+    CreateTopics or CreatePartitions batch): its first registration, leader
+    epoch and partition epoch 0. `replica` is the controller's node id. The
+    replication check starts the partition here (the spec's first
+    ElectLeader), also when no replica applied it before a later change
+    (its leader was down or shutting down at creation)."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    record_offset: int = -1  # the record's metadata log offset (see the controller's BrokerEvent)
+
+
 # Every action name the replication core emits, for converters and tests.
 REPLICATION_EVENT_TYPES: dict[str, type[TraceEvent]] = {
     cls.__name__: cls

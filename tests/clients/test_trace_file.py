@@ -6,6 +6,9 @@ partition took (BecomeLeader at start, then LeaderAppend and
 AdvanceHighWatermark per produce) with the spec's variable names, and the
 high watermark in the trace never decreases (MonotonicHW). The running
 broker flushes the file every second, so it is readable before the stop.
+The file is then checked by TLC against spec/Replication.tla (`kref trace
+check`'s own decision): it must be accepted (issue 15: every trace CI
+produces is validated; the other single-broker tests write none).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kref.trace import read_ndjson_trace
+from trace_check.cli import validate
 
 
 def test_trace_file_records_spec_actions(kref_broker_factory, tmp_path):
@@ -51,3 +55,6 @@ def test_trace_file_records_spec_actions(kref_broker_factory, tmp_path):
     assert all(e["isr"] == [e["replica"]] for e in events if "isr" in e)
     seqs = [e["seq"] for e in read_ndjson_trace(trace_path)]
     assert seqs == sorted(seqs)
+    code, report = validate([str(trace_path)], topic=topic, partition=0, timeout_s=240)
+    print(report)
+    assert code == 0, report

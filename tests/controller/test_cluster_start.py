@@ -7,7 +7,9 @@ a real `kref broker` process finds its client port held by a listening
 socket (an open port, as another broker's would be). Its start must fail at
 once with the node's own "cannot listen" line, not pass as ready, not wait
 for a timeout. And a node that binds its ports is ready on its own lines,
-in running_cluster as in a restart through the `start` it yields.
+in running_cluster as in a restart through the `start` it yields. That
+node's trace (a single voter, a SIGTERM, a restart) is checked against
+spec/KRaft.tla (tests/controller/trace_validation.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import pytest
 
 from kref.node import local_cluster
 from kref.storage import meta_properties
-from tests.clusterkit import QUORUM_TIMEOUTS, describe_quorum, running_cluster, stop_processes, wait_until
+from tests.clusterkit import QUORUM_TIMEOUTS, describe_quorum, stop_processes, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 
 def test_a_node_whose_port_is_held_fails_its_start_with_its_own_line(tmp_path):
@@ -40,7 +43,7 @@ def test_a_node_whose_port_is_held_fails_its_start_with_its_own_line(tmp_path):
 
 
 def test_running_cluster_and_a_restart_wait_for_the_nodes_own_lines(tmp_path):
-    with running_cluster(tmp_path, 1, 1, QUORUM_TIMEOUTS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 1, 1, QUORUM_TIMEOUTS) as (specs, processes, start):
         (spec,) = specs
         lines = local_cluster.listening_lines(spec)
         assert len(lines) == 2  # the CONTROLLER listener and the client listener

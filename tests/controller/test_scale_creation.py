@@ -13,6 +13,14 @@ creates its logs from its drain task, the files laid out in a worker thread.
 - Restarted, it loads what it created, creates the rest, and every broker ends
   with all 200 logs; Metadata (confluent-kafka) shows a leader for every
   partition.
+- The nodes write traces; the test does not check them yet. Session 12 made
+  them checkable (PartitionRecord, spec/Replication.tla's ControlledShutdown)
+  and five of six runs' 200 partitions were accepted whole; in the sixth, 35
+  partitions were rejected, 29 at a reading fixed since and 6 in the final
+  shutdowns, where a leader applied its leadership after its follower moved
+  on and then took its request late: no converter rule reads that yet (the
+  run is kept: /work/notes/s12/shutdown-scale-rejected). Two recorded runs
+  are checked in tests/trace_check (testdata/shutdown-creation, shutdown-tail).
 """
 
 from __future__ import annotations
@@ -46,10 +54,6 @@ def _wait(predicate, what: str, timeout_s: float):
 def test_sigterm_during_log_creation_then_every_log(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    # Traces are written, not checked: a SIGTERM during creation puts a controlled
-    # shutdown (in neither spec) inside the partitions' first steps, and a follower's
-    # fetch to a broker that never applied its leadership then lies before the cut
-    # (session 11's CI: 27 partitions rejected, an open item in the closing note).
     with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         # Bounded, and generous: three processes start slowly on a loaded 2-core box.

@@ -17,7 +17,9 @@ printed (KREF_FAULT_SEED=N reruns a seed in pytest).
   tests/faults/traces.py; required since session 11).
 - test_unclean_election_loses_acknowledged_records: the unclean variant
   (unclean.leader.election.enable=true, the leader's replication cut until
-  its isr is itself, then killed): the checker must REPORT loss.
+  its isr is itself, then killed): the checker must REPORT loss, and every
+  partition's traces must be a behaviour of spec/Replication.tla with
+  unclean election (required since session 12).
 
 The last two need followers that replicate (issue 10's data path); without
 kref/broker/replica_fetcher.py they are skipped with that reason.
@@ -129,9 +131,9 @@ def test_unclean_election_loses_acknowledged_records(tmp_path):
     for v in verdicts:
         print(v.text)
     print(f"trace validation: {sum(v.code == 0 for v in verdicts)} of {len(verdicts)} accepted, {cpu_s:.1f} CPU s")
-    assert all(v.code in (0, 1) for v in verdicts), "\n".join(v.text for v in verdicts)
-    if os.environ.get("KREF_FAULT_TRACE_STRICT"):
-        assert all(v.code == 0 for v in verdicts), "\n".join(v.text for v in verdicts)
+    # Every partition must be accepted (session 12: unclean seeds 701-704, final controlled shutdowns
+    # included, all were; the opt-in KREF_FAULT_TRACE_STRICT is gone). A rejection is a finding.
+    assert all(v.code == 0 for v in verdicts), "\n".join(v.text for v in verdicts)
     assert result.report.lost, (
         "the unclean schedule should have made an out-of-sync replica the leader and lost records acknowledged "
         f"by the old leader alone; the checker saw none:\n{result.report.table()}\nevents: {result.events}")
