@@ -151,6 +151,8 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         "    LiveBrokerFencing <- TLiveBrokerFencing",
         "    LaggingMetadata <- TLaggingMetadata",
         "    LateFetchRequests <- TLateFetchRequests",
+        "    ReassignmentEnable <- TReassignmentEnable",
+        "    ReplicaSetsAtCreation <- TReplicaSetsAtCreation",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",

@@ -15,6 +15,12 @@ INVALID_REPLICA_ASSIGNMENT, and for a raw v1 request that keeps the
 replication factor (KIP-860) INVALID_REPLICATION_FACTOR. Then kafkajs (its own protocol code) moves the
 partition back to its first brokers and lists the reassignment until it is
 done, and the records are read from there once more.
+
+Its nodes' traces are checked by TLC (tests/controller/trace_validation.py):
+the move is spec/Replication.tla's AlterPartitionReassignments, the leader's
+ExpandIsr of each new replica, CompleteReassignment (the commit of the last
+one) and the removed brokers' StopReplica. The check covers the trace up to
+the controlled shutdown (trace_check's STOPS), so the move back is not in it.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import time
 from pathlib import Path
 
 from kref.node.local_cluster import bootstrap_servers, wait_ready
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 STARTUP_S = 120
 SETTINGS = {
@@ -99,10 +106,9 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
     from kafka.errors import (InvalidReplicationAssignmentError, NoReassignmentInProgressError,
                               UnknownTopicOrPartitionError)
 
-    # Its nodes' traces are not checked (tests/controller/trace_validation.py): neither spec/Replication.tla
-    # (a fixed replica set) nor spec/KRaft.tla models reassignment (adding and removing replicas, the
-    # adding/removing sets of a PartitionChangeRecord), so no check could take its steps.
-    with running_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
+    # Its nodes' traces are checked once it ends (checked_cluster), against spec/Replication.tla's
+    # reassignment section and spec/KRaft.tla.
+    with checked_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         servers = bootstrap_servers(specs)
         # Start-up alone can take most of a minute on a loaded 2-core box.
