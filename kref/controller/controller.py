@@ -184,16 +184,9 @@ class ControlledShutdown(BrokerWrite):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LeaderElection(TraceEvent):
+class LeaderElection(reassign_trace.RegistrationWrite):
     """spec/Replication.tla's controller record after an election the controller
     wrote; replica = the controller's node id, topic/partition = the partition."""
-
-    leader: int
-    leader_epoch: int
-    partition_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    record_offset: int = -1  # the PartitionChangeRecord's metadata log offset (see BrokerEvent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,17 +32,24 @@ from kref.trace.events import TraceEvent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReassignmentWrite(TraceEvent):
-    """The controller's partition change; replica = the controller's node id."""
+class RegistrationWrite(TraceEvent):
+    """The partition registration a controller record leaves (its elections' events extend it too);
+    replica = the controller's node id, topic/partition = the partition."""
 
     leader: int
     leader_epoch: int
     partition_epoch: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
+    record_offset: int = -1  # the PartitionChangeRecord's metadata log offset (see BrokerWrite)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReassignmentWrite(RegistrationWrite):
+    """A reassignment's partition change: the registration and the move in progress."""
+
     adding: tuple[int, ...]
     removing: tuple[int, ...]
-    record_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
