@@ -83,3 +83,25 @@ def test_a_replica_still_assigned_cannot_stop(tmp_path):
     leo = next(e["log_end_offset"] for e in reversed(evs[:stop]) if e.get("replica") == 3 and "log_end_offset" in e)
     evs[stop] = {**evs[stop], "replica": 3, "log_end_offset": leo}
     assert_rejected_at(tmp_path, evs, stop)
+
+
+def test_the_removed_leaders_new_leader_elected_answer_is_a_step_of_the_spec(tmp_path):
+    """The leader whose AlterPartition completed the move is answered NEW_LEADER_ELECTED (108) and keeps its
+    proposal until the metadata removes it: in this run it stopped first; an answer that came before is
+    the spec's HandleAlterPartitionResponse to the CompleteReassignment's commit (AwaitMetadata)."""
+    evs = events()
+    complete = index_of(evs, "CompleteReassignment")
+    expansion = evs[index_of(evs, "ExpandIsr", added=4)]
+    leader = expansion["replica"]
+    before = next(e for e in reversed(evs[:complete]) if e.get("replica") == leader and "isr" in e
+                  and e["type"] in ("BecomeLeader", "HandleAlterPartitionResponse"))
+    answer = {"type": "HandleAlterPartitionResponse", "time_ms": evs[complete]["time_ms"], "replica": leader,
+              "topic": "moved", "partition": 0, "leader_epoch": expansion["leader_epoch"],
+              "partition_epoch": before["partition_epoch"], "isr": before["isr"], "error_code": 108,
+              "high_watermark": expansion["high_watermark"], "mono_ns": evs[complete]["mono_ns"] + 1}
+    evs.insert(complete + 1, answer)
+    path = tmp_path / "answered.ndjson"
+    path.write_text("".join(json.dumps(e) + "\n" for e in evs))
+    steps, verdict = verdict_for(path)
+    assert any(s["type"] == "HandleAlterPartitionResponse" and s.get("error_code") == 108 for s in steps.steps)
+    assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
