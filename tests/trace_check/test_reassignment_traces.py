@@ -1,15 +1,17 @@
 """Partition reassignment (KIP-455) against spec/Replication.tla's reassignment section, with the real TLC.
 
 The trace is a real run's (tests/controller/test_reassignment_processes.py,
-1 controller + 4 brokers: the partition moved from brokers 1, 2 to 3, 4
-under acks=all writes), cut to the partition's events, the brokers'
-registration and fencing and the controlled shutdown that ends the check:
-the controller's AlterPartitionReassignments (adding 3, 4; removing 1, 2),
-the leader's ExpandIsr of each new replica, the controller's
-CompleteReassignment (the commit of the last one: replicas 3, 4, a new
-leader and leader epoch) and the removed brokers' StopReplica. It must be
-accepted; each doctored copy changes one event the way a bug would show,
-and must be rejected at exactly that event.
+seed 531003623, 1 controller + 4 brokers: the partition moved from brokers
+1, 2 to 3, 4 under acks=all writes, and back), cut to the partition's
+events, the brokers' registration and fencing and the controlled shutdown
+that ends the check: the controller's AlterPartitionReassignments (adding
+3, 4; removing 1, 2), the leader's ExpandIsr of each new replica, the
+controller's CompleteReassignment (the commit of the last one: replicas 3,
+4, a new leader and leader epoch), the removed brokers' StopReplica, then
+the same back to 1, 2 (their logs deleted: they start empty), with the
+removed leader's NEW_LEADER_ELECTED answer. It must be accepted; each
+doctored copy changes one event the way a bug would show, and must be
+rejected at exactly that event.
 """
 
 from __future__ import annotations
@@ -49,16 +51,19 @@ def test_a_real_reassignment_is_a_behaviour_of_the_spec():
     steps, verdict = verdict_for(TRACE)
     kinds = {s["type"] for s in steps.steps}
     assert {"AlterPartitionReassignments", "ExpandIsr", "CompleteReassignment", "StopReplica"} <= kinds
+    assert sum(s["type"] == "CompleteReassignment" for s in steps.steps) == 2  # there and back
     assert steps.replicas == [1, 2, 3, 4]
     assert verdict.accepted, f"rejected at step {verdict.reached}: {steps.steps[verdict.reached - 1]}"
 
 
 def test_completion_with_a_target_replica_out_of_the_isr_is_rejected(tmp_path):
-    """The controller completes the move when the first new replica (3) joins the isr, the other (4) not yet."""
+    """The controller completes the first move when the first new replica joins the isr, the other not yet."""
     evs = events()
     complete = index_of(evs, "CompleteReassignment")
-    first_expansion = index_of(evs, "ExpandIsr", added=3)
-    early = {**evs[complete], "isr": [3], "partition_epoch": evs[first_expansion]["partition_epoch"] + 1,
+    first_expansion = index_of(evs, "ExpandIsr")
+    joined = evs[first_expansion]["added"]
+    assert set(evs[complete]["replicas"]) - {joined}, "the move has a second new replica"
+    early = {**evs[complete], "isr": [joined], "partition_epoch": evs[first_expansion]["partition_epoch"] + 1,
              "mono_ns": evs[first_expansion]["mono_ns"] + 1}
     del evs[complete]
     evs.insert(first_expansion + 1, early)
