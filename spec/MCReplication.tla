@@ -24,12 +24,23 @@ MaxControlledShutdowns == 0
 One == 1
 Two == 2
 
+\* Reassignments (AlterPartitionReassignments, CancelPartitionReassignment):
+\* none unless a .cfg says `MaxReassignments <- One` (or Two).
+MaxReassignments == 0
+
 FaultBudget ==
     /\ faults.crash <= MaxCrashes
     /\ faults.shrink <= MaxIsrShrinks
     /\ faults.preferred <= MaxPreferredElections
     /\ faults.live_fence <= MaxLiveFences
     /\ faults.shutdown <= MaxControlledShutdowns
+    /\ faults.reassign <= MaxReassignments
+
+\* Replica sets a partition of a reassignment model is created with
+\* (`ReplicaSetsAtCreation <- OneReplicaAtCreation` in a .cfg): every set
+\* of that size, so that the symmetry of Replicas still holds.
+OneReplicaAtCreation == {{r} : r \in Replicas}
+TwoReplicasAtCreation == {S \in SUBSET Replicas : Cardinality(S) = 2}
 
 \* Replicas and values are interchangeable: the spec never orders them or
 \* picks one by name (Init has no leader yet; CHOOSE is used on numbers

@@ -59,6 +59,13 @@
 (*   the ISR become empty, elects from the ELR when no ISR member is       *)
 (*   electable, and drops a replica from the ELR when it registers after   *)
 (*   an unclean shutdown.                                                  *)
+(* - Partition reassignment (KIP-455, with ReassignmentEnable): the        *)
+(*   controller's replica set, a subset of Replicas (the brokers), grows   *)
+(*   to target \cup current with adding and removing replicas; added ones  *)
+(*   start as followers with empty logs and fetch; once every adding       *)
+(*   replica is in the ISR the controller completes it (replicas = target, *)
+(*   ISR \cap target, a new leader epoch when a replica leaves); removed    *)
+(*   replicas stop and delete their logs (StopReplica).  See its section.  *)
 (*                                                                         *)
 (* Every action is one step of one actor and names its whole post-state,   *)
 (* so that a kref trace event of the same name maps onto it 1:1.  The      *)
@@ -148,6 +155,8 @@ VARIABLES
                            \*  metadata, or [type |-> "None"]]
     \* ---- the controller: the committed partition registration ----
     controller,            \* [leader, leader_epoch, partition_epoch, isr,
+                           \*  replicas, adding, removing: the assignment
+                           \*  and a reassignment in progress (KIP-455),
                            \*  fenced: brokers whose registration is fenced,
                            \*  registrations: every registration committed
                            \*  so far, kept only with LaggingMetadata]
@@ -302,7 +311,8 @@ ElectableFromElr(r) ==
 \* What a broker applies of the controller's state c: the partition's
 \* registration (Kafka's PartitionRegistration as a broker reads it).
 Registration(c) == [leader |-> c.leader, leader_epoch |-> c.leader_epoch,
-                    partition_epoch |-> c.partition_epoch, isr |-> c.isr]
+                    partition_epoch |-> c.partition_epoch, isr |-> c.isr,
+                    replicas |-> c.replicas]
 
 \* The controller commits its new state c: with LaggingMetadata its
 \* registration joins the history that brokers apply from.
@@ -339,28 +349,36 @@ RestartFloor(drop) ==
 (* with empty logs and in the ISR; the controller has not elected a leader *)
 (* yet (the first ElectLeader makes leader epoch and partition epoch 0).   *)
 
+\* Reassignment: the replica sets a partition may be created with (a
+\* definition, overridden in a .cfg).  Every broker of Replicas hosts it
+\* unless a model that moves partitions says otherwise; a broker outside
+\* the set is up ("Online") and hosts nothing (an empty log).
+ReplicaSetsAtCreation == {Replicas}
+
 Init ==
+    \E assigned \in ReplicaSetsAtCreation :
     /\ role = [r \in Replicas |-> "Online"]
     /\ log = [r \in Replicas |-> << >>]
     /\ epoch_cache_tail = [r \in Replicas |-> -1]
     /\ high_watermark = [r \in Replicas |-> 0]
     /\ leader_epoch = [r \in Replicas |-> -1]
     /\ partition_epoch = [r \in Replicas |-> -1]
-    /\ isr = [r \in Replicas |-> Replicas]
+    /\ isr = [r \in Replicas |-> assigned]
     /\ remote_log_end_offset = [r \in Replicas |-> Unknown]
     /\ remote_broker_epoch = [r \in Replicas |-> Unknown]
     /\ fetch = [r \in Replicas |-> NoFetch]
     /\ alter_partition = [r \in Replicas |-> NoAlterPartition]
     /\ controller = [leader |-> NoLeader, leader_epoch |-> -1,
-                     partition_epoch |-> -1, isr |-> Replicas, fenced |-> {},
+                     partition_epoch |-> -1, isr |-> assigned, fenced |-> {},
                      broker_epoch |-> [r \in Replicas |-> 0], elr |-> {},
-                     registrations |-> {}, restarted_at |-> [r \in Replicas |-> -1]]
+                     registrations |-> {}, restarted_at |-> [r \in Replicas |-> -1],
+                     replicas |-> assigned, adding |-> {}, removing |-> {}]
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
     /\ consumed = {}
     /\ faults = [crash |-> 0, shrink |-> 0, preferred |-> 0, unclean |-> {},
-                  live_fence |-> 0, shutdown |-> 0]
+                  live_fence |-> 0, shutdown |-> 0, reassign |-> 0]
 
 -----------------------------------------------------------------------------
 (* Leader actions                                                          *)
@@ -495,6 +513,10 @@ ExpandIsr(l, f) ==
 \* same proposal was committed (its answer may have been lost): the
 \* proposal stays pending (MaximalIsr counts it, no other ISR change
 \* starts) until the metadata replaces it (BecomeLeader, BecomeFollower).
+\* So does NEW_LEADER_ELECTED (the commit completed a reassignment that
+\* started a new leader epoch, see CompleteReassignment): dropping the
+\* proposal there would let a removed leader, alone in its old ISR,
+\* acknowledge records no new replica holds.
 HandleAlterPartitionResponse(l) ==
     /\ alter_partition[l].type = "AlterPartitionResponse"
     /\ LET resp == alter_partition[l]
@@ -507,6 +529,7 @@ HandleAlterPartitionResponse(l) ==
            ELSE UNCHANGED <<isr, partition_epoch>>
     /\ alter_partition' = [alter_partition EXCEPT ![l] =
           IF @.error \in {"FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION"}
+             \/ @.error = "NEW_LEADER_ELECTED"
           THEN [type |-> "AwaitMetadata", new_isr |-> @.new_isr]
           ELSE NoAlterPartition]
     /\ UNCHANGED <<epoch_cache_tail, role, log, high_watermark, leader_epoch, remote_log_end_offset, remote_broker_epoch,
@@ -618,6 +641,7 @@ TruncateToEpochEndOffset(f) ==
 \* (an ISR change it did not make, e.g. the controller fencing a follower).
 BecomeLeaderTo(r, g) ==
     /\ g.leader = r
+    /\ r \in g.replicas  \* (always: a leader is in the ISR, in the replicas)
     /\ role[r] # "Offline"
     /\ \/ role[r] # "Leader"
        \/ leader_epoch[r] # g.leader_epoch
@@ -647,6 +671,7 @@ BecomeLeader(r) == \E g \in Applicable(r) : BecomeLeaderTo(r, g)
 \* its high watermark here.
 BecomeFollowerTo(r, g) ==
     /\ g.leader # r
+    /\ r \in g.replicas  \* a broker hosts the partition only while assigned
     /\ role[r] # "Offline"
     /\ \/ role[r] \in {"Leader", "Online"}
        \/ leader_epoch[r] # g.leader_epoch
@@ -671,6 +696,166 @@ BecomeFollowerTo(r, g) ==
 BecomeFollower(r) == \E g \in Applicable(r) : BecomeFollowerTo(r, g)
 
 -----------------------------------------------------------------------------
+(***************************************************************************)
+(* Partition reassignment (KIP-455), as Kafka's KRaft controller does it   *)
+(* (ReplicationControlManager, PartitionReassignmentReplicas,              *)
+(* PartitionChangeBuilder) and kref's controller core.                    *)
+(*                                                                         *)
+(* The controller's replicas, adding and removing say which brokers of     *)
+(* Replicas host the partition.  AlterPartitionReassignments(target) grows *)
+(* the replica set to target \cup original (original: the replicas before  *)
+(* any reassignment in progress, whose adding replicas it undoes), with    *)
+(* adding = target \ original and removing = original \ target.  An added  *)
+(* replica applies the registration as a follower with an empty log        *)
+(* (BecomeFollower) and fetches; the leader takes it into the ISR through  *)
+(* AlterPartition.  When every adding replica is in the ISR (and some      *)
+(* target replica is) the controller completes the reassignment in the     *)
+(* same record: replicas = target, ISR \cap target, a new leader from the *)
+(* ISR if the leader left, and a new leader epoch whenever a replica left  *)
+(* (a removed replica must not fetch in the old term).                     *)
+(* CancelPartitionReassignment reverts to the original replicas.  A        *)
+(* broker that applies a registration without it stops its replica and    *)
+(* deletes its log (StopReplica).  Off (ReassignmentEnable) in every model *)
+(* but MCReplicationReassign*, so their state spaces stay as they were.    *)
+(***************************************************************************)
+
+\* TRUE: the controller moves the partition (a model turns it on in its .cfg
+\* with `ReassignmentEnable <- On`; trace validation turns it on).
+ReassignmentEnable == FALSE
+\* TRUE (a must-fail model only): the bug of completing a reassignment
+\* before the adding replicas caught up, counting them as in sync.
+ReassignmentSkipsCatchUp == FALSE
+
+\* A reassignment is in progress in the controller's state c.
+Reassigning(c) == c.adding \cup c.removing # {}
+
+\* Kafka's completion test (PartitionReassignmentReplicas): every adding
+\* replica is in the ISR, and so is some target replica.
+ReassignmentCaughtUp(c) ==
+    /\ Reassigning(c)
+    /\ \/ ReassignmentSkipsCatchUp
+       \/ /\ c.adding \subseteq c.isr
+          /\ (c.replicas \ c.removing) \cap c.isr # {}
+
+\* The completed state: replicas = target, the ISR (and ELR) without the
+\* removed replicas.  (With ReassignmentSkipsCatchUp the adding replicas
+\* are taken into the ISR as they are.)
+CompleteReassignment(c) ==
+    LET target == c.replicas \ c.removing
+        kept == (c.isr \cap target)
+                \cup (IF ReassignmentSkipsCatchUp THEN c.adding ELSE {})
+    IN  [c EXCEPT !.replicas = target, !.adding = {}, !.removing = {},
+                  !.isr = kept, !.elr = @ \cap target]
+
+MaybeCompleteReassignment(c) ==
+    IF ReassignmentCaughtUp(c) THEN CompleteReassignment(c) ELSE c
+
+\* The leader after the partition change from `old` to c (c's ISR and
+\* replica set decided): kept while in the ISR, else any unfenced ISR
+\* member (kref takes the first in replica order; NoLeader if none); the
+\* leader epoch goes up with a new leader or when a replica left the set
+\* (Kafka's PartitionChangeBuilder bumps it for a shrinking assignment so
+\* that a removed follower cannot fetch in the old term).  The set of the
+\* possible results; a singleton when nothing of the assignment changed.
+\* (A fault assumption, that of Crash carried over: a reassignment takes
+\* replicas out of the ISR only while the members it keeps that crashed
+\* hold every committed record, and every entry a leader still counts
+\* them for (its last fetch offset from before the crash: the leader
+\* cannot know, see Crash) or a fetch it sent before the crash may still
+\* make a leader count.  A member that lost its unflushed suffix while
+\* others held it, not fenced yet, must not be left the whole ISR by the
+\* operator's move, nor be counted by the removed leader's high watermark
+\* afterwards: TLC found both with one crash; Kafka, which cannot tell
+\* either, gives no guarantee there.)
+CrashedSinceCounted(l, s) ==
+    role[s] = "Offline" \/ remote_broker_epoch[l][s] # controller.broker_epoch[s]
+
+KeptIsrHoldsCommitted(old, c) ==
+    \/ old.replicas = c.replicas
+    \/ old.isr \subseteq c.isr
+    \/ \A s \in c.isr :
+          /\ role[s] = "Offline" =>
+                /\ \A e \in consumed : e.offset < Len(log[s]) /\ log[s][e.offset + 1] = e
+                \* (its fetch from before the crash, still on the wire)
+                /\ fetch[s].type = "FetchRequest" => fetch[s].fetch_offset <= Len(log[s])
+          /\ \A l \in Replicas \ {s} :
+                (role[l] = "Leader" /\ remote_log_end_offset[l][s] > 0 /\ CrashedSinceCounted(l, s))
+                    => /\ remote_log_end_offset[l][s] <= Len(log[s])
+                       /\ Prefix(log[s], remote_log_end_offset[l][s])
+                             = Prefix(log[l], remote_log_end_offset[l][s])
+
+NewLeaders(old, c) ==
+    LET shrunk == ~(old.replicas \subseteq c.replicas)
+        choices == IF ~KeptIsrHoldsCommitted(old, c) THEN {}
+                   ELSE IF old.leader \in c.isr THEN {old.leader}
+                   ELSE IF c.isr \ c.fenced = {} THEN {NoLeader}
+                   ELSE c.isr \ c.fenced
+    IN  {[c EXCEPT !.leader = l,
+                   !.leader_epoch = IF l # old.leader \/ (shrunk /\ l # NoLeader)
+                                    THEN old.leader_epoch + 1 ELSE old.leader_epoch] :
+         l \in choices}
+
+\* The operator's AlterPartitionReassignments with a target replica set:
+\* one PartitionChangeRecord (the growth step, or at once the completion
+\* when every adding replica is already in the ISR).
+AlterPartitionReassignments(target) ==
+    /\ target # {}
+    /\ target # controller.replicas \ controller.removing  \* (the same target: nothing to do)
+    /\ LET original == controller.replicas \ controller.adding
+           grown == [controller EXCEPT !.replicas = target \cup original,
+                                       !.adding = target \ original,
+                                       !.removing = original \ target,
+                                       !.isr = @ \cap (target \cup original),
+                                       !.elr = @ \cap (target \cup original),
+                                       !.partition_epoch = @ + 1]
+       IN  /\ grown.isr # {}
+           /\ \E c \in NewLeaders(controller, MaybeCompleteReassignment(grown)) :
+                 controller' = Committed(c)
+    /\ faults' = [faults EXCEPT !.reassign = @ + 1]
+    /\ UNCHANGED <<replica_vars, ghost_vars>>
+
+\* AlterPartitionReassignments with a null target (Kafka's
+\* cancelPartitionReassignment): back to the original replicas, the adding
+\* ones leave the ISR.  Refused when no original replica is in the ISR
+\* (kref elects uncleanly there when the topic allows it: not modelled).
+CancelPartitionReassignment ==
+    /\ Reassigning(controller)
+    /\ LET original == controller.replicas \ controller.adding
+           reverted == [controller EXCEPT !.replicas = original, !.adding = {},
+                                          !.removing = {}, !.isr = @ \cap original,
+                                          !.elr = @ \cap original,
+                                          !.partition_epoch = @ + 1]
+       IN  /\ reverted.isr # {}
+           /\ \E c \in NewLeaders(controller, reverted) : controller' = Committed(c)
+    /\ faults' = [faults EXCEPT !.reassign = @ + 1]
+    /\ UNCHANGED <<replica_vars, ghost_vars>>
+
+\* Broker r applies a registration g that does not name it among the
+\* replicas (Kafka's ReplicaManager.applyDelta: stopPartitions with delete):
+\* it stops leading or fetching and deletes its log; it hosts nothing, as a
+\* broker that never did ("Online", an empty log), until a registration
+\* assigns it again.  A restarted broker whose replica was removed while
+\* it was down deletes the stray log the same way.
+StopReplicaTo(r, g) ==
+    /\ r \notin g.replicas
+    /\ \/ role[r] \in {"Leader", "Follower"}
+       \/ role[r] = "Online" /\ log[r] # << >>
+    /\ role' = [role EXCEPT ![r] = "Online"]
+    /\ log' = [log EXCEPT ![r] = << >>]
+    /\ epoch_cache_tail' = [epoch_cache_tail EXCEPT ![r] = -1]
+    /\ high_watermark' = [high_watermark EXCEPT ![r] = 0]
+    /\ leader_epoch' = [leader_epoch EXCEPT ![r] = -1]
+    /\ partition_epoch' = [partition_epoch EXCEPT ![r] = -1]
+    /\ isr' = [isr EXCEPT ![r] = {}]
+    /\ remote_log_end_offset' = [remote_log_end_offset EXCEPT ![r] = Unknown]
+    /\ remote_broker_epoch' = [remote_broker_epoch EXCEPT ![r] = Unknown]
+    /\ fetch' = [fetch EXCEPT ![r] = FetchAfterMetadata(r)]
+    /\ alter_partition' = [alter_partition EXCEPT ![r] = NoAlterPartition]
+    /\ UNCHANGED <<controller, ghost_vars, faults>>
+
+StopReplica(r) == \E g \in Applicable(r) : StopReplicaTo(r, g)
+
+-----------------------------------------------------------------------------
 (* Controller actions                                                      *)
 
 \* The controller handles leader l's AlterPartition.  It refuses a request
@@ -691,19 +876,27 @@ AlterPartitionError(req, l) ==
     THEN "INELIGIBLE_REPLICA"
     ELSE "NONE"
 
+\* With a reassignment in progress, the commit that takes the last adding
+\* replica into the ISR completes it in the same record (Kafka's
+\* PartitionChangeBuilder; MaybeCompleteReassignment is the identity
+\* otherwise); when that starts a new leader epoch the leader is answered
+\* NEW_LEADER_ELECTED and learns the rest from the metadata.
 CommitAlterPartition(l) ==
     /\ alter_partition[l].type = "AlterPartitionRequest"
     /\ LET req == alter_partition[l]
            error == AlterPartitionError(req, l)
-       IN  /\ controller' =
-                 IF error = "NONE"
-                 THEN Committed([controller EXCEPT !.isr = req.new_isr,
+       IN  /\ IF error = "NONE"
+              THEN \E c \in NewLeaders(controller, MaybeCompleteReassignment(
+                                [controller EXCEPT !.isr = req.new_isr,
                                                    !.partition_epoch = @ + 1,
-                                                   !.elr = NewElr(req.new_isr)])
-                 ELSE controller
+                                                   !.elr = NewElr(req.new_isr)])) :
+                      controller' = Committed(c)
+              ELSE controller' = controller
            /\ alter_partition' = [alter_partition EXCEPT ![l] =
                  [type |-> "AlterPartitionResponse", new_isr |-> req.new_isr,
-                  error |-> error, leader_epoch |-> req.leader_epoch,
+                  error |-> IF error = "NONE" /\ controller'.leader_epoch # controller.leader_epoch
+                            THEN "NEW_LEADER_ELECTED" ELSE error,
+                  leader_epoch |-> req.leader_epoch,
                   isr |-> controller'.isr,
                   partition_epoch |-> controller'.partition_epoch,
                   request |-> req]]
@@ -744,6 +937,7 @@ UncleanElectLeader(r) ==
     /\ controller.leader = NoLeader
     /\ controller.isr \subseteq controller.fenced
     /\ r \notin controller.isr
+    /\ r \in controller.replicas
     /\ r \notin controller.fenced
     /\ controller' = Committed([controller EXCEPT !.leader = r,
                                         !.leader_epoch = @ + 1,
@@ -755,7 +949,7 @@ UncleanElectLeader(r) ==
 \* an unfenced ISR member; with KIP-966 an unfenced ELR member when every
 \* ISR member is fenced; with unclean election any unfenced replica then.
 CanElect(c) ==
-    \E s \in Replicas :
+    \E s \in c.replicas :
         /\ s \notin c.fenced
         /\ \/ s \in c.isr
            \/ EligibleLeaderReplicasEnable /\ s \in c.elr /\ c.isr \subseteq c.fenced
@@ -967,6 +1161,10 @@ Next ==
     \/ \E r \in Replicas : UnfenceBroker(r)
     \/ \E r \in Replicas : Crash(r)
     \/ \E r \in Replicas : Restart(r)
+    \* Partition reassignment (its own section)
+    \/ ReassignmentEnable /\ \E t \in SUBSET Replicas : AlterPartitionReassignments(t)
+    \/ ReassignmentEnable /\ CancelPartitionReassignment
+    \/ ReassignmentEnable /\ \E r \in Replicas : StopReplica(r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -999,7 +1197,7 @@ AlterPartitionMessage ==
     \cup AlterPartitionRequestMessage
     \cup [type : {"AlterPartitionResponse"}, new_isr : SUBSET Replicas,
           error : {"NONE", "FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION",
-                   "INELIGIBLE_REPLICA"},
+                   "INELIGIBLE_REPLICA", "NEW_LEADER_ELECTED"},
           leader_epoch : Nat, isr : SUBSET Replicas, partition_epoch : Nat,
           request : AlterPartitionRequestMessage]
     \cup [type : {"AwaitMetadata"}, new_isr : SUBSET Replicas]
@@ -1027,8 +1225,11 @@ TypeOK ==
                        registrations : SUBSET [leader : Replicas \cup {NoLeader},
                                                leader_epoch : Nat \cup {-1},
                                                partition_epoch : Nat \cup {-1},
-                                               isr : SUBSET Replicas],
-                       restarted_at : [Replicas -> Nat \cup {-1}]]
+                                               isr : SUBSET Replicas,
+                                               replicas : SUBSET Replicas],
+                       restarted_at : [Replicas -> Nat \cup {-1}],
+                       replicas : SUBSET Replicas, adding : SUBSET Replicas,
+                       removing : SUBSET Replicas]
     /\ controller.isr # {} \/ EligibleLeaderReplicasEnable
     /\ controller.elr \cap controller.isr = {}
     /\ produced \subseteq Values
@@ -1036,7 +1237,8 @@ TypeOK ==
     /\ acked \subseteq Entry
     /\ consumed \subseteq Entry
     /\ faults \in [crash : Nat, shrink : Nat, preferred : Nat,
-                   unclean : SUBSET Replicas, live_fence : Nat, shutdown : Nat]
+                   unclean : SUBSET Replicas, live_fence : Nat, shutdown : Nat,
+                   reassign : Nat]
 
 \* The elected leader is always an ISR member, and a leader's own view of
 \* the ISR contains itself: elections and AlterPartition never break this,
@@ -1135,4 +1337,25 @@ TruncationDropsNewerEpochs ==
 \* before cannot put it back: the partition-epoch check refuses it.
 FencedReplicasLeaveIsr ==
     \A r \in controller.fenced : r \in controller.isr => controller.isr = {r}
+
+\* Reassignment (KIP-455): the ISR, the ELR, the leader and the adding and
+\* removing replicas are all assigned replicas, so a removed replica is
+\* never in the ISR nor elected; no replica leads the controller's current
+\* leader epoch unless assigned (a removed leader is a zombie of an older
+\* epoch); and an AlterPartition the controller could still commit (of
+\* its current epochs) adds only assigned replicas, although the spec's
+\* leader does not track the assignment: within a leader epoch the
+\* replica set only grows (a removal starts a new epoch).
+IsrWithinReplicas ==
+    /\ controller.isr \cup controller.elr \cup controller.adding \cup controller.removing
+          \subseteq controller.replicas
+    /\ controller.adding \cap controller.removing = {}
+    /\ controller.leader # NoLeader => controller.leader \in controller.replicas
+    /\ \A r \in Replicas :
+          /\ (role[r] = "Leader" /\ leader_epoch[r] = controller.leader_epoch)
+                => r \in controller.replicas
+          /\ (/\ alter_partition[r].type = "AlterPartitionRequest"
+              /\ alter_partition[r].leader_epoch = controller.leader_epoch
+              /\ alter_partition[r].partition_epoch = controller.partition_epoch)
+                => alter_partition[r].new_isr \subseteq controller.replicas
 =============================================================================

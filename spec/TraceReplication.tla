@@ -68,6 +68,10 @@ FreshBatch(n) == [k \in 1..n |-> Cardinality(produced) + k]
 TraceInit ==
     /\ Init
     /\ ti \in DOMAIN Traces
+    \* Reassignment: the partition starts on the replicas its creation names
+    \* (trace_check's synthetic creation carries them; see TReplicaSetsAtCreation).
+    /\ controller.replicas = IF "replicas" \in DOMAIN Traces[ti][1]
+                             THEN Range(Traces[ti][1].replicas) ELSE Replicas
     /\ tl = 1
     /\ pe_shift = 0
     /\ TLCSet(1 + ti, 1)  \* see TraceProgress
@@ -290,6 +294,46 @@ TRestart ==
     /\ Restart(Ev.replica)
     /\ "log_end_offset" \in DOMAIN Ev => Len(log[Ev.replica]) = Ev.log_end_offset
 
+-----------------------------------------------------------------------------
+(* Partition reassignment (KIP-455): the controller's records as logged    *)
+(* (kref/trace/reassignment_events.py), the broker's StopReplica.          *)
+
+\* Real runs move partitions: Replication's ReassignmentEnable is on
+\* (TraceRun.cfg: `ReassignmentEnable <- TReassignmentEnable`), and a
+\* partition may be created on any replica set (TraceInit picks the one
+\* the trace names: `ReplicaSetsAtCreation <- TReplicaSetsAtCreation`).
+TReassignmentEnable == TRUE
+TReplicaSetsAtCreation == SUBSET Replicas \ {{}}
+
+\* The registration the controller commits is the one logged.
+ReassignedAsLogged ==
+    /\ controller'.leader = Ev.leader
+    /\ controller'.leader_epoch = Ev.leader_epoch
+    /\ controller'.partition_epoch = Ev.partition_epoch + pe_shift
+    /\ controller'.isr = Ev.isr
+    /\ controller'.replicas = Range(Ev.replicas)
+    /\ controller'.adding = Range(Ev.adding)
+    /\ controller'.removing = Range(Ev.removing)
+
+TAlterPartitionReassignments ==
+    AlterPartitionReassignments(Range(Ev.replicas) \ Range(Ev.removing)) /\ ReassignedAsLogged
+TCancelPartitionReassignment == CancelPartitionReassignment /\ ReassignedAsLogged
+\* kref logs the commit of the AlterPartition that completes a move (the
+\* spec's CommitAlterPartition of the leader that sent it); every other
+\* commit is silent (SilentStep), and never completes one.
+TCompleteReassignment ==
+    /\ \E l \in Replicas : CommitAlterPartition(l)
+    /\ Reassigning(controller) /\ ~Reassigning(controller')
+    /\ ReassignedAsLogged
+TStopReplica ==
+    LET r == Ev.replica IN
+    /\ Len(log[r]) = Ev.log_end_offset
+    /\ \E g \in Applicable(r) : /\ g.leader_epoch = Ev.leader_epoch
+                                /\ g.partition_epoch = Ev.partition_epoch + Shift
+                                /\ StopReplicaTo(r, g)
+
+-----------------------------------------------------------------------------
+
 TraceStep ==
     /\ tl <= Len(TraceLog)
     /\ CASE Ev.type = "LeaderAppend"                 -> TLeaderAppend
@@ -312,6 +356,10 @@ TraceStep ==
          [] Ev.type = "UnfenceBroker"                -> TUnfenceBroker
          [] Ev.type = "Crash"                        -> TCrash
          [] Ev.type = "Restart"                      -> TRestart
+         [] Ev.type = "AlterPartitionReassignments"  -> TAlterPartitionReassignments
+         [] Ev.type = "CancelPartitionReassignment"  -> TCancelPartitionReassignment
+         [] Ev.type = "CompleteReassignment"         -> TCompleteReassignment
+         [] Ev.type = "StopReplica"                  -> TStopReplica
          [] OTHER                                    -> FALSE
     /\ ti' = ti
     /\ tl' = tl + 1
@@ -336,7 +384,7 @@ ResentUnseen ==
 
 \* Steps the replicas do not log (see the theory of operation).
 SilentStep ==
-    /\ \/ \E l \in Replicas : CommitAlterPartition(l)
+    /\ \/ \E l \in Replicas : CommitAlterPartition(l) /\ ~(Reassigning(controller) /\ ~Reassigning(controller'))
        \/ ResentUnseen
        \/ \E f \in Replicas :
              /\ fetch[f].type = "FetchResponse"
@@ -370,7 +418,8 @@ StateView ==
      controller |-> [leader |-> controller.leader, leader_epoch |-> controller.leader_epoch,
                      partition_epoch |-> controller.partition_epoch, isr |-> controller.isr,
                      fenced |-> controller.fenced, broker_epoch |-> controller.broker_epoch,
-                     elr |-> controller.elr]]
+                     elr |-> controller.elr, replicas |-> controller.replicas,
+                     adding |-> controller.adding, removing |-> controller.removing]]
 
 \* The state constraint. TLC register 1 counts the traces accepted so far;
 \* register 1 + i holds the deepest cursor trace i reached, printed at every

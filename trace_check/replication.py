@@ -46,9 +46,17 @@ from typing import Any, Iterable
 from kref.trace.group_events import GROUP_EVENT_TYPES
 from kref.trace.sink import RUN_HEADER_TYPE
 
+# ---- reassignment (KIP-455; spec/Replication.tla's "Partition reassignment" section) ----
+# The controller's reassignment records: controller steps on the partition, taken like its elections
+# (replica = the controller's node id, never a step of that broker's replica). A broker's StopReplica
+# ends its fetching as BecomeFollower does (the spec's FetchAfterMetadata).
+REASSIGNMENT_WRITES = frozenset({"AlterPartitionReassignments", "CancelPartitionReassignment", "CompleteReassignment"})
+REASSIGNMENT_ACTIONS = REASSIGNMENT_WRITES | {"StopReplica"}
+# ---- end of the reassignment constants ----
+
 # Event types the trace spec has a matcher for (PartitionRecord: the controller's creation of the
 # partition, taken as the spec's first ElectLeader).
-SPEC_ACTIONS = frozenset({
+SPEC_ACTIONS = REASSIGNMENT_ACTIONS | frozenset({
     "LeaderAppend", "AdvanceHighWatermark", "LeaderHandleFetch", "FollowerFetch", "FetchError",
     "FollowerAppend", "TruncateToEpochEndOffset", "ShrinkIsr", "ExpandIsr", "HandleAlterPartitionResponse",
     "BecomeLeader", "BecomeFollower", "ElectLeader", "ElectPreferredLeader", "UncleanElectLeader",
@@ -64,7 +72,8 @@ UNMODELLED_FAULTS = frozenset({"MessageDropped", "MessageDuplicated", "Partition
 STOPS: frozenset[str] = frozenset()
 BROKER_EVENTS = frozenset({"FenceBroker", "UnfenceBroker", "ControlledShutdown"})
 NODE_EVENTS = frozenset({"Crash", "Restart"})
-ELECTIONS = frozenset({"ElectLeader", "ElectPreferredLeader", "UncleanElectLeader"})
+# (with the reassignment writes: every controller step that commits a partition registration)
+ELECTIONS = frozenset({"ElectLeader", "ElectPreferredLeader", "UncleanElectLeader"}) | REASSIGNMENT_WRITES
 # Steps a broker takes on a partition it hosts (not as the controller, not a fault).
 REPLICA_ACTIONS = SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS - ELECTIONS - {"PartitionRecord"}
 # Fields read as sets by the spec (everything else list-valued is a sequence).
@@ -581,7 +590,7 @@ def _same_leader_updates(mine):
             if following.get(e["replica"]) == (e["leader"], e["leader_epoch"]):
                 e = {**e, "same_leader": True}
             following[e["replica"]] = (e["leader"], e["leader_epoch"])
-        elif e["type"] in ("BecomeLeader", "Crash", "Restart"):
+        elif e["type"] in ("BecomeLeader", "Crash", "Restart", "StopReplica"):
             following.pop(e.get("replica"), None)
         out.append((e, origin))
     return out
@@ -590,7 +599,8 @@ def _same_leader_updates(mine):
 # AlterPartition answers the controller itself gives (spec/Replication.tla's AlterPartitionError, and NONE);
 # any other error code means the request never got a decision (NOT_CONTROLLER, REQUEST_TIMED_OUT, a
 # broken connection): the spec's AlterPartitionLost.
-CONTROLLER_ANSWERS = frozenset({0, 74, 95, 107})  # NONE, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA
+# (and NEW_LEADER_ELECTED: the commit completed a reassignment that started a new leader epoch)
+CONTROLLER_ANSWERS = frozenset({0, 74, 95, 107, 108})  # NONE, FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA, NEW_LEADER_ELECTED
 
 
 def _alter_partition_answers(mine, skipped):
@@ -622,7 +632,7 @@ def _alter_partition_answers(mine, skipped):
             if pending.pop(r, False):
                 superseded[r] = True
             applied[r] = frozenset(e["isr"])
-        elif kind in ("BecomeFollower", "Crash", "Restart"):
+        elif kind in ("BecomeFollower", "Crash", "Restart", "StopReplica"):
             pending.pop(r, None)
             superseded.pop(r, None)
         elif kind == "HandleAlterPartitionResponse":
@@ -647,7 +657,7 @@ def _resets_fetch(e) -> bool:
     """
     if e["type"] == "BecomeFollower":
         return not e.get("same_leader")
-    return e["type"] in ("Restart", "BecomeLeader", "TruncateToEpochEndOffset")
+    return e["type"] in ("Restart", "BecomeLeader", "TruncateToEpochEndOffset", "StopReplica")
 
 
 def _taken_after_the_error(mine, skipped):
@@ -1092,8 +1102,11 @@ def _creation_as_election(mine, replicas):
                                  "(no replica applied its creation and the trace holds no PartitionRecord): a "
                                  "check must start at its creation (epoch 0)")
             leader = e["replica"] if e["type"] == "BecomeLeader" else e["leader"]
+            # (the replicas it was created on, which a reassignment may change later: the spec's Init
+            # takes them, TraceReplication's TraceInit)
             created = {"type": "ElectLeader", "replica": 0, "leader": leader, "leader_epoch": 0,
-                       "partition_epoch": e["partition_epoch"], "isr": list(e["isr"]), "replicas": replicas}
+                       "partition_epoch": e["partition_epoch"], "isr": list(e["isr"]),
+                       "replicas": list(e.get("replicas") or replicas)}
             return [(created, "synthetic: the partition's creation")] + mine
     return mine
 

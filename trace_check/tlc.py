@@ -152,6 +152,8 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         "    LaggingMetadata <- TLaggingMetadata",
         "    LateFetchRequests <- TLateFetchRequests",
         "    ControlledShutdowns <- TControlledShutdowns",
+        "    ReassignmentEnable <- TReassignmentEnable",
+        "    ReplicaSetsAtCreation <- TReplicaSetsAtCreation",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",

@@ -331,6 +331,11 @@ class Partition:
         self.produce_purgatory.check_and_complete(self.key)
         self.fetch_purgatory.check_and_complete(self.key)
 
+    def stop_replica(self, now_ms: int, *, leader_epoch: int, partition_epoch: int) -> None:
+        """StopReplica: the registration (these epochs) no longer names this broker a replica
+        (KIP-455); the replica manager deletes the log next."""
+        self._apply(self.core.step(core.StopReplica(leader_epoch, partition_epoch), now_ms), now_ms)
+
     def _last_log_epoch(self) -> int:
         latest = self.log.leader_epoch_cache.latest_epoch
         return latest if latest is not None and latest >= 0 else core.NO_EPOCH

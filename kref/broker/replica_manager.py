@@ -335,6 +335,11 @@ class ReplicaManager:
         if after is None or self.node_id not in after.replicas:
             self.log_manager.forget_planned(name, p)
             if after is not None:
+                # A reassignment removed this replica (KIP-455): stopped (traced as the spec's
+                # StopReplica), then its log deleted.
+                part = self.partitions.get(key)
+                if part is not None:
+                    part.stop_replica(now_ms, leader_epoch=after.leader_epoch, partition_epoch=after.partition_epoch)
                 self.drop_logs(name, [p])
             return  # (a deleted topic's logs were dropped with it)
         try:

@@ -125,6 +125,7 @@ from kref.coordinator.producer_id import ProducerIdsExhaustedError, grant_block
 from kref.metadata import records as r
 from kref.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
 from kref.protocol.errors import ErrorCode
+from kref.trace import reassignment_events as reassign_trace
 from kref.trace.events import TraceEvent
 
 NO_LEADER = r.NO_LEADER
@@ -183,16 +184,9 @@ class ControlledShutdown(BrokerWrite):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LeaderElection(TraceEvent):
+class LeaderElection(reassign_trace.RegistrationWrite):
     """spec/Replication.tla's controller record after an election the controller
     wrote; replica = the controller's node id, topic/partition = the partition."""
-
-    leader: int
-    leader_epoch: int
-    partition_epoch: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    record_offset: int = -1  # the PartitionChangeRecord's metadata log offset (see BrokerEvent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -606,13 +600,18 @@ class ControllerCore:
     # ------------------------------------------------------------ records
 
     def _write(self, records: list, request_id: int | None, reply: object, out: list[Effect],
-               now_ms: int = 0, announce=None) -> None:
+               now_ms: int = 0, announce=None, reassignments: dict | None = None) -> None:
         """Apply and propose `records`; `announce(offset)` emits the batch's own trace
-        event (FenceBroker, ...; offset: its first record's) before the elections it caused."""
+        event (FenceBroker, ...; offset: its first record's) before the elections it caused.
+        `reassignments` maps a record's index to the reassignment event it is traced as
+        (kref/trace/reassignment_events.py) instead of an election."""
         base = self.next_offset
         elections = []
+        moves = []
         for i, record in enumerate(records):
-            if self.tracing and isinstance(record, r.PartitionChangeRecord) and record.leader >= 0:
+            if self.tracing and reassignments and i in reassignments:
+                moves.append((reassignments[i], record, base + i))
+            elif self.tracing and isinstance(record, r.PartitionChangeRecord) and record.leader >= 0:
                 elections.append((record, self._partition_by_id(record.topic_id, record.partition_id), base + i))
             self._apply(record, base + i)
         self.next_offset = base + len(records)
@@ -621,6 +620,20 @@ class ControllerCore:
             announce(base)
         for record, before, offset in elections:
             self._emit_election(out, now_ms, record, before, offset)
+        for cls, record, offset in moves:
+            self._emit_reassignment(out, now_ms, cls, record, offset)
+
+    def _emit_reassignment(self, out: list[Effect], now_ms: int, cls: type, record: r.PartitionChangeRecord,
+                           offset: int) -> None:
+        """The registration a reassignment record leaves, as spec/Replication.tla's action `cls`."""
+        after = self._partition_by_id(record.topic_id, record.partition_id)
+        if after is not None:
+            out.append(Emit(cls(
+                time_ms=now_ms, replica=self.node_id, topic=self.topics_by_id[record.topic_id],
+                partition=record.partition_id, leader=after.leader, leader_epoch=after.leader_epoch,
+                partition_epoch=after.partition_epoch, isr=after.isr, replicas=after.replicas,
+                adding=after.adding_replicas, removing=after.removing_replicas, record_offset=offset,
+            )))
 
     def _partition_by_id(self, topic_id: uuid.UUID, pid: int) -> Partition | None:
         name = self.topics_by_id.get(topic_id)
@@ -1137,15 +1150,20 @@ class ControllerCore:
             # completes the reassignment in the same record.
             target = tuple(b for b in p.replicas if b not in p.removing_replicas)
             change = self._reassignment_change(name, p, target, isr)
+            # (traced as the spec's CompleteReassignment when it completes, else as the isr change it is)
+            completes = {0: reassign_trace.CompleteReassignment} if change is not None and (
+                "adding_replicas" in change.fields or "removing_replicas" in change.fields) else None
             if change is not None and change.leader != NO_LEADER_CHANGE:
                 # A new term (the leader left, or replicas were removed): the
                 # leader learns it from the metadata, as Kafka's NEW_LEADER_ELECTED says.
                 record = r.PartitionChangeRecord(e.partition, e.topic_id, **change.fields)
-                return self._write([record], e.request_id, AlterPartitionReply(ErrorCode.NEW_LEADER_ELECTED), out, now_ms)
+                return self._write([record], e.request_id, AlterPartitionReply(ErrorCode.NEW_LEADER_ELECTED), out,
+                                   now_ms, reassignments=completes)
             if change is not None:
                 record = r.PartitionChangeRecord(e.partition, e.topic_id, **change.fields)
                 return self._write([record], e.request_id, AlterPartitionReply(
-                    ErrorCode.NONE, p.leader, p.leader_epoch, change.isr, p.partition_epoch + 1), out, now_ms)
+                    ErrorCode.NONE, p.leader, p.leader_epoch, change.isr, p.partition_epoch + 1), out, now_ms,
+                    reassignments=completes)
         record = r.PartitionChangeRecord(partition_id=e.partition, topic_id=e.topic_id, isr=isr)
         base_epoch = p.partition_epoch
         self._write([record], e.request_id,
@@ -1159,6 +1177,7 @@ class ControllerCore:
         leader kept), or at once the completion when nothing is to be added."""
         results = []
         records = []
+        kinds = {}  # record index -> its trace event (spec/Replication.tla's action)
         seen = set()
         for name, pid, target in e.reassignments:
             topic = self.topics.get(name)
@@ -1173,10 +1192,12 @@ class ControllerCore:
             code, message, fields = self._reassign(name, p, target, e.allow_replication_factor_change)
             results.append((name, pid, code, message))
             if fields:
+                kinds[len(records)] = (reassign_trace.CancelPartitionReassignment if target is None
+                                       else reassign_trace.AlterPartitionReassignments)
                 records.append(r.PartitionChangeRecord(pid, topic.topic_id, **fields))
         reply = ReassignmentsReply(ErrorCode.NONE, tuple(results))
         if records:
-            self._write(records, e.request_id, reply, out, now_ms)
+            self._write(records, e.request_id, reply, out, now_ms, reassignments=kinds)
         else:
             out.append(Reply(e.request_id, reply))
 

@@ -101,6 +101,7 @@ from kref.replication.follower import (
 )
 from kref import mutations as _m
 from kref.trace import events as trace
+from kref.trace import reassignment_events as reassign_trace
 
 
 NO_EPOCH = -1
@@ -168,6 +169,15 @@ class BecomeFollower:
     # or the follower must reconcile through OffsetsForLeaderEpoch first.
     last_fetched_epoch: int = NO_EPOCH
     truncate_on_fetch: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplica:
+    """The registration (leader_epoch, partition_epoch) the broker applied no longer names
+    it a replica (a reassignment removed it, KIP-455): the replica stops; its log goes."""
+
+    leader_epoch: int
+    partition_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,6 +609,8 @@ class PartitionReplica(FollowerSide):
                 self._on_fetch_response(event, now_ms, out)
             case EpochEndOffsetReceived():
                 self._on_epoch_end_offset(event, now_ms, out)
+            case StopReplica():
+                self._on_stop_replica(event, now_ms, out)
             case _:
                 raise TypeError(f"not a replica event: {event!r}")
         if self.alter_partition_resend_due_ms is not None and now_ms >= self.alter_partition_resend_due_ms:
@@ -647,6 +659,13 @@ class PartitionReplica(FollowerSide):
         out.append(AssignLeaderEpoch(self.leader_epoch, self.log_end_offset))
         self._emit_become_leader(now_ms, out)
         self._maybe_advance_high_watermark(now_ms, out)
+
+    def _on_stop_replica(self, e: StopReplica, now_ms: int, out: list[Effect]) -> None:
+        """spec/Replication.tla's StopReplica: no role, nothing pending; the driver deletes the log."""
+        self._drop_alter_partition()
+        self.role = Role.NONE
+        self._emit(out, reassign_trace.StopReplica, now_ms, leader_epoch=e.leader_epoch,
+                   partition_epoch=e.partition_epoch, log_end_offset=self.log_end_offset)
 
     def _emit_become_leader(self, now_ms: int, out: list[Effect]) -> None:
         self._emit(

@@ -7,14 +7,22 @@ ListPartitionReassignments shows while it lasts), the new brokers fetch as
 followers and join the isr through AlterPartition, the controller completes
 the move (the old leader is removed, so leadership moves and a new
 leader_epoch starts) and the removed brokers delete their logs. Afterwards
-every acknowledged record is read back from the new leader, and again from
-the other new replica once the first is shut down (controlled shutdown moves
-leadership to it). The errors Kafka answers come back per partition:
-UNKNOWN_TOPIC_OR_PARTITION, NO_REASSIGNMENT_IN_PROGRESS,
-INVALID_REPLICA_ASSIGNMENT, and for a raw v1 request that keeps the
-replication factor (KIP-860) INVALID_REPLICATION_FACTOR. Then kafkajs (its own protocol code) moves the
-partition back to its first brokers and lists the reassignment until it is
-done, and the records are read from there once more.
+every acknowledged record is read back from the new leader. The errors Kafka
+answers come back per partition: UNKNOWN_TOPIC_OR_PARTITION,
+NO_REASSIGNMENT_IN_PROGRESS, INVALID_REPLICA_ASSIGNMENT, and for a raw v1
+request that keeps the replication factor (KIP-860)
+INVALID_REPLICATION_FACTOR. Then kafkajs (its own protocol code) moves the
+partition back to its first brokers (which deleted their logs: they copy it
+all again) and lists the reassignment until it is done, and the records are
+read from there once more, and again from the other replica once the leader
+is shut down (controlled shutdown moves leadership to it).
+
+Its nodes' traces are checked by TLC (tests/controller/trace_validation.py):
+each move is spec/Replication.tla's AlterPartitionReassignments, the
+leader's ExpandIsr of each new replica, CompleteReassignment (the commit of
+the last one) and the removed brokers' StopReplica. The check covers the
+trace up to the controlled shutdown (trace_check's STOPS), both moves
+included.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import time
 from pathlib import Path
 
 from kref.node.local_cluster import bootstrap_servers, wait_ready
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 STARTUP_S = 120
 SETTINGS = {
@@ -99,10 +108,9 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
     from kafka.errors import (InvalidReplicationAssignmentError, NoReassignmentInProgressError,
                               UnknownTopicOrPartitionError)
 
-    # Its nodes' traces are not checked (tests/controller/trace_validation.py): neither spec/Replication.tla
-    # (a fixed replica set) nor spec/KRaft.tla models reassignment (adding and removing replicas, the
-    # adding/removing sets of a PartitionChangeRecord), so no check could take its steps.
-    with running_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
+    # Its nodes' traces are checked once it ends (checked_cluster), against spec/Replication.tla's
+    # reassignment section and spec/KRaft.tla.
+    with checked_cluster(tmp_path, 1, 4, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         servers = bootstrap_servers(specs)
         # Start-up alone can take most of a minute on a loaded 2-core box.
@@ -184,30 +192,39 @@ def test_reassignment_moves_a_partition_under_acks_all_writes(tmp_path):
             assert all(copies(b) for b in target)
 
             assert _consume_all(servers, len(acknowledged)) >= acknowledged
-            # The other new replica holds them too: shut the leader down (controlled
-            # shutdown moves leadership within the isr) and read again.
-            processes[target[0]].send_signal(signal.SIGTERM)
-            processes[target[0]].wait(timeout=20)
-            wait_long(lambda: _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).leader == target[1],
-                       "leadership to move to the other new replica")
-            assert _consume_all(servers, len(acknowledged)) >= acknowledged
 
+            # The replicas that hold the partition now: the new ones, or the first ones again
+            # once kafkajs has moved it back (node 1, the controller, last, so that the leader
+            # can be shut down below without stopping the controller).
+            holders = target
             if shutil.which("node") is None or not (NODE_MODULES / "kafkajs").is_dir():
                 print("kafkajs part skipped: node or kafkajs is not installed (scripts/setup.sh)")
-                return
-            alive = ",".join(f"127.0.0.1:{by_id[b].client_port}" for b in by_id if b != target[0])
-            back = list(before.replicas)
-            out = subprocess.run(["node", str(JS), alive, TOPIC, "0", ",".join(map(str, back))],
-                                 capture_output=True, text=True, timeout=120,
-                                 env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
-            assert out.returncode == 0, out.stderr[-3000:]
-            seen = json.loads(out.stdout.strip().splitlines()[-1])
-            assert seen["ongoing"] == 0, seen
-            for entry in seen["first"]:  # empty if it completed before the list
-                assert entry["adding"] == back and entry["replicas"][:2] == back, seen
-            assert seen["empty"] == "INVALID_REPLICA_ASSIGNMENT", seen
-            wait_long(lambda: sorted(_partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).replicas) == sorted(back),
-                       "the partition back on its first brokers")
+            else:
+                back = sorted(before.replicas, key=lambda b: (b == 1, b))
+                out = subprocess.run(["node", str(JS), servers, TOPIC, "0", ",".join(map(str, back))],
+                                     capture_output=True, text=True, timeout=120,
+                                     env={**os.environ, "NODE_PATH": str(NODE_MODULES)})
+                assert out.returncode == 0, out.stderr[-3000:]
+                seen = json.loads(out.stdout.strip().splitlines()[-1])
+                assert seen["ongoing"] == 0, seen
+                for entry in seen["first"]:  # empty if it completed before the list
+                    assert entry["adding"] == back and entry["replicas"][:2] == back, seen
+                assert seen["empty"] == "INVALID_REPLICA_ASSIGNMENT", seen
+                wait_long(lambda: (p := _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC))
+                          and sorted(p.replicas) == sorted(back) and sorted(p.isrs) == sorted(back)
+                          and p.leader == back[0], "the partition back on its first brokers, led by the first")
+                # The brokers it left (the new ones) delete their copies again; the first ones,
+                # which deleted theirs on the first move, copied the whole log back.
+                wait_long(lambda: not any(copies(b) for b in target), "the new brokers to delete their logs")
+                assert _consume_all(servers, len(acknowledged)) >= acknowledged
+                holders = back
+
+            # The other replica holds them too: shut the leader down (controlled
+            # shutdown moves leadership within the isr) and read again.
+            processes[holders[0]].send_signal(signal.SIGTERM)
+            processes[holders[0]].wait(timeout=20)
+            wait_long(lambda: _partition(inspector.list_topics(TOPIC, timeout=10), TOPIC).leader == holders[1],
+                      "leadership to move to the other replica")
             assert _consume_all(servers, len(acknowledged)) >= acknowledged
         finally:
             admin.close()
