@@ -848,7 +848,7 @@ Resume(v) ==
     /\ paused' = paused \ {v}
     /\ broker_sessions' = [broker_sessions EXCEPT ![v] = {}]
     /\ UNCHANGED raft_vars
-    /\ UNCHANGED <<up, broker_metadata_offset>>
+    /\ UNCHANGED <<up, broker_metadata_offset, messages>>
     /\ UNCHANGED history_vars
 
 -----------------------------------------------------------------------------

@@ -170,7 +170,8 @@ FollowsDiverging(f, l) ==
 TruncationEnds ==
     []<>(\A f, l \in Voters : ~FollowsDiverging(f, l))
 
-\* For MCKRaftFigure8Control (default set): MCBounds and three cuts of the
+\* For MCKRaftFigure8Control and MCKRaftFigure8 (default set, the control
+\* and the must-fail model share them): MCBounds and three cuts of the
 \* elections (disruptive steps) that Raft's Figure 8 does not need: no log
 \* longer than 2 entries (a voter leads at most twice), at most two voters
 \* ever win an election, at most one candidate at a time.  The Figure-8

@@ -43,6 +43,25 @@ def test_models_are_selected_by_the_module_they_extend():
     assert "MCKRaftElection" in names and not any(n.startswith("MCReplication") for n in names)
 
 
+def test_mutation_models_run_after_the_default_set():
+    # A full-set row checked only for mutations (MUTATION_MODELS) must not
+    # take a catch from a default model that comes later in the manifest.
+    models = spec_mutation.default_models(SPEC_DIR / "models.toml", "Replication.tla")
+    extra = [i for i, m in enumerate(models) if m.name in spec_mutation.MUTATION_MODELS]
+    assert extra and all(m.set == "full" for m in (models[i] for i in extra))
+    assert all(m.set == "default" for m in models[:min(extra)])
+    assert min(extra) == len(models) - len(extra)
+
+
+def test_a_mutation_in_two_places_replaces_both(tmp_path):
+    (tmp_path / "KRaft.tla").write_text("A == 1\nB == 2\n")
+    two = spec_mutation.Mutation("two", "KRaft.tla", "A == 1", "A == 3", also=(("B == 2", "B == 4"),))
+    assert spec_mutation.check_catalogue([two], tmp_path) == []
+    (tmp_path / "KRaft.tla").write_text("A == 1\n")
+    assert spec_mutation.check_catalogue([two], tmp_path) == [
+        "two: its text occurs 0 times in KRaft.tla, not once"]
+
+
 def test_replication_sample_mutation_is_caught_and_spec_untouched():
     before = (SPEC_DIR / "Replication.tla").read_text()
     result = spec_mutation.run_mutation(_mutation("HW = max LEO over the ISR"), heap_mb=1024)
