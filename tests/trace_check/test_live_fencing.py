@@ -16,31 +16,23 @@ later, where a leader that lost an AlterPartition answer proposed anew (asserted
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 from trace_check.replication import load_events, normalise
 from trace_check.tlc import check_and_explain_batch
+from tests.trace_check.recorded import TESTDATA, events_by_node, write_run
 from tests.trace_check.test_fault_traces import rejected_at_a_proposal_after_a_lost_answer
 
-RUN = Path(__file__).parent / "testdata" / "faults-livefence-303"
+RUN = TESTDATA / "faults-livefence-303"
 PARTITIONS = (1, 2)
 
 
 def _events_by_node() -> dict[str, list[dict]]:
-    return {f.name.split(".")[0]: [json.loads(line) for line in gzip.open(f, "rt") if line.strip()]
-            for f in sorted(RUN.glob("node-*.ndjson.gz"))}
+    return events_by_node(RUN)
 
 
 def _write_run(tmp_path: Path, nodes: dict[str, list[dict]]) -> list[Path]:
-    files = []
-    for node, events in nodes.items():
-        (tmp_path / node).mkdir()
-        path = tmp_path / node / "trace.ndjson"
-        path.write_text("".join(json.dumps(e) + "\n" for e in events))
-        files.append(path)
-    return files
+    return write_run(tmp_path, nodes)
 
 
 def _steps(files, partition):

@@ -18,36 +18,26 @@ shut down under control one after the other, so leaderships move twice in a seco
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 from trace_check.replication import load_events, normalise
 from trace_check.tlc import check_and_explain_batch
+from tests.trace_check.recorded import TESTDATA, events_by_node, partition_verdict, write_run
 
-RUN = Path(__file__).parent / "testdata" / "shutdown-tail"
+RUN = TESTDATA / "shutdown-tail"
 PARTITIONS = (52, 103, 126)
 
 
 def _events_by_node() -> dict[str, list[dict]]:
-    return {f.name.split(".")[0]: [json.loads(line) for line in gzip.open(f, "rt") if line.strip()]
-            for f in sorted(RUN.glob("node-*.ndjson.gz"))}
+    return events_by_node(RUN)
 
 
 def _write_run(tmp_path: Path, nodes: dict[str, list[dict]]) -> list[Path]:
-    files = []
-    for node, events in nodes.items():
-        (tmp_path / node).mkdir()
-        path = tmp_path / node / "trace.ndjson"
-        path.write_text("".join(json.dumps(e) + "\n" for e in events))
-        files.append(path)
-    return files
+    return write_run(tmp_path, nodes)
 
 
 def _verdict(tmp_path, nodes, partition):
-    steps = normalise(load_events(_write_run(tmp_path, nodes)), "many", partition)
-    verdict, = check_and_explain_batch([steps], min_insync_replicas=1, timeout_s=300)
-    return steps, verdict
+    return partition_verdict(tmp_path, nodes, "many", partition)
 
 
 def _event(nodes, node, **match) -> dict:

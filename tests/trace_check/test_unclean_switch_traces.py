@@ -14,31 +14,18 @@ registration node 2 applied (reported as `stopped`); what comes before is checke
 
 from __future__ import annotations
 
-import gzip
-import json
-from pathlib import Path
 
-from trace_check.replication import load_events, normalise
-from trace_check.tlc import check_and_explain_batch
+from tests.trace_check.recorded import TESTDATA, events_by_node, partition_verdict
 
-RUN = Path(__file__).parent / "testdata" / "unclean-switch"
+RUN = TESTDATA / "unclean-switch"
 
 
 def _events_by_node() -> dict[str, list[dict]]:
-    return {f.name.split(".")[0]: [json.loads(line) for line in gzip.open(f, "rt") if line.strip()]
-            for f in sorted(RUN.glob("node-*.ndjson.gz"))}
+    return events_by_node(RUN)
 
 
 def _verdict(tmp_path, nodes):
-    files = []
-    for node, events in nodes.items():
-        (tmp_path / node).mkdir()
-        path = tmp_path / node / "trace.ndjson"
-        path.write_text("".join(json.dumps(e) + "\n" for e in events))
-        files.append(path)
-    steps = normalise(load_events(files), "offline", 0)
-    verdict, = check_and_explain_batch([steps], min_insync_replicas=1, timeout_s=300)
-    return steps, verdict
+    return partition_verdict(tmp_path, nodes, "offline", 0)
 
 
 def test_a_run_that_switches_unclean_election_on_is_checked_up_to_its_leaderless_registration(tmp_path):
