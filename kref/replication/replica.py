@@ -1097,7 +1097,8 @@ class ParkedFetch:
     visible_bytes: int
 
 
-def parked_fetch_progress(parked: ParkedFetch, replica: PartitionReplica | None, visible_bytes: int) -> int | None:
+def parked_fetch_progress(parked: ParkedFetch, replica: PartitionReplica | None, visible_bytes: int,
+                          leader_throttled: bool = False) -> int | None:
     """One partition of Kafka's DelayedFetch.tryComplete: None = answer now, else
     the bytes that became readable since the fetch was parked.
 
@@ -1108,12 +1109,22 @@ def parked_fetch_progress(parked: ParkedFetch, replica: PartitionReplica | None,
     (followers read up to it, and replica.fetch.min.bytes is 1), or when a
     consumer reading from this follower (KIP-392) finds its high watermark
     past the fetch offset.
+
+    A follower's partition that the leader's replication quota throttles
+    (KIP-73, `leader_throttled`, the driver's reading of the quota now) counts
+    nothing: its records would be left out of the answer anyway, so they must
+    not end the wait (Kafka's tryComplete skips a throttled partition's bytes).
+    Counting its log end made a throttled follower's every fetch return at
+    once, empty, and the follower fetch again at once: a busy loop for as long
+    as the quota held it back.
     """
     if replica is None or replica.is_leader != parked.was_leader:
         return None
     if parked.current_leader_epoch != NO_EPOCH and replica.leader_epoch != parked.leader_epoch:
         return None
     if parked.replica_fetch:
+        if leader_throttled:
+            return 0
         return None if replica.log_end_offset > parked.fetch_offset else 0
     if not parked.was_leader:
         return None if replica.high_watermark > parked.fetch_offset else 0
@@ -1135,18 +1146,20 @@ def fetch_answered_at_once(max_wait_ms: int, bytes_read: int, min_bytes: int, *,
 
 
 def delayed_fetch_complete(
-    parked: list[tuple[ParkedFetch, PartitionReplica | None, int]], bytes_read: int, min_bytes: int
+    parked: list[tuple], bytes_read: int, min_bytes: int
 ) -> bool:
     """Kafka's DelayedFetch.tryComplete: whether a parked Fetch is answered now.
 
     `parked` holds, per partition, what the fetch saw at park, the replica
-    core now (None when the partition is gone) and the driver's count of
-    visible bytes now; `bytes_read` is what the first read found. The
-    deadline (max_wait_ms) is the purgatory's.
+    core now (None when the partition is gone), the driver's count of
+    visible bytes now and, optionally, whether the leader's replication
+    quota throttles it for this follower now (default False); `bytes_read`
+    is what the first read found. The deadline (max_wait_ms) is the
+    purgatory's.
     """
     arrived = bytes_read
-    for seen, replica, visible_bytes in parked:
-        progress = parked_fetch_progress(seen, replica, visible_bytes)
+    for seen, replica, visible_bytes, *throttled in parked:
+        progress = parked_fetch_progress(seen, replica, visible_bytes, bool(throttled and throttled[0]))
         if progress is None:
             return True
         arrived += progress

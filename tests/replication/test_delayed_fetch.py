@@ -61,6 +61,18 @@ def test_a_follower_fetch_completes_when_the_log_end_passes_its_offset():
     assert r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
 
 
+def test_a_follower_fetch_of_a_leader_throttled_partition_waits_out_its_max_wait():
+    """KIP-73: the leader's quota leaves a throttled partition's records out of the answer, so
+    its log end must not end the wait (else the follower fetches again at once, in a busy loop);
+    a change of leadership still answers at once, and so does the log end once unthrottled."""
+    core = leader(leo=8)
+    seen = parked(core, 5, replica_fetch=True)  # the follower is 3 records behind
+    assert r.delayed_fetch_complete([(seen, core, 100)], 0, 1)
+    assert not r.delayed_fetch_complete([(seen, core, 100, True)], 0, 1)
+    assert r.delayed_fetch_complete([(seen, None, 100, True)], 0, 1)  # the partition went
+    assert r.delayed_fetch_complete([(seen, core, 100, False)], 0, 1)
+
+
 def test_a_consumer_on_a_follower_waits_for_its_high_watermark():
     core = follower(leo=8, hw=5)
     seen = parked(core, 5)

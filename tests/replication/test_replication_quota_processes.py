@@ -130,11 +130,7 @@ def test_throttled_catch_up_moves_at_about_the_configured_rate(tmp_path):
 
     from kref.node.local_cluster import bootstrap_servers
 
-    # Not strict: the leader-throttled partition's trace can exceed trace_check's 20,000-step bound for
-    # one TLC run (105,603 steps in one run of session 12: its follower fetched thousands of times a
-    # second while throttled; to be explained), and is then reported "not checkable"; every other
-    # partition and the quorum are checked, and any rejection still fails the test.
-    with checked_cluster(tmp_path, 3, 3, SETTINGS, strict=False) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_unfenced(specs, processes)
         bootstrap = bootstrap_servers(specs)

@@ -235,9 +235,12 @@ async def fetch(broker, api_version: int, request) -> Any:
                                       p.visible_bytes) for w, p in zip(wanted, parts)]
 
         def ready() -> bool:
+            now_ms = broker.now_ms()
             return replica.delayed_fetch_complete(
                 [(seen, p.core if broker.partitions.get(p.key) is p else None,
-                  _visible_to(broker, p, seen, replica_id)) for seen, p in zip(parked, parts)], total, min_bytes)
+                  _visible_to(broker, p, seen, replica_id),
+                  follower and replication_quota.leader_throttles(broker, p, replica_id, now_ms))
+                 for seen, p in zip(parked, parts)], total, min_bytes)
 
         op = DelayedFetch([p.key for p in parts], ready)
         await wait_for(broker.fetch_purgatory, op, max_wait_ms)
