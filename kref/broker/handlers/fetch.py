@@ -235,10 +235,11 @@ async def fetch(broker, api_version: int, request) -> Any:
                                       p.visible_bytes) for w, p in zip(wanted, parts)]
 
         def ready() -> bool:
+            # KIP-73 is read here once per partition (is the leader quota holding this follower
+            # back now?) and weighed by the core: a throttled partition counts nothing.
             now_ms = broker.now_ms()
             return replica.delayed_fetch_complete(
-                [(seen, p.core if broker.partitions.get(p.key) is p else None,
-                  _visible_to(broker, p, seen, replica_id),
+                [(seen, p.core if broker.partitions.get(p.key) is p else None, p.visible_bytes,
                   follower and replication_quota.leader_throttles(broker, p, replica_id, now_ms))
                  for seen, p in zip(parked, parts)], total, min_bytes)
 
@@ -256,13 +257,6 @@ async def fetch(broker, api_version: int, request) -> Any:
     keep = FetchSessionCache.filter_response(decision, results)
     kept = [(w, r) for w, r, k in zip(wanted, results, keep) if k]
     return _response(api_version, [w for w, _ in kept], [r for _, r in kept], decision.session_id)
-
-
-def _visible_to(broker, part, seen, replica_id: int) -> int:
-    """KIP-73: a throttled partition's new bytes do not end a follower's parked fetch."""
-    if replica_id >= 0 and replication_quota.leader_throttles(broker, part, replica_id, broker.now_ms()):
-        return seen.visible_bytes
-    return part.visible_bytes
 
 
 def _record_replication(broker, wanted: list[_Wanted], results: list[ReadResult]) -> None:
