@@ -383,6 +383,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _fetch_when_taken(mine)
     mine = _delayed_fetch_completions(mine, skipped)
     mine = _lost_answers(mine, skipped)
+    mine = _late_leadership_first(mine)  # (after the lost answers: a FetchError of l's they leave out is no step)
     mine = _answer_sizes(mine)
     mine = _what_crashes_kept(mine)
     mine = _creation_as_election(mine, sorted(replicas))
@@ -926,6 +927,55 @@ def _fetch_when_taken(mine):
                 continue
         i += 1
     return out
+
+
+# ---- a fetch sent to a broker that had not applied its leadership yet (session 13, issue 15) ----
+def _late_leadership_first(mine):
+    """A leader's BecomeLeader that its follower's fetch overtook in the merged order goes before that fetch.
+
+    The final SIGTERMs of a test move leaderships in a burst: a follower f
+    applies the registration naming l leader of epoch e and fetches from l
+    while l, lagging on the metadata log, has not applied it yet; f may move
+    on to a newer epoch before l does; l then applies its leadership and
+    takes f's request late (session 12's scale-creation run). The fetch and
+    l's BecomeLeader are steps of different nodes with no causal link (l
+    reads the metadata log, not f's request; f read the registration, not
+    l's state), so the behaviour in which l applied its leadership first is
+    the same run; only the take needs both. spec/Replication.tla's
+    FollowerFetch needs a leader of f's epoch, so l's BecomeLeader is moved
+    up to just before the fetch, and only when l took that very request
+    (same epoch and offsets) in that epoch and no step of l lies between the
+    fetch and its BecomeLeader (a step of l there may have caused or
+    followed something in between: left as it is, and rejected). A fetch no
+    leader of its epoch ever takes is not helped: a take is required.
+    """
+    out = list(mine)
+    i = 0
+    while i < len(out):
+        e = out[i][0]
+        if e["type"] == "FollowerFetch" and e.get("leader") is not None:
+            f, l, epoch = e["replica"], e["leader"], e["leader_epoch"]
+            key = (epoch, e["fetch_offset"], e["last_fetched_epoch"])
+            became = None
+            for k in range(i + 1, len(out)):
+                later = out[k][0]
+                if later.get("replica") != l or later["type"] in BROKER_EVENTS | ELECTIONS:
+                    continue  # another node's step, or l's controller steps (no step of l's replica)
+                if became is None:
+                    if later["type"] == "BecomeLeader" and later["leader_epoch"] == epoch:
+                        became = k
+                        continue
+                    break  # l acted before it led epoch e: nothing is moved
+                if later["type"] == "LeaderHandleFetch" and later["follower"] == f and (
+                        later["leader_epoch"], later["fetch_offset"], later["last_fetched_epoch"]) == key:
+                    out.insert(i, out.pop(became))
+                    i += 1
+                    break
+                if later["type"] != "LeaderHandleFetch":
+                    break  # l left epoch e (or crashed) before taking the request: nothing is moved
+        i += 1
+    return out
+# ---- end of the fetch sent to a broker that had not applied its leadership yet ----
 
 
 def _delayed_fetch_completions(mine, skipped):

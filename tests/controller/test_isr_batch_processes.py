@@ -26,7 +26,8 @@ import signal
 
 import pytest
 
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_for_leader, wait_listed, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_for_leader, wait_listed, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 PARTITIONS = 240
 TOPIC = "wide"
@@ -48,7 +49,7 @@ def test_returning_broker_rejoins_isrs_in_batched_alter_partition_requests(tmp_p
 
     from kref.node.local_cluster import bootstrap_servers
 
-    with running_cluster(tmp_path, 3, 3, FAST_CLUSTER_SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, FAST_CLUSTER_SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         wait_listed(specs, processes)
         admin = AdminClient({"bootstrap.servers": bootstrap_servers(specs)})

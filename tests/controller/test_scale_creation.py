@@ -30,7 +30,8 @@ import signal
 import time
 
 from kref.node.local_cluster import bootstrap_servers, brokers_listed
-from tests.clusterkit import FAST_CLUSTER_SETTINGS, running_cluster, wait_until
+from tests.clusterkit import FAST_CLUSTER_SETTINGS, wait_until
+from tests.controller.trace_validation import checked_cluster
 
 SETTINGS = FAST_CLUSTER_SETTINGS
 TOPIC = "many"
@@ -54,7 +55,7 @@ def _wait(predicate, what: str, timeout_s: float):
 def test_sigterm_during_log_creation_then_every_log(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    with running_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
+    with checked_cluster(tmp_path, 3, 3, SETTINGS) as (specs, processes, start):
         by_id = {s.node_id: s for s in specs}
         # Bounded, and generous: three processes start slowly on a loaded 2-core box.
         _wait(lambda: brokers_listed(specs), "every broker listing all three brokers", 120)
