@@ -57,10 +57,9 @@ from kref.controller import quorum as q
 from kref.node.raft_driver import RaftNode, _kio
 from kref.node.controller_channel import DEFAULT_LANE, LIFECYCLE_LANE
 from kref.metadata import serde
-from kref.metadata.records import PartitionRecord
 from kref.protocol.codec import response_class
 from kref.protocol.errors import ErrorCode
-from kref.trace.events import PartitionRecord as PartitionCreated
+from kref.trace.events import partition_creations
 from kref.protocol.framing import FrameError
 from kref.protocol.messages import build, nested, results_by_topic
 
@@ -201,14 +200,9 @@ class ControllerDriver:
         events, before the proposal (see _carry_out)."""
         if self.trace_sink is None or not getattr(self.trace_sink, "enabled", False):
             return
-        for i, record in enumerate(write.records):
-            if isinstance(record, PartitionRecord):
-                self.trace_sink.emit(PartitionCreated(
-                    time_ms=self.now_ms(), replica=self.config.node_id,
-                    topic=self.core.topics_by_id.get(record.topic_id, str(record.topic_id)),
-                    partition=record.partition_id, leader=record.leader, leader_epoch=record.leader_epoch,
-                    partition_epoch=record.partition_epoch, isr=tuple(record.isr), replicas=tuple(record.replicas),
-                    record_offset=write.base_offset + i))
+        for event in partition_creations(write.records, write.base_offset, self.core.topics_by_id,
+                                         replica=self.config.node_id, time_ms=self.now_ms()):
+            self.trace_sink.emit(event)
 
     def _after_commit(self, request_id: int, commit_offset: int, reply: object) -> tuple:
         """A reply that waits until the high watermark reaches `commit_offset`."""

@@ -60,6 +60,7 @@ from kref.replication import follower as fc
 from kref.replication import replica as rc
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus, Purgatory
 from kref.sim.world import Violation, World, check_log_matching
+from kref.trace.events import partition_creations
 
 TOPIC, PARTITION = "t", 0
 CONTROLLER = 0
@@ -217,6 +218,10 @@ class ClusterSim:
             if isinstance(e, cc.WriteRecords):
                 self.metadata.extend(e.records)
                 self.recheck = True
+                if self.world.trace:  # the partition's creation, traced as the broker's driver does
+                    for created in partition_creations(e.records, e.base_offset, self.controller.topics_by_id,
+                                                       replica=CONTROLLER, time_ms=self.world.now_ms):
+                        self._trace(created)
                 if e.request_id is not None:
                     self._reply(e.request_id, e.reply)
             elif isinstance(e, cc.Reply):

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kref.metadata import records as metadata_records
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceEvent:
@@ -216,6 +218,22 @@ class PartitionRecord(TraceEvent):
     replicas: tuple[int, ...]
     record_offset: int = -1  # the record's metadata log offset (see the controller's BrokerEvent)
 
+
+
+def partition_creations(records, base_offset: int, topic_names, *, replica: int, time_ms: int) -> list[PartitionRecord]:
+    """The PartitionRecord trace events of a controller write (`records` at `base_offset`): one per
+    metadata PartitionRecord in it, named by `topic_names` (topic id -> name).
+
+    Both drivers of the controller core (kref/node/controller_driver.py and
+    the simulator, kref/sim/replication.py) call this when they carry a write
+    out, so the translation is written once. It is not an effect of the core's
+    step: its data-driven scripts list the decision's effects, and the event
+    says nothing the write does not."""
+    return [PartitionRecord(time_ms=time_ms, replica=replica, topic=topic_names.get(rec.topic_id, str(rec.topic_id)),
+                            partition=rec.partition_id, leader=rec.leader, leader_epoch=rec.leader_epoch,
+                            partition_epoch=rec.partition_epoch, isr=tuple(rec.isr), replicas=tuple(rec.replicas),
+                            record_offset=base_offset + i)
+            for i, rec in enumerate(records) if isinstance(rec, metadata_records.PartitionRecord)]
 
 # Every action name the replication core emits, for converters and tests.
 REPLICATION_EVENT_TYPES: dict[str, type[TraceEvent]] = {
