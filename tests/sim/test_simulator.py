@@ -38,7 +38,7 @@ def test_trace_events_carry_the_spec_action_names():
     lines = run_seed(3, scenarios=("replication",), trace=True)[1]
     types = {line.split('"type":"', 1)[1].split('"', 1)[0] for line in lines}
     for action in ("BecomeLeader", "BecomeFollower", "LeaderAppend", "LeaderHandleFetch", "FollowerAppend",
-                   "AdvanceHighWatermark", "RegisterBroker"):
+                   "AdvanceHighWatermark", "RegisterBroker", "PartitionRecord"):
         assert action in types, f"seed 3: no {action} event in the trace ({sorted(types)})"
 
 
