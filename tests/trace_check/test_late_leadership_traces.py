@@ -42,6 +42,7 @@ def test_the_late_leaders_leadership_goes_before_the_fetch(tmp_path, partition):
                                    and e["partition"] == partition and e["leader_epoch"] == fetch["leader_epoch"])
     steps, verdict = partition_verdict(tmp_path, nodes, "many", partition)
     assert verdict.accepted, verdict
+    assert steps.skipped["BecomeLeader moved before a fetch it took late (sent before that leader applied it)"] >= 1
     epoch = fetch["leader_epoch"]
     led = next(i for i, s in enumerate(steps.steps) if s["type"] == "BecomeLeader" and s["leader_epoch"] == epoch)
     sent = next(i for i, s in enumerate(steps.steps) if s["type"] == "FollowerFetch" and s["replica"] == 1
@@ -51,7 +52,7 @@ def test_the_late_leaders_leadership_goes_before_the_fetch(tmp_path, partition):
 
 def test_without_the_reading_the_recorded_run_is_rejected(tmp_path, monkeypatch):
     """The rule is what accepts it: the merged order alone has no leader of the fetch's epoch."""
-    monkeypatch.setattr(replication, "_late_leadership_first", lambda mine: mine)
+    monkeypatch.setattr(replication, "_late_leadership_first", lambda mine, skipped: mine)
     steps, verdict = partition_verdict(tmp_path, events_by_node(RUN), "many", 4)
     assert not verdict.accepted
     bad = steps.steps[verdict.reached - 1]
