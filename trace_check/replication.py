@@ -22,7 +22,13 @@ What is not one-to-one, and why (docs/trace-validation.md has the table):
   same follower, nothing answered in between) changes nothing the spec
   tracks; both events are dropped. kref's fetcher may send a fetch before
   the broker it names has applied its leadership, which the spec's
-  FollowerFetch does not allow.
+  FollowerFetch does not allow. A fetch no leader answered, took or
+  failed before its sender reset its fetching, restarted or the trace
+  ended changed nothing either (a lost message): left out.
+- A leader that applied its leadership after its follower's fetch to it
+  (a lagging broker in the final SIGTERMs) and then took that request:
+  its BecomeLeader goes before the fetch (no causal link between the two;
+  _late_leadership_first, session 13).
 - Network faults of the simulator (messages dropped, duplicated, links cut,
   pauses) are not in the replication spec: a trace holding them is refused
   with that reason, not checked with holes in it.

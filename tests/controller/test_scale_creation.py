@@ -13,14 +13,14 @@ creates its logs from its drain task, the files laid out in a worker thread.
 - Restarted, it loads what it created, creates the rest, and every broker ends
   with all 200 logs; Metadata (confluent-kafka) shows a leader for every
   partition.
-- The nodes write traces; the test does not check them yet. Session 12 made
-  them checkable (PartitionRecord, spec/Replication.tla's ControlledShutdown)
-  and five of six runs' 200 partitions were accepted whole; in the sixth, 35
-  partitions were rejected, 29 at a reading fixed since and 6 in the final
-  shutdowns, where a leader applied its leadership after its follower moved
-  on and then took its request late: no converter rule reads that yet (the
-  run is kept: /work/notes/s12/shutdown-scale-rejected). Two recorded runs
-  are checked in tests/trace_check (testdata/shutdown-creation, shutdown-tail).
+- Every node's trace is checked, strictly (checked_cluster): the quorum
+  against spec/KRaft.tla, the 200 partitions against spec/Replication.tla,
+  through the SIGTERM during creation and the final SIGTERMs. Session 12
+  left it unchecked: one run of six had 6 partitions rejected where a leader
+  applied its leadership after its follower had fetched from it and moved
+  on, then took the request late; session 13 reads that leadership first
+  (no causal link; tests/trace_check/test_late_leadership_traces.py, the
+  rejected run cut to two partitions, with doctored copies).
 """
 
 from __future__ import annotations
