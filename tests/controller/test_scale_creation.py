@@ -22,7 +22,7 @@ creates its logs from its drain task, the files laid out in a worker thread.
   (no causal link; tests/trace_check/test_late_leadership_traces.py, the
   rejected run cut to two partitions, with doctored copies).
   A spec/KRaft.tla rejection of the quorum's trace is printed, not failed on
-  (kraft_rejection_fails=False): in one run of five in session 13 (seed
+  (kraft_rejection_fails=False): in one run of nine in session 13 (seed
   351510570) the KRaft converter moved a lagging voter's late fetch answer,
   sent by the leader before it resigned in the final SIGTERMs, before the
   resignation, and with it the voter's earlier grant of a pre-vote, ahead
