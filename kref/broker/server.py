@@ -51,6 +51,7 @@ from kref.broker.router import RequestContext, Router
 from kref.protocol.codec import DecodedRequest, decode_request, encode_response
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
+from kref.records.walker import ACCELERATOR_NOTE
 from kref.storage.segment import open_segment_files
 
 __all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
@@ -346,6 +347,8 @@ async def serve(
             for sock in sockets:
                 nursery.start_soon(_accept_connections, sock, handler, nursery, str(listener))
             log.info("kref broker %d listening on %s", broker.node_id, listener)
+        if ACCELERATOR_NOTE is not None:
+            log.warning("%s", ACCELERATOR_NOTE)
         task_status.started(broker.bound_listeners)
 
 
