@@ -48,7 +48,7 @@ from kref.broker.broker import Broker
 from kref.broker.config import Listener
 from kref.broker.resources import is_out_of_resources, resource_warning
 from kref.broker.router import RequestContext, Router
-from kref.protocol.codec import DecodedRequest, decode_request, encode_response
+from kref.protocol.codec import WARM_AT_START, DecodedRequest, decode_request, encode_response, warm_layout
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
 from kref.records.walker import ACCELERATOR_NOTE
@@ -349,7 +349,20 @@ async def serve(
             log.info("kref broker %d listening on %s", broker.node_id, listener)
         if ACCELERATOR_NOTE is not None:
             log.warning("%s", ACCELERATOR_NOTE)
+        nursery.start_soon(_warm_protocol_layouts, router)
         task_status.started(broker.bound_listeners)
+
+
+async def _warm_protocol_layouts(router: Router) -> None:
+    """Load the kio types of the Produce and Fetch versions clients use
+    (codec.WARM_AT_START) once the listeners are up, one version per
+    scheduling pass, so that a client's first request does not pay for it."""
+    supported = router.supported_versions
+    for api_key, version in WARM_AT_START:
+        versions = supported.get(api_key)
+        if versions is not None and versions[0] <= version <= versions[1]:
+            warm_layout(api_key, version)
+            await trio.sleep(0)
 
 
 async def _accept_connections(sock: trio.SocketListener, handler: Callable, nursery: trio.Nursery, where: str) -> None:

@@ -56,6 +56,8 @@ __all__ = [
     "kio_version_range",
     "request_class",
     "response_class",
+    "warm_layout",
+    "WARM_AT_START",
     "encode_request",
     "decode_response",
 ]
@@ -137,6 +139,24 @@ def _request_layout(api_key: int, api_version: int) -> tuple[type, int] | None:
     if body_type is None:
         return None
     return body_type, int(body_type.__header_schema__.__version__)
+
+
+# Loading one version of one API from kio costs 10-30 ms of CPU (its module
+# builds dozens of dataclasses on import). Left lazy, that lands on the first
+# Produce or Fetch of that version a client sends: about a quarter of the
+# broker's CPU in a 200,000-record consume (bench/broker.py). The broker
+# loads these at start instead, in the background (server.py): the versions
+# librdkafka 2.4+ (Produce v10, Fetch v16) and current Java clients (Produce
+# v11-v13, Fetch v17) negotiate with kref. Others stay lazy.
+WARM_AT_START = ((0, 10), (1, 16), (0, 11), (0, 12), (0, 13), (1, 17))
+
+
+def warm_layout(api_key: int, api_version: int) -> None:
+    """Load (and cache) the kio types of one request/response version now."""
+    _request_layout(api_key, api_version)
+    response_type = response_class(api_key, api_version)
+    if response_type is not None:
+        _response_layout(response_type)
 
 
 @functools.cache
