@@ -14,6 +14,7 @@ status 0 on success; otherwise one line saying why, and status 1.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -32,13 +33,19 @@ def build(directory: Path = SOURCE.parent) -> tuple[Path | None, str]:
     if not (Path(include) / "Python.h").exists():
         return None, f"no Python.h in {include} (install Python's headers)"
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    cmd = [*cc, "-O2", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}", str(SOURCE), "-o", str(target)]
+    # Compiled beside the target, then renamed over it: a running broker that
+    # has the old module mapped keeps its copy intact.
+    staging = target.with_name(f".{target.name}.{os.getpid()}")
+    cmd = [*cc, "-O2", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}", str(SOURCE), "-o", str(staging)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
+        staging.unlink(missing_ok=True)
         return None, f"{cc[0]} failed to run ({e})"
     if done.returncode != 0:
+        staging.unlink(missing_ok=True)
         return None, f"compiling failed:\n{done.stderr.strip()}"
+    os.replace(staging, target)
     return target, ""
 
 

@@ -66,8 +66,12 @@ walk(const uint8_t *d, Py_ssize_t end, long long count)
 {
     Py_ssize_t pos = 0, p, rend;
     int64_t length, v, n_headers;
-    if (count <= 0)
-        return 0; /* as the reference: nothing to walk (the batch header check refuses count <= 0) */
+    /* As the reference: nothing to walk for 0, and a negative count is left to
+       it (the batch header check refuses both before either walk runs). */
+    if (count == 0)
+        return 0;
+    if (count < 0)
+        return 1;
     for (long long i = 0; i < count; i++) {
         if (pos >= end || read_varint(d, pos, end, 5, &length, &p) || length < 3)
             return 1;

@@ -106,6 +106,8 @@ def test_every_truncation_and_count(cw):
     same_verdicts(cw, section + b"\x00", len(records))
     same_verdicts(cw, b"", 0)
     same_verdicts(cw, b"\x00", 0)
+    assert cw.check_records(section, -1) is False  # left to the reference
+    assert cw.check_framing(section, -1) is False
 
 
 def _record(fields: list[int | bytes]) -> bytes:
