@@ -1,7 +1,7 @@
 /* The compiled record walker: produce validation's record check in C.
 
-Theory of operation. kref/records/walker.py's check_records (the pure-Python
-reference, with numpy) decides whether exactly `count` well-formed v2 records
+Theory of operation. kref/records/walker.py's check_records_python (the
+pure-Python reference, with numpy) decides whether exactly `count` well-formed v2 records
 fill a records section: every record's length varint, attributes, timestamp
 delta varlong, offset delta (which must be 0..count-1 in order), key and value
 lengths inside their record, a non-negative header count and header key
@@ -25,8 +25,8 @@ Varints follow Kafka's ByteUtils as kref/records/varint.py does: at most 5
 bytes (int32) or 10 (int64), bits past 32/64 dropped, zigzag decoded, and
 never read at or past the end they are bounded by.
 
-Built by setup.py (an optional extension) or scripts/build_cwalker.py; kref
-works without it (walker.py says so once, at broker start).
+Built by scripts/build_cwalker.py (scripts/setup.sh runs it); kref works
+without it (the broker logs one line saying so at start).
 */
 
 #define PY_SSIZE_T_CLEAN
