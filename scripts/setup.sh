@@ -34,6 +34,10 @@ fi
 # pyspark_* modules (pyspark_kref.py); an editable install hides top-level
 # modules from that scan, so put the source root on the path as well.
 "$VENV/bin/python" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/kref-source-root.pth", "w").write(sys.argv[1] + "\n")' "$PWD"
+# The optional compiled record walker (kref/records/_cwalker.c): produce
+# validation's record check in C. Without a compiler kref still works, on
+# the pure-Python walker, and the broker says so once at start.
+"$VENV/bin/python" scripts/build_cwalker.py || true
 # Clients the tests also drive when they can be installed here: kcat
 # (Debian's, on an old librdkafka) and kafkajs (pure JavaScript). Idempotent,
 # and optional: their tests skip when the tool cannot be installed.

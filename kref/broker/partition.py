@@ -117,7 +117,7 @@ class ReadResult:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
-    records: bytes = b""
+    records: bytes | memoryview = b""  # a consumer read: a read-only view of the segment read
     # A follower whose log diverges (KIP-320): truncate to this epoch's end.
     diverging: tuple[int, int] | None = None
     # KIP-392: the replica the consumer should fetch this partition from.
@@ -501,14 +501,17 @@ class Partition:
         if upper <= fetch_offset or max_bytes <= 0:
             return ReadResult(ErrorCode.NONE, hw, hw, lso)
         try:
-            data = self.log.read(fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message)
+            data = self.log.read(fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message,
+                                 copy=False)
         except Exception as exc:
             code = error_code_for(exc)
             if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                 log.exception("read of %s-%d at %d failed", self.topic, self.partition, fetch_offset)
             return ReadResult(code, hw, hw, lso)
         records = data.records
-        return ReadResult(ErrorCode.NONE, hw, hw, lso, records if isinstance(records, bytes) else bytes(records))
+        # A read-only view of the segment read goes to the response uncopied (Log.read's copy=False).
+        return ReadResult(ErrorCode.NONE, hw, hw, lso,
+                          records if isinstance(records, (bytes, memoryview)) else bytes(records))
 
     def read_as_follower(self, replica_id: int, fetch_offset: int, last_fetched_epoch: int,
                          current_leader_epoch: int, max_bytes: int, now_ms: int, *,

@@ -48,9 +48,10 @@ from kref.broker.broker import Broker
 from kref.broker.config import Listener
 from kref.broker.resources import is_out_of_resources, resource_warning
 from kref.broker.router import RequestContext, Router
-from kref.protocol.codec import DecodedRequest, decode_request, encode_response
+from kref.protocol.codec import WARM_AT_START, DecodedRequest, decode_request, encode_response_parts, warm_layout
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
+from kref.records.walker import ACCELERATOR_NOTE
 from kref.storage.segment import open_segment_files
 
 __all__ = ["serve", "run_broker", "handle_connection", "ListenError", "MAX_IN_FLIGHT_REQUESTS"]
@@ -142,6 +143,26 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
         except OSError as exc:
             raise trio.BrokenResourceError(f"send failed: {exc}") from exc
 
+    async def write_gathered(parts: list[bytes]) -> None:
+        """Write a frame given as buffers with writev, waiting for the socket
+        to drain as often as it takes. The same rule as write_now: only when
+        no other task is writing (unsent == 0), and this task answers nothing
+        else until the frame is out, so the byte order holds."""
+        views = [memoryview(p) for p in parts]
+        while views:
+            try:
+                written = os.writev(fd, views)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if views:
+                if written:
+                    views[0] = views[0][written:]
+                await trio.lowlevel.wait_writable(fd)
+
     async def answer(request: DecodedRequest, *, more_waiting: bool) -> None:
         """Run the handler for `request` and send (or queue) its response."""
         nonlocal unsent
@@ -158,7 +179,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
         started = time.perf_counter() if request_log.isEnabledFor(logging.DEBUG) else None
         try:
             response = await router.dispatch(ctx, request)
-            frame = None if response is None else encode_response(request, response)
+            frame = None if response is None else encode_response_parts(request, response)
         except Exception:
             log.exception(
                 "internal error on API key %d v%d (correlation id %d) from %s; closing the connection",
@@ -173,10 +194,17 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
             request_log.debug(
                 "completed request api_key=%d v%d correlation_id=%d client_id=%s from %s on %s: %d response bytes in %.2f ms",
                 request.api_key, request.api_version, request.correlation_id, request.client_id, peer,
-                listener_name, 0 if frame is None else len(frame), (time.perf_counter() - started) * 1000,
+                listener_name, 0 if frame is None else len(frame) if type(frame) is bytes else sum(map(len, frame)),
+                (time.perf_counter() - started) * 1000,
             )
         if frame is None:
             return
+        if type(frame) is list:
+            # A large fetch response as [header, *chunks]: one writev, no join.
+            if unsent == 0 and not more_waiting:
+                await write_gathered(frame)
+                return
+            frame = b"".join(frame)  # the writer coalesces queued responses into one write
         if unsent == 0 and not more_waiting:
             # Nothing queued before it and nothing to answer right after: a
             # hand-off to the writer task would only add a scheduling round
@@ -346,7 +374,22 @@ async def serve(
             for sock in sockets:
                 nursery.start_soon(_accept_connections, sock, handler, nursery, str(listener))
             log.info("kref broker %d listening on %s", broker.node_id, listener)
+        if ACCELERATOR_NOTE is not None:
+            log.warning("%s", ACCELERATOR_NOTE)
+        nursery.start_soon(_warm_protocol_layouts, router)
         task_status.started(broker.bound_listeners)
+
+
+async def _warm_protocol_layouts(router: Router) -> None:
+    """Load the kio types of the Produce and Fetch versions clients use
+    (codec.WARM_AT_START) once the listeners are up, one version per
+    scheduling pass, so that a client's first request does not pay for it."""
+    supported = router.supported_versions
+    for api_key, version in WARM_AT_START:
+        versions = supported.get(api_key)
+        if versions is not None and versions[0] <= version <= versions[1]:
+            warm_layout(api_key, version)
+            await trio.sleep(0)
 
 
 async def _accept_connections(sock: trio.SocketListener, handler: Callable, nursery: trio.Nursery, where: str) -> None:

@@ -53,9 +53,12 @@ __all__ = [
     "encode_body",
     "decode_request",
     "encode_response",
+    "encode_response_parts",
     "kio_version_range",
     "request_class",
     "response_class",
+    "warm_layout",
+    "WARM_AT_START",
     "encode_request",
     "decode_response",
 ]
@@ -137,6 +140,24 @@ def _request_layout(api_key: int, api_version: int) -> tuple[type, int] | None:
     if body_type is None:
         return None
     return body_type, int(body_type.__header_schema__.__version__)
+
+
+# Loading one version of one API from kio costs 10-30 ms of CPU (its module
+# builds dozens of dataclasses on import). Left lazy, that lands on the first
+# Produce or Fetch of that version a client sends: about a quarter of the
+# broker's CPU in a 200,000-record consume (bench/broker.py). The broker
+# loads these at start instead, in the background (server.py): the versions
+# librdkafka 2.4+ (Produce v10, Fetch v16) and current Java clients (Produce
+# v11-v13, Fetch v17) negotiate with kref. Others stay lazy.
+WARM_AT_START = ((0, 10), (1, 16), (0, 11), (0, 12), (0, 13), (1, 17))
+
+
+def warm_layout(api_key: int, api_version: int) -> None:
+    """Load (and cache) the kio types of one request/response version now."""
+    _request_layout(api_key, api_version)
+    response_type = response_class(api_key, api_version)
+    if response_type is not None:
+        _response_layout(response_type)
 
 
 @functools.cache
@@ -235,8 +256,30 @@ class PreEncoded:
         return len(self.body) if not isinstance(self.body, tuple) else sum(map(len, self.body))
 
 
+# A pre-encoded body of chunks this large (a consumer's fetch: record bytes,
+# up to megabytes) can leave as a list of buffers that the server writes with
+# one writev: joining it with its header copied every record byte once more in
+# user space, about a tenth of a 1 MiB fetch's CPU. Smaller ones are joined
+# (one write of one buffer is cheaper than gathering a few small ones).
+GATHER_MIN_BYTES = 64 * 1024
+# writev takes at most IOV_MAX (1024 on Linux) buffers; a body of more chunks
+# (a fetch of hundreds of partitions) is joined instead.
+GATHER_MAX_PARTS = 512
+
+
 def encode_response(request: DecodedRequest, response: object) -> bytes:
     """Encode header + body of `response` to a frame, size prefix included."""
+    return _encode_frame(request, response, False)  # type: ignore[return-value]
+
+
+def encode_response_parts(request: DecodedRequest, response: object) -> bytes | list[bytes]:
+    """encode_response, except that a pre-encoded body of chunks of
+    GATHER_MIN_BYTES or more comes back as a list [header, *chunks], uncopied,
+    for one writev (the frame is their concatenation)."""
+    return _encode_frame(request, response, True)
+
+
+def _encode_frame(request: DecodedRequest, response: object, gather: bool) -> bytes | list[bytes]:
     pre_encoded = type(response) is PreEncoded
     response_type = response.response_type if pre_encoded else type(response)
     api_key, version, flexible_header = _response_layout(response_type)
@@ -255,7 +298,10 @@ def encode_response(request: DecodedRequest, response: object) -> bytes:
     if pre_encoded:
         body = response.body
         if type(body) is tuple:
-            header = _HEADER.pack(sum(map(len, body)) + (5 if flexible_header else 4), request.correlation_id)
+            size = sum(map(len, body))
+            header = _HEADER.pack(size + (5 if flexible_header else 4), request.correlation_id)
+            if gather and size >= GATHER_MIN_BYTES and len(body) < GATHER_MAX_PARTS:
+                return [header + b"\x00" if flexible_header else header, *body]
             return b"".join((header, b"\x00" if flexible_header else b"", *body))
         header = _HEADER.pack(len(body) + (5 if flexible_header else 4), request.correlation_id)
         return b"".join((header, b"\x00", body)) if flexible_header else header + body

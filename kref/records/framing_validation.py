@@ -23,6 +23,9 @@ lengths too, as Kafka's record reader does) in less time: its per-record
 Python work is one step of the length chain, often skipped over whole runs
 of equal-length records. Below that size its numpy calls cost more than
 this loop, which stays for small batches and single-record requests.
+When the compiled walker is built (kref/records/_cwalker.c), it walks both
+kinds of batch, each with the same checks as its Python walk (which then
+only runs to name the fault of a batch it refused).
 
 Raises the same typed errors as validate_records, so the broker maps them
 to CORRUPT_MESSAGE / INVALID_RECORD the same way.
@@ -35,7 +38,7 @@ from kref.records.batch import records_section
 from kref.records.validation import validate_records
 from kref.records.errors import InvalidRecordError
 from kref.records.varint import read_varint
-from kref.records.walker import VECTOR_MIN_RECORDS, check_records
+from kref.records.walker import VECTOR_MIN_RECORDS, _cwalker, check_records
 
 Buffer = bytes | bytearray | memoryview
 
@@ -61,7 +64,7 @@ def check_record_framing(view: memoryview, header: h.BatchHeader, max_uncompress
     section = records_section(view, header, max_uncompressed_bytes=max_uncompressed_bytes)
     if header.records_count >= VECTOR_MIN_RECORDS:
         check_records(section, header.records_count, header.position)
-    else:
+    elif _cwalker is None or not _cwalker.check_framing(section, header.records_count):
         _walk_records(section, header.records_count, header.position)
 
 

@@ -16,6 +16,13 @@ record ending exactly at its length), plus the batch-level ones the callers
 add (record count, offset deltas 0..count-1, the section ending after the
 last record).
 
+check_records, the produce check, first asks the compiled walker
+(kref/records/_cwalker.c, built by scripts/build_cwalker.py) when it is
+built: it accepts exactly what the Python walk here accepts (the Python walk
+stays the reference; tests/records/test_cwalker.py holds them to it), at a
+few ns per record and without copying the section. When it says no, the
+Python walk runs and raises the error naming the first bad record.
+
 Users: produce validation (kref/records/framing_validation.py) and the log
 cleaner (kref/storage/cleaner.py: offsets, keys, tombstones, record bounds,
 timestamp deltas), which indexes all batches of a read buffer in one call
@@ -34,6 +41,17 @@ from kref.records.varint import read_varint
 
 if TYPE_CHECKING:
     import numpy as np
+
+try:
+    from kref.records import _cwalker
+except ImportError:  # not built: the pure-Python walk below does the same checks, slower
+    _cwalker = None
+
+# What the broker logs once at start about the record walker (None: nothing to say).
+ACCELERATOR_NOTE = (
+    None if _cwalker is not None else
+    "compiled record walker not built (python scripts/build_cwalker.py): produce validation uses the pure-Python walker"
+)
 
 # numpy is imported on first use (inside the functions below): it costs about
 # a second of start-up on a loaded machine, and small batches never need it.
@@ -184,7 +202,15 @@ VECTOR_MIN_RECORDS = 512
 
 def check_records(section: Buffer, count: int, where: int = 0) -> None:
     """Produce validation: exactly `count` well-formed records fill the section,
-    with offset deltas 0..count-1 in order."""
+    with offset deltas 0..count-1 in order. The compiled walker decides when it
+    is built; the Python walk names the fault when it says no."""
+    if _cwalker is not None and _cwalker.check_records(section, count):
+        return
+    check_records_python(section, count, where)
+
+
+def check_records_python(section: Buffer, count: int, where: int = 0) -> None:
+    """check_records in Python and numpy: the reference the compiled walker is held to."""
     import numpy as np
 
     data = section if isinstance(section, bytes) else bytes(section)

@@ -588,9 +588,15 @@ class Log:
     # =====================================================================
 
     @_disk_errors_as_storage_errors
-    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True) -> FetchDataInfo:
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_message: bool = True,
+             copy: bool = True) -> FetchDataInfo:
         """Whole batches from the one holding `start_offset`, at most `max_bytes`
-        (but at least one batch when `min_one_message`), none reaching `max_offset`."""
+        (but at least one batch when `min_one_message`), none reaching `max_offset`.
+
+        `copy=False`: the records may come back as a read-only memoryview of the
+        segment read instead of bytes copied out of it (a consumer's fetch: the
+        read holds about one lookup chunk more than the answer, and copying the
+        answer out of it cost one user-space copy of every record byte)."""
         self._ensure_open()
         leo = self.log_end_offset
         if start_offset < self.log_start_offset or start_offset > leo:
@@ -615,7 +621,7 @@ class Log:
                 if hint is not None and hint[0] == target and hint[1] is seg:
                     known = hint[2]
                     break
-            fast = self._read_in_one_go(seg, target, budget, limit, known)
+            fast = self._read_in_one_go(seg, target, budget, limit, known, copy)
             if fast is not None:
                 chunk, chunk_first, chunk_next, whole = fast
             else:
@@ -647,8 +653,9 @@ class Log:
         return FetchDataInfo(records, start_offset, first_offset, next_offset, self.log_start_offset, leo)
 
     def _read_in_one_go(
-        self, seg: LogSegment, target: int, budget: int, limit: int, known_position: int | None = None
-    ) -> tuple[bytes, int, int, bool] | None:
+        self, seg: LogSegment, target: int, budget: int, limit: int, known_position: int | None = None,
+        copy: bool = True,
+    ) -> tuple[bytes | memoryview, int, int, bool] | None:
         """The common case of a read as a single pread from the index position:
         skip the batches before `target`, keep whole batches within `budget`.
 
@@ -716,7 +723,7 @@ class Log:
         self._read_hint = (next_offset, seg, position + p)
         if start == 0 and p == len(data):
             return data, first, next_offset, whole  # the read is the answer: no copy of a megabyte
-        return bytes(view[start:p]), first, next_offset, whole
+        return (bytes(view[start:p]) if copy else view[start:p]), first, next_offset, whole
 
     @staticmethod
     def _read_whole_batches(seg: LogSegment, first: BatchHeader, budget: int, limit: int) -> tuple[bytes, int, bool]:

@@ -28,6 +28,7 @@ from kref.protocol.codec import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_parts,
     kio_version_range,
     request_class,
     response_class,
@@ -201,3 +202,33 @@ def test_pre_encoded_body_gives_the_same_frame(api_key, version):
     direct = encode_response(request, response)
     assert encode_response(request, PreEncoded(type(response), encode_body(response))) == direct
     assert struct.unpack_from(">i", direct, 0)[0] == len(direct) - 4
+
+
+@pytest.mark.parametrize("version", [11, 12, 13])
+def test_a_large_chunked_body_is_gathered_not_joined(version):
+    """encode_response_parts: a pre-encoded body of chunks of GATHER_MIN_BYTES or more
+    comes back as [header, *chunks] with the record chunk itself (not a copy), and
+    their concatenation is encode_response's frame; small bodies and bodies of too
+    many chunks come back joined."""
+    from kref.broker.handlers.fetch_response import fetch_response_chunks
+    from kref.protocol.codec import GATHER_MAX_PARTS, GATHER_MIN_BYTES, PreEncoded
+
+    request = decode_request(payload(encode_request(request_class(1, version)(
+        **{k: v for k, v in dict(replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20,
+                                 isolation_level=0, session_id=0, session_epoch=-1, topics=(),
+                                 forgotten_topics_data=(), rack_id="", cluster_id=None,
+                                 replica_state=None).items()
+           if k in request_class(1, version).__dataclass_fields__}), 5)), {1: (4, 17)})
+    records = bytes(range(256)) * (GATHER_MIN_BYTES // 256 + 1)
+    for size, partitions, gathered in ((len(records), 1, True), (100, 1, False),
+                                       (200, GATHER_MAX_PARTS, False)):
+        body = fetch_response_chunks(version, 0, 0, [("t", None, [(i, 0, 1, 1, 0, records[:size])
+                                                                   for i in range(partitions)])])
+        pre = PreEncoded(response_class(1, version), body)
+        frame = encode_response_parts(request, pre)
+        assert (type(frame) is list) is gathered
+        joined = b"".join(frame) if gathered else frame
+        assert joined == encode_response(request, pre)
+        assert struct.unpack_from(">i", joined, 0)[0] == len(joined) - 4
+        if gathered:
+            assert any(part is body[i] for part in frame for i in range(len(body)) if len(part) == size)
