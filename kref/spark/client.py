@@ -133,7 +133,8 @@ def _settings_key(cfg: dict) -> tuple:
 
 
 class Admin:
-    """Driver-side metadata and offset look-ups (one short-lived AdminClient)."""
+    """Driver-side metadata and offset look-ups (one AdminClient; admin() keeps it
+    idle between planning steps)."""
 
     def __init__(self, config: dict[str, str], timeout_ms: int) -> None:
         from confluent_kafka.admin import AdminClient
