@@ -643,37 +643,51 @@ _MAX_REPORTED_FAILURES = 10
 _MAX_KNOWN_TOPICS = 10_000
 
 
-class _PooledProducer:
-    """One librdkafka producer and the report state its callbacks fill.
+class _DeliveryReports:
+    """What a producer's callbacks report; each task that borrows it resets it.
 
-    The callbacks are bound at creation, so they write into this object,
-    which each task that borrows the producer resets.
+    Its own object, not the _PooledProducer: callbacks bound to the object
+    that holds the Producer would make a reference cycle, so a producer
+    dropped after a failed task would keep its threads and socket until a
+    cyclic-GC pass.
     """
 
-    def __init__(self, key: tuple, cfg: dict):
-        from confluent_kafka import Producer
-
-        self.key = key
+    def __init__(self) -> None:
         # The last few client errors, for the failure message (bounded: a long
         # outage reports one error per reconnect attempt).
         self.errors: deque[str] = deque(maxlen=3)
         self.failures: list[str] = []
         self.failed = 0
-        # Topics this producer has seen in Metadata (no look-up again).
-        self.known_topics: set[str] = set()
-        self.producer = Producer(
-            {**cfg, "error_cb": self._on_error, "on_delivery": self._on_failure}
-        )
 
-    def _on_error(self, err) -> None:
+    def reset(self) -> None:
+        self.errors.clear()
+        self.failures.clear()
+        self.failed = 0
+
+    def on_error(self, err) -> None:
         self.errors.append(str(err))
 
-    def _on_failure(self, err, msg) -> None:
+    def on_failure(self, err, msg) -> None:
         if err is None:
             return
         self.failed += 1
         if len(self.failures) < _MAX_REPORTED_FAILURES:
             self.failures.append(f"{msg.topic()}-{msg.partition()}: {err.str()}")
+
+
+class _PooledProducer:
+    """One librdkafka producer, what its callbacks report, and the topics it knows."""
+
+    def __init__(self, key: tuple, cfg: dict):
+        from confluent_kafka import Producer
+
+        self.key = key
+        self.reports = _DeliveryReports()
+        # Topics this producer has seen in Metadata (no look-up again).
+        self.known_topics: set[str] = set()
+        self.producer = Producer(
+            {**cfg, "error_cb": self.reports.on_error, "on_delivery": self.reports.on_failure}
+        )
 
 
 # The write tasks' producer pool (one idle producer per worker).
@@ -685,9 +699,7 @@ def _take_producer(cfg: dict) -> _PooledProducer:
     pooled = _producers.take(key)
     if pooled is None:
         return _PooledProducer(key, cfg)
-    pooled.errors.clear()
-    pooled.failures.clear()
-    pooled.failed = 0
+    pooled.reports.reset()
     return pooled
 
 
@@ -723,11 +735,11 @@ class BatchProducer:
 
     @property
     def _failures(self) -> list[str]:
-        return self._client.failures
+        return self._client.reports.failures
 
     @property
     def _errors(self) -> deque[str]:
-        return self._client.errors
+        return self._client.reports.errors
 
     @property
     def _known_topics(self) -> set[str]:
@@ -816,7 +828,7 @@ class BatchProducer:
 
     def _raise_failures(self) -> None:
         raise KrefConnectorError(
-            f"kref sink: {self._client.failed} record(s) not acknowledged by kref broker "
+            f"kref sink: {self._client.reports.failed} record(s) not acknowledged by kref broker "
             f"{self.bootstrap!r}: {'; '.join(self._failures)}"
         )
 
