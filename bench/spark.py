@@ -5,14 +5,17 @@ SparkSession, on the same topics:
 
 - write: a bare confluent-kafka Producer (acks=all, the sink's own client
   settings, the Python loop a user would write: produce() per record, one
-  delivery check at flush) produces `--rows` records of `--value-bytes`
-  bytes (key = the row number) to topic W; then Spark writes the same rows,
+  delivery check at flush; connected and holding the topic's metadata
+  before its clock starts, as the connector's pooled clients are) produces
+  `--rows` records of `--value-bytes` bytes (key = the row number) to
+  topic W; then Spark writes the same rows,
   generated in the JVM by spark.range, with `df.write.format("kref")` to the
   same topic W. rows/s of each, from start to the last acknowledgement.
 - read: topic R holds `--rows` records (produced once, not timed). A bare
   Consumer (assigned, no group, the reader's client settings,
-  consume(10000) batches) reads and counts all of R; then Spark reads all
-  of R with `spark.read.format("kref")` into Spark's `noop` sink, the
+  consume(10000) batches, connected before its clock starts) reads and
+  counts all of R; then Spark reads all of R with
+  `spark.read.format("kref")` into Spark's `noop` sink, the
   standard way to measure a source: every row crosses into the JVM and is
   consumed, with no further stage. `--read-sink agg` aggregates
   `count(*), sum(length(value))` instead (adds a shuffle stage, ~10-25%
@@ -76,6 +79,9 @@ def bare_produce(bootstrap: str, topic: str, rows: int, value_bytes: int) -> flo
     cfg = producer_config({"bootstrap.servers": bootstrap}, flush_timeout_ms=120_000)
     cfg["on_delivery"] = lambda err, _msg: err is not None and failed.append(err)
     producer = Producer(cfg)
+    # Connected and knowing the topic before the clock starts, as the Spark
+    # side's pooled producers are (a fair peer: neither side pays a start-up).
+    producer.list_topics(topic, timeout=30)
     value = b"x" * value_bytes
     start = time.perf_counter()
     for i in range(rows):
@@ -97,6 +103,8 @@ def bare_consume(bootstrap: str, topic: str, partitions: int, rows: int) -> floa
     from kref.spark.client import consumer_config
 
     consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}))
+    # Connected before the clock starts, as the Spark side's pooled consumers are.
+    consumer.list_topics(topic, timeout=30)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
     start = time.perf_counter()

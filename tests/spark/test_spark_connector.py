@@ -27,6 +27,8 @@ import time
 
 import pytest
 
+from kref.spark.options import Subscription
+
 pytest.importorskip("pyspark")
 
 KAFKA_SCHEMA = (
@@ -382,10 +384,10 @@ def test_write_tasks_in_one_worker_reuse_a_producer_but_not_after_a_failure(brok
     )
     try:
         assert client.write_batches(cfg, columns, [batch], **limits) == 2
-        first = client._idle
+        first = client._producers.idle
         assert first is not None and topic in first.known_topics
         assert client.write_batches(cfg, columns, [batch], **limits) == 2
-        assert client._idle is first
+        assert client._producers.idle is first
         to_partition_7 = pa.RecordBatch.from_arrays(
             [batch.column(0), batch.column(1), pa.array([7, 7], pa.int32())],
             names=["key", "value", "partition"],
@@ -397,12 +399,82 @@ def test_write_tasks_in_one_worker_reuse_a_producer_but_not_after_a_failure(brok
                 [to_partition_7],
                 **limits,
             )
-        assert client._idle is None
+        assert client._producers.idle is None
         assert client.write_batches(cfg, columns, [batch], **limits) == 2
-        assert client._idle is not first
+        assert client._producers.idle is not first
     finally:
-        client._idle = None
+        client._producers.take(())  # leave the slot empty for the next test
     assert len(broker.consume_all(topic, 2)) == 6
+
+
+def test_read_tasks_in_one_worker_reuse_a_consumer_only_after_a_whole_range(broker, filled):
+    """Read tasks' bodies (client.read_range), run in one process as a reused
+    Python worker would: each reads exactly its range, switching partitions
+    and offsets on one pooled consumer; a task Spark stops early (a limit)
+    closes its consumer instead of handing it on."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from kref.spark import client
+    from kref.spark.source import kafka_schema
+
+    topic, delivered = filled
+    arrow_schema = to_arrow_schema(kafka_schema(True), timezone="UTC")
+
+    def read(partition, start, end, batches=None):
+        it = client.read_range(
+            {"bootstrap.servers": broker.bootstrap}, topic, partition, start, end,
+            fail_on_data_loss=True, poll_timeout_ms=30_000, include_headers=True,
+            rows_per_batch=4, arrow_schema=arrow_schema,
+        )
+        got = []
+        for n, batch in enumerate(it):
+            got += zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(),
+                       batch.column("value").to_pylist())
+            if batches is not None and n + 1 == batches:
+                it.close()  # what Spark does to a task's iterator under a limit
+                break
+        return got
+
+    def expected(partition, start, end):
+        return [(p, o, v) for p, o, _, v, _ in delivered if p == partition and start <= o < end]
+
+    client._consumers.take(())  # start from an empty slot
+    try:
+        assert read(0, 0, 30) == expected(0, 0, 30)
+        first = client._consumers.idle
+        assert first is not None
+        assert read(1, 5, 12) == expected(1, 5, 12)
+        assert read(0, 3, 9) == expected(0, 3, 9)  # back to an earlier offset
+        assert client._consumers.idle is first
+        assert read(2, 0, 30, batches=1) == expected(2, 0, 4)
+        assert client._consumers.idle is None
+        assert read(2, 10, 30) == expected(2, 10, 30)
+        assert client._consumers.idle not in (None, first)
+    finally:
+        client._consumers.take(())
+
+
+def test_planning_reuses_an_admin_client_only_after_a_clean_step(broker, filled):
+    from kref.spark import client
+
+    topic, _ = filled
+    cfg = {"bootstrap.servers": broker.bootstrap}
+    client._admins.take(())
+    try:
+        with client.admin(cfg, 30_000) as first:
+            assert first.topic_partitions(Subscription(topics=(topic,))) == [
+                (topic, p) for p in range(3)
+            ]
+        with client.admin(cfg, 30_000) as again:
+            assert again is first
+        with pytest.raises(client.UnknownTopicError):
+            with client.admin(cfg, 30_000) as failing:
+                failing.topic_partitions(Subscription(topics=("no-such-topic",)))
+        assert client._admins.idle is None
+        with client.admin(cfg, 20_000) as other:  # other settings: a new client
+            assert other is not first
+    finally:
+        client._admins.take(())
 
 
 def test_write_failures_fail_the_task_with_a_clear_message(spark, broker):
