@@ -79,7 +79,8 @@ CONSTANTS
     Values,              \* record values producers send, each at most once
     NoLeader,            \* the controller's leader field when there is none (-1)
     MinInsyncReplicas,   \* min.insync.replicas
-    UncleanLeaderElectionEnable,              \* unclean.leader.election.enable
+    UncleanLeaderElectionEnable,              \* unclean.leader.election.enable (at the
+                                              \* start; ConfigRecord may switch it)
     TruncateToHighWatermarkOnBecomeFollower   \* TRUE: Kafka before KIP-101
 
 \* Two switches that are definitions rather than CONSTANTS, so that every
@@ -372,7 +373,8 @@ Init ==
                      partition_epoch |-> -1, isr |-> assigned, fenced |-> {},
                      broker_epoch |-> [r \in Replicas |-> 0], elr |-> {},
                      registrations |-> {}, restarted_at |-> [r \in Replicas |-> -1],
-                     replicas |-> assigned, adding |-> {}, removing |-> {}]
+                     replicas |-> assigned, adding |-> {}, removing |-> {},
+                     unclean_leader_election_enable |-> UncleanLeaderElectionEnable]
     /\ produced = {}
     /\ acks_all = {}
     /\ acked = {}
@@ -933,7 +935,7 @@ ElectPreferredLeader(r) ==
 \* unclean.leader.election.enable: when every ISR member is fenced, elect
 \* an unfenced replica outside the ISR; it becomes the whole ISR.
 UncleanElectLeader(r) ==
-    /\ UncleanLeaderElectionEnable
+    /\ controller.unclean_leader_election_enable
     /\ controller.leader = NoLeader
     /\ controller.isr \subseteq controller.fenced
     /\ r \notin controller.isr
@@ -945,6 +947,30 @@ UncleanElectLeader(r) ==
                                         !.isr = {r}])
     /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
 
+-----------------------------------------------------------------------------
+(* unclean.leader.election.enable at runtime (switch                       *)
+(* UncleanLeaderElectionDynamic)                                           *)
+
+\* Kafka lets an operator change unclean.leader.election.enable while the
+\* cluster runs (IncrementalAlterConfigs on the topic, the cluster-wide
+\* default or the active controller's node: KIP-226); the controller writes
+\* a ConfigRecord and reads the new value at its next decision.  The
+\* controller's state holds the value in force for this partition
+\* (controller.unclean_leader_election_enable, UncleanLeaderElectionEnable
+\* at the start): UncleanElectLeader and the fencing's leader epoch
+\* (CanElect) read it.  Turned on, kref's controller (like Kafka's) elects
+\* the offline partitions in the same batch: here the UncleanElectLeader
+\* that follows.  Off in every model (their state spaces stay as they
+\* were: the value never changes); trace validation turns it on
+\* (test_cluster_configs switches it on at runtime).
+UncleanLeaderElectionDynamic == FALSE
+
+ConfigRecord(v) ==
+    /\ UncleanLeaderElectionDynamic
+    /\ controller' = [controller EXCEPT !.unclean_leader_election_enable = v]
+    /\ UNCHANGED <<replica_vars, ghost_vars, faults>>
+
+-----------------------------------------------------------------------------
 \* Whether the controller, in the registration c, has a replica to elect:
 \* an unfenced ISR member; with KIP-966 an unfenced ELR member when every
 \* ISR member is fenced; with unclean election any unfenced replica then.
@@ -953,7 +979,7 @@ CanElect(c) ==
         /\ s \notin c.fenced
         /\ \/ s \in c.isr
            \/ EligibleLeaderReplicasEnable /\ s \in c.elr /\ c.isr \subseteq c.fenced
-           \/ UncleanLeaderElectionEnable /\ c.isr \subseteq c.fenced /\ s \notin c.isr
+           \/ c.unclean_leader_election_enable /\ c.isr \subseteq c.fenced /\ s \notin c.isr
 
 \* The session of broker r expires: the controller fences it,
 \* removes it from the ISR unless it is the last member (without KIP-966
@@ -1156,6 +1182,7 @@ Next ==
     \/ \E r \in Replicas : ElectLeader(r)
     \/ \E r \in Replicas : ElectPreferredLeader(r)
     \/ \E r \in Replicas : UncleanElectLeader(r)
+    \/ UncleanLeaderElectionDynamic /\ \E v \in BOOLEAN : ConfigRecord(v)
     \/ \E r \in Replicas : FenceBroker(r)
     \/ ControlledShutdowns /\ \E r \in Replicas : ControlledShutdown(r)
     \/ \E r \in Replicas : UnfenceBroker(r)
@@ -1229,7 +1256,8 @@ TypeOK ==
                                                replicas : SUBSET Replicas],
                        restarted_at : [Replicas -> Nat \cup {-1}],
                        replicas : SUBSET Replicas, adding : SUBSET Replicas,
-                       removing : SUBSET Replicas]
+                       removing : SUBSET Replicas,
+                       unclean_leader_election_enable : BOOLEAN]
     /\ controller.isr # {} \/ EligibleLeaderReplicasEnable
     /\ controller.elr \cap controller.isr = {}
     /\ produced \subseteq Values

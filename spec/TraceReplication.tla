@@ -333,6 +333,17 @@ TStopReplica ==
                                 /\ StopReplicaTo(r, g)
 
 -----------------------------------------------------------------------------
+(* unclean.leader.election.enable at runtime (session 13)                  *)
+
+\* Operators switch it while the cluster runs (test_cluster_configs' unclean
+\* tests): Replication's UncleanLeaderElectionDynamic is on (TraceRun.cfg:
+\* `UncleanLeaderElectionDynamic <- TUncleanLeaderElectionDynamic`); the
+\* controller logs a ConfigRecord per partition whose value it switched.
+\* trace_check sets UncleanLeaderElectionEnable to the value at the start.
+TUncleanLeaderElectionDynamic == TRUE
+TConfigRecord == ConfigRecord(Ev.unclean_leader_election_enable)
+
+-----------------------------------------------------------------------------
 
 TraceStep ==
     /\ tl <= Len(TraceLog)
@@ -360,6 +371,7 @@ TraceStep ==
          [] Ev.type = "CancelPartitionReassignment"  -> TCancelPartitionReassignment
          [] Ev.type = "CompleteReassignment"         -> TCompleteReassignment
          [] Ev.type = "StopReplica"                  -> TStopReplica
+         [] Ev.type = "ConfigRecord"                 -> TConfigRecord
          [] OTHER                                    -> FALSE
     /\ ti' = ti
     /\ tl' = tl + 1

@@ -74,6 +74,16 @@ class Mutation:
 
 R, K = "Replication.tla", "KRaft.tla"
 
+# ControlledShutdown's change of the registration (the shutdown rows replace it).
+SHUTDOWN_LEAVES = ("    /\\ role[r] # \"Offline\"\n    /\\ BrokerLeaves(r)\n"
+                   "    /\\ faults' = [faults EXCEPT !.shutdown = @ + 1]\n")
+
+
+def _shutdown(change: str) -> str:
+    """ControlledShutdown with `change` in place of BrokerLeaves(r)."""
+    return SHUTDOWN_LEAVES.replace("    /\\ BrokerLeaves(r)\n", change)
+
+
 CATALOGUE: list[Mutation] = [
     # ---- Replication.tla ----
     Mutation("HW = max LEO over the ISR", R,
@@ -177,6 +187,56 @@ CATALOGUE: list[Mutation] = [
     Mutation("AlterPartition adds a fenced replica", R,
              "               \\/ r \\in controller.fenced\n",
              "               \\/ FALSE\n"),
+    # Reassignment (KIP-455, session 13): caught by MCReplicationReassign.
+    Mutation("reassignment: no new leader epoch when a replica is removed", R,
+             "!.leader_epoch = IF l # old.leader \\/ (shrunk /\\ l # NoLeader)",
+             "!.leader_epoch = IF l # old.leader"),
+    Mutation("reassignment completes before every adding replica is in the ISR", R,
+             "       \\/ /\\ c.adding \\subseteq c.isr\n",
+             "       \\/ /\\ TRUE\n",
+             uncatchable="equivalent for safety: the completion still needs a target replica "
+                         "in the ISR (it holds every committed record) and keeps only ISR "
+                         "members; the adding replicas join later through ExpandIsr. What it "
+                         "loses is redundancy (fewer copies in the ISR than the operator asked "
+                         "for), which no safety property under Crash's fault assumption (the "
+                         "last live ISR member keeps its log) can tell; a property on the ISR "
+                         "size at completion would only restate the rule"),
+    Mutation("reassignment elects a removed replica (the successor from the ISR before the change)", R,
+             "                   ELSE c.isr \\ c.fenced\n",
+             "                   ELSE old.isr \\ c.fenced\n"),
+    # Controlled shutdown (session 13): ControlledShutdown's change of the
+    # registration is BrokerLeaves, shared with fencing (as Kafka's controller
+    # shares it); each row replaces it in ControlledShutdown alone by a buggy
+    # copy, so that only a shutdown carries the bug. Caught by
+    # MCReplicationControlledShutdownShrink (session 13: the default set's one
+    # model with a controlled shutdown, 2 replicas, 7,167 states).
+    Mutation("controlled shutdown leaves the broker in the ISR", R,
+             SHUTDOWN_LEAVES,
+             _shutdown(
+             "    /\\ r \\notin controller.fenced\n"
+             "    /\\ LET moved == [controller EXCEPT !.leader = IF @ = r THEN NoLeader ELSE @,\n"
+             "                                         !.fenced = @ \\cup {r}]\n"
+             "       IN  controller' = Committed([moved EXCEPT\n"
+             "               !.leader_epoch = IF controller.leader = r /\\ ~CanElect(moved) THEN @ + 1 ELSE @,\n"
+             "               !.partition_epoch = IF controller.leader = r THEN @ + 1 ELSE @])\n")),
+    Mutation("controlled shutdown moves leadership to a replica out of the ISR", R,
+             SHUTDOWN_LEAVES,
+             _shutdown(
+             "    /\\ r \\notin controller.fenced\n"
+             "    /\\ IF controller.leader # r THEN BrokerLeaves(r)\n"
+             "       ELSE \\E s \\in controller.replicas \\ (controller.fenced \\cup {r}) :\n"
+             "              controller' = Committed([controller EXCEPT\n"
+             "                  !.leader = s, !.isr = IF @ = {r} THEN @ ELSE @ \\ {r},\n"
+             "                  !.fenced = @ \\cup {r}, !.leader_epoch = @ + 1, !.partition_epoch = @ + 1])\n")),
+    Mutation("controlled shutdown empties the ISR (the last member leaves it too)", R,
+             SHUTDOWN_LEAVES,
+             _shutdown(
+             "    /\\ r \\notin controller.fenced\n"
+             "    /\\ LET moved == [controller EXCEPT !.leader = IF @ = r THEN NoLeader ELSE @,\n"
+             "                                         !.isr = @ \\ {r}, !.fenced = @ \\cup {r}]\n"
+             "       IN  controller' = Committed([moved EXCEPT\n"
+             "               !.leader_epoch = IF controller.leader = r /\\ ~CanElect(moved) THEN @ + 1 ELSE @,\n"
+             "               !.partition_epoch = @ + 1])\n")),
     # ---- KRaft.tla ----
     Mutation("KRaft: a candidate wins with any votes", K,
              "    /\\ votes_granted[c] \\in Quorums\n",

@@ -60,9 +60,16 @@ REASSIGNMENT_WRITES = frozenset({"AlterPartitionReassignments", "CancelPartition
 REASSIGNMENT_ACTIONS = REASSIGNMENT_WRITES | {"StopReplica"}
 # ---- end of the reassignment constants ----
 
+# ---- unclean.leader.election.enable at runtime (spec/Replication.tla's ConfigRecord) ----
+# The controller logs a ConfigRecord per partition whose unclean.leader.election.enable a config
+# write switched: a controller step on the partition (replica = the controller's node id), never a
+# step of that broker's replica.
+CONFIG_WRITES = frozenset({"ConfigRecord"})
+# ---- end of the unclean constants ----
+
 # Event types the trace spec has a matcher for (PartitionRecord: the controller's creation of the
 # partition, taken as the spec's first ElectLeader).
-SPEC_ACTIONS = REASSIGNMENT_ACTIONS | frozenset({
+SPEC_ACTIONS = REASSIGNMENT_ACTIONS | CONFIG_WRITES | frozenset({
     "LeaderAppend", "AdvanceHighWatermark", "LeaderHandleFetch", "FollowerFetch", "FetchError",
     "FollowerAppend", "TruncateToEpochEndOffset", "ShrinkIsr", "ExpandIsr", "HandleAlterPartitionResponse",
     "BecomeLeader", "BecomeFollower", "ElectLeader", "ElectPreferredLeader", "UncleanElectLeader",
@@ -81,7 +88,7 @@ NODE_EVENTS = frozenset({"Crash", "Restart"})
 # (with the reassignment writes: every controller step that commits a partition registration)
 ELECTIONS = frozenset({"ElectLeader", "ElectPreferredLeader", "UncleanElectLeader"}) | REASSIGNMENT_WRITES
 # Steps a broker takes on a partition it hosts (not as the controller, not a fault).
-REPLICA_ACTIONS = SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS - ELECTIONS - {"PartitionRecord"}
+REPLICA_ACTIONS = SPEC_ACTIONS - BROKER_EVENTS - NODE_EVENTS - ELECTIONS - CONFIG_WRITES - {"PartitionRecord"}
 # Fields read as sets by the spec (everything else list-valued is a sequence).
 SET_FIELDS = frozenset({"isr", "removed"})
 
@@ -222,7 +229,7 @@ def _infer_crashes(merged, lives):
 
 
 # A controller's events about its own writes (emitted when it writes them, before they commit).
-CONTROLLER_WRITES = BROKER_EVENTS | ELECTIONS | {"RegisterBroker", "PartitionRecord"}
+CONTROLLER_WRITES = BROKER_EVENTS | ELECTIONS | CONFIG_WRITES | {"RegisterBroker", "PartitionRecord"}
 
 
 def _uncommitted_controller_writes(events) -> set[str]:
@@ -360,7 +367,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     for e, _ in mine:
         replicas.update(e.get("replicas") or ())
     if not replicas:
-        replicas = {e["replica"] for e, _ in mine if e["type"] not in ELECTIONS | BROKER_EVENTS}
+        replicas = {e["replica"] for e, _ in mine if e["type"] not in ELECTIONS | BROKER_EVENTS | CONFIG_WRITES}
     # Brokers that do not host the partition are not in the spec's Replicas: their crashes and fencing do not
     # touch it.
     mine = [(e, o) for e, o in mine
@@ -373,11 +380,6 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             skipped[f"everything from the {e['type']} on"] = len(mine) - i
             mine = mine[:i]
             break
-    cut = _unclean_switched_on(mine)
-    if cut is not None:
-        stopped = f"leaderless registration at {mine[cut][1]}, before an unclean election (unclean election switched on while running)"
-        skipped["everything from a leaderless registration before an unclean election on"] = len(mine) - cut
-        mine = mine[:cut]
     mine = _restart_when_it_counts(mine)
     mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
@@ -396,7 +398,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
     mine = _spec_broker_epochs(events, mine, (topic, partition), skipped)
 
     out = Steps(topic=topic, partition=partition, replicas=sorted(replicas), values=0,
-                unclean=any(e["type"] == "UncleanElectLeader" for e, _ in mine), skipped=skipped,
+                unclean=_unclean_at_start(mine), skipped=skipped,
                 stopped=stopped)
     fence: dict[str, Any] = {}  # the last FenceBroker/ControlledShutdown step, until an election follows it
     shifted_at: list[int] = []  # kref partition epochs of the after_fence elections so far (TraceReplication's pe_shift)
@@ -465,26 +467,21 @@ def _shutdown_fencing(mine, skipped):
     return out
 
 
-def _unclean_switched_on(mine) -> int | None:
-    """Where to stop a trace whose partition went leaderless and was then elected unclean.
+def _unclean_at_start(mine) -> bool:
+    """unclean.leader.election.enable when the trace starts (the spec's UncleanLeaderElectionEnable).
 
-    spec/Replication.tla's unclean.leader.election.enable is a constant; the
-    trace's UncleanElectLeader makes the check take it as on from the start.
-    kref's controller, like Kafka's, reads the config when it writes: with it
-    off, fencing (or shutting down) the last isr member writes leader -1 of
-    a new leader epoch even while another replica is up, where the spec with
-    it on expects the unclean election to follow in the same record (no
-    epoch of its own). Such a run switched it on while running
-    (test_cluster_configs' unclean tests): no behaviour of the spec with
-    either value. The check stops at the first leaderless registration a
-    replica applied before the first unclean election (`stopped`). Returns
-    its index, or None.
+    A config write that switches it logs a ConfigRecord step (spec/Replication.tla's
+    ConfigRecord, which sets the controller's value from then on). It was on from the
+    start (a static config, or a switch before the partition existed) when an unclean
+    election comes before the first ConfigRecord step; else it starts off, and an unclean
+    election before a ConfigRecord turns it on is rejected at that election.
     """
-    first_unclean = next((i for i, (e, _) in enumerate(mine) if e["type"] == "UncleanElectLeader"), None)
-    if first_unclean is None:
-        return None
-    return next((i for i, (e, _) in enumerate(mine[:first_unclean])
-                 if e["type"] in ("BecomeFollower", "BecomeLeader") and e.get("leader", 0) == -1), None)
+    for e, _ in mine:
+        if e["type"] in CONFIG_WRITES:
+            return False
+        if e["type"] == "UncleanElectLeader":
+            return True
+    return False
 
 
 def _restart_when_it_counts(mine):

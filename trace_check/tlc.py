@@ -154,6 +154,7 @@ def config_text(batch: list[Steps], min_insync_replicas: int, show_state: Iterab
         "    ControlledShutdowns <- TControlledShutdowns",
         "    ReassignmentEnable <- TReassignmentEnable",
         "    ReplicaSetsAtCreation <- TReplicaSetsAtCreation",
+        "    UncleanLeaderElectionDynamic <- TUncleanLeaderElectionDynamic",
         "INIT TraceInit",
         "NEXT TraceNext",
         "CONSTRAINT TraceProgress",

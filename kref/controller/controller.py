@@ -204,6 +204,17 @@ class UncleanElectLeader(LeaderElection):
     pass
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRecord(TraceEvent):
+    """spec/Replication.tla's ConfigRecord: a config write (Kafka's ConfigRecord, of the
+    topic, the cluster default or this controller's node) switched unclean.leader.election.enable
+    for the partition as this controller resolves it; one event per partition of every topic whose
+    value changed, logged before the elections of the same batch. replica = the controller's node id."""
+
+    unclean_leader_election_enable: bool
+    record_offset: int = -1  # the batch's first record (see BrokerWrite)
+
+
 # ---------------------------------------------------------------- requests (events)
 
 
@@ -672,6 +683,23 @@ class ControllerCore:
                 leader_epoch=self.leader_epoch, **fields,
             )))
 
+    def _unclean_by_topic(self) -> dict[str, bool] | None:
+        """unclean.leader.election.enable per topic as this controller resolves it (traced runs only)."""
+        return {name: self._unclean_allowed(name) for name in self.topics} if self.tracing else None
+
+    def _emit_unclean_switches(self, out: list[Effect], now_ms: int, before: dict[str, bool] | None,
+                               offset: int) -> None:
+        """A ConfigRecord event per partition whose unclean.leader.election.enable a written
+        config batch changed (`before`: _unclean_by_topic() before the write)."""
+        if before is None:
+            return
+        for name in sorted(self.topics):
+            now = self._unclean_allowed(name)
+            if name in before and before[name] != now:
+                for pid in sorted(self.topics[name].partitions):
+                    out.append(Emit(ConfigRecord(time_ms=now_ms, replica=self.node_id, topic=name, partition=pid,
+                                                 unclean_leader_election_enable=now, record_offset=offset)))
+
     # ------------------------------------------------------------ membership
 
     def _on_registration(self, e: BrokerRegistration, now_ms: int, out: list[Effect]) -> None:
@@ -735,7 +763,7 @@ class ControllerCore:
             return
         if not broker.in_controlled_shutdown:
             records = [r.BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, in_controlled_shutdown=1)]
-            records += self._leave_partitions(broker_id)
+            records += self._leave_partitions(broker_id, shutting_down=True)
             self.shutting_down[broker_id] = self.next_offset + len(records)
             self._write(records, e.request_id, HeartbeatReply(ErrorCode.NONE, caught_up, False, False), out, now_ms,
                         lambda at: self._emit(out, ControlledShutdown, now_ms, broker, record_offset=at))
@@ -873,9 +901,12 @@ class ControllerCore:
         broker = self.brokers.get(broker_id)
         return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
 
-    def _leave_partitions(self, broker_id: int) -> list:
+    def _leave_partitions(self, broker_id: int, shutting_down: bool = False) -> list:
         """One batch: every partition led by the broker gets a new leader from
-        its isr (leader_epoch + 1), and the broker leaves every isr."""
+        its isr (leader_epoch + 1), and the broker leaves every isr.
+        (`shutting_down`: a controlled shutdown, not a fencing; only the
+        mutation switches of `make mutation` tell them apart.)"""
+        shutdown_bug = _m.ACTIVE and shutting_down
         records = []
         for name in sorted(self.topics):
             topic = self.topics[name]
@@ -884,15 +915,16 @@ class ControllerCore:
                 if broker_id not in p.isr and p.leader != broker_id:
                     continue
                 isr = tuple(b for b in p.isr if b != broker_id)
-                if _m.ACTIVE and _m.on("fence_keeps_isr"):
+                if _m.ACTIVE and _m.on("fence_keeps_isr") or shutdown_bug and _m.on("shutdown_keeps_isr"):
                     isr = p.isr
                 if p.leader == broker_id:
-                    leader = self._choose_leader(p.replicas, isr, exclude=broker_id)
+                    among = p.replicas if shutdown_bug and _m.on("shutdown_leader_outside_isr") else isr
+                    leader = self._choose_leader(p.replicas, among, exclude=broker_id)
                     if leader == NO_LEADER:
                         # No other isr member: keep the last one in the isr
                         # (it holds every committed record) and go offline,
                         # unless the topic prefers availability (unclean).
-                        isr = p.isr
+                        isr = () if shutdown_bug and _m.on("shutdown_empties_isr") else p.isr
                         leader = self._choose_unclean_leader(name, p.replicas, isr, exclude=broker_id)
                         if leader != NO_LEADER:
                             isr = (leader,)
@@ -1086,7 +1118,9 @@ class ControllerCore:
                     _, _, record = self._elect(UNCLEAN_ELECTION, topic, pid, p)
                     if record is not None:
                         records.append(record)
-        self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out, now_ms)
+        before = self._unclean_by_topic()
+        self._write(records, e.request_id, TopicReply(ErrorCode.NONE, None, topic.topic_id), out, now_ms,
+                    lambda at: self._emit_unclean_switches(out, now_ms, before, at))
 
     def _on_alter_broker_configs(self, e: AlterBrokerConfigs, now_ms: int, out: list[Effect]) -> None:
         """ConfigRecords (resource type BROKER) for what changes; every broker applies
@@ -1108,7 +1142,9 @@ class ControllerCore:
         if records and current.get("unclean.leader.election.enable") != new.get("unclean.leader.election.enable"):
             records += self._unclean_election_records({key: new}, only_newly_allowed=True)
         if records:
-            self._write(records, e.request_id, TopicReply(ErrorCode.NONE), out, now_ms)
+            before = self._unclean_by_topic()
+            self._write(records, e.request_id, TopicReply(ErrorCode.NONE), out, now_ms,
+                        lambda at: self._emit_unclean_switches(out, now_ms, before, at))
         else:
             out.append(Reply(e.request_id, TopicReply(ErrorCode.NONE)))
 
@@ -1253,11 +1289,14 @@ class ControllerCore:
             removing = tuple(b for b in original if b not in target)
             replicas = target + removing
             isr = tuple(b for b in isr if b in replicas)
-            if all(b in isr for b in adding) and any(b in isr for b in target):
+            if ((all(b in isr for b in adding) or _m.ACTIVE and _m.on("reassign_complete_early"))
+                    and any(b in isr for b in target)):
                 replicas, adding, removing = target, (), ()
                 isr = tuple(b for b in isr if b in target)
         if p.leader in isr:
             leader = p.leader
+        elif _m.ACTIVE and _m.on("reassign_elect_removed"):
+            leader = self._choose_leader(p.replicas, p.isr)
         else:
             leader = self._choose_leader(replicas, isr)
         fields: dict = {}
@@ -1271,7 +1310,7 @@ class ControllerCore:
             fields["removing_replicas"] = removing
         # A removed replica must not keep fetching in the old term: a replica
         # set that loses members starts a new leader_epoch, as Kafka does.
-        shrunk = any(b not in replicas for b in p.replicas)
+        shrunk = any(b not in replicas for b in p.replicas) and not (_m.ACTIVE and _m.on("reassign_no_epoch_bump"))
         if leader != p.leader or (shrunk and leader != NO_LEADER):
             fields["leader"] = leader
         return _ReassignmentChange(fields, isr, fields.get("leader", NO_LEADER_CHANGE))

@@ -44,6 +44,11 @@ from concurrent.futures import ProcessPoolExecutor
 from kref import mutations
 from kref.sim.runner import run_seed
 
+_NO_REASSIGNMENT = ("a simulator scenario with AlterPartitionReassignments (and its traces checked: "
+                    "spec/Replication.tla's IsrWithinReplicas and the leader-epoch rules of CompleteReassignment)")
+_NO_SHUTDOWN = ("a simulator scenario whose brokers shut down under control (want_shut_down), its traces "
+                "checked (ControlledShutdown)")
+
 # What would catch a mutation these seeds miss (kept next to the catalogue's names).
 WOULD_CATCH = {
     "skip_fetch_epoch_check": "a traced scenario with a zombie leader (preferred elections or pauses): only then does a "
@@ -57,6 +62,15 @@ WOULD_CATCH = {
                                 "at the append (today it takes acks=1, which has no such check)",
     "expand_isr_early": "more leader crashes right after an ISR expand; trace validation of ExpandIsr",
     "truncate_ignores_local_epoch": "a zombie leader appending in an epoch the next leader never saw, then more seeds",
+    # Session 13: no simulator scenario moves partitions or shuts brokers down under control (its brokers
+    # never send want_shut_down, its clients never AlterPartitionReassignments), so neither the invariants
+    # nor the traced seeds reach these rules; the controller scripts (reassign.txt, elect.txt) do.
+    "reassign_no_epoch_bump": _NO_REASSIGNMENT,
+    "reassign_complete_early": _NO_REASSIGNMENT,
+    "reassign_elect_removed": _NO_REASSIGNMENT,
+    "shutdown_keeps_isr": _NO_SHUTDOWN,
+    "shutdown_leader_outside_isr": _NO_SHUTDOWN,
+    "shutdown_empties_isr": _NO_SHUTDOWN,
 }
 
 
