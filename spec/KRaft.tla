@@ -596,7 +596,7 @@ SendFetchResponse(l, f) ==
     /\ Live(f) /\ Live(l)
     \* KIP-996: a prospective that knows its leader still fetches from it.
     /\ state[f] \in {Follower, Prospective} /\ leader_id[f] = l
-    /\ state[l] = Leader /\ leader_epoch[l] = leader_epoch[f]
+    /\ state[l] = Leader /\ leader_epoch[f] = leader_epoch[l]
     /\ ~NeedsSnapshot(f, l)
     /\ ~Diverging(f, l)
     /\ end_offsets' = [end_offsets EXCEPT ![l][f] = LogEndOffset(f)]
