@@ -15,7 +15,13 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
 - Late deliveries. Votes are messages in the spec (a voter's GrantVote or
   GrantPreVote handles the candidate's VoteRequest whenever it arrives, and
   the candidate's receipt of the grant is a silent step), so they are taken
-  where they were logged. Every other RPC is one atomic step in the spec,
+  where they were logged. So is a fetch answer with records (the spec's
+  FetchResponsesInFlight, on in trace validation): the leader logs nothing
+  when it answers, so a SendFetchResponse step of the take's leader is put
+  in at the latest point before the take where that leader still led the
+  epoch and the follower's log ended at the fetch offset (_place_fetch_sends);
+  the take stays where it was logged, even after the leader resigned.
+  Every other RPC is one atomic step in the spec,
   but a node logs the response when it applies it, which may be after the
   sender moved on (records appended after their leader resigned, an epoch
   learnt from a node that has since moved further). The timestamps give one
