@@ -45,7 +45,11 @@
 (* Vote and pre-vote RPCs are messages in flight (`messages`: VoteRequest, *)
 (* a granted VoteResponse): a voter may handle a request after its         *)
 (* candidate moved on, and the candidate counts a grant only while it      *)
-(* still stands in that epoch (HandleVoteResponse).  Every other RPC is    *)
+(* still stands in that epoch (HandleVoteResponse).  With the switch      *)
+(* FetchResponsesInFlight (trace validation) a Fetch answer with records   *)
+(* is one too (FetchResponse: SendFetchResponse at the leader,             *)
+(* HandleFetchResponse at the follower, possibly after the leader         *)
+(* resigned); the models keep it atomic (FetchFromLeader).  Every other RPC is *)
 (* one atomic step between two live, unpaused nodes: the request carries   *)
 (* the sender's epoch and log position as they are in the pre-state, the   *)
 (* response is applied in the same step.  Delayed or lost RPCs are         *)
@@ -76,6 +80,13 @@ CONSTANTS
     CheckLogUpToDate,  \* TRUE in Kafka; FALSE only in the must-fail variant
     CommitOnlyOwnEpoch, \* TRUE in Kafka; FALSE: Raft's Figure-8 bug (must fail)
     PreVoteEnabled     \* KIP-996 (Kafka 4, kref): TRUE; FALSE: elections as in KIP-595 alone
+
+\* TRUE: the leader's answer to a Fetch carrying records is a message in
+\* flight (SendFetchResponse at the leader, HandleFetchResponse at the
+\* follower, which may take it after the leader moved on); FALSE: one
+\* atomic step (FetchFromLeader).  Off in the models (it costs states);
+\* trace validation turns it on (TraceKRaft.tla, `<-` in its .cfg).
+FetchResponsesInFlight == FALSE
 
 ASSUME CheckLogUpToDate \in BOOLEAN
 ASSUME CommitOnlyOwnEpoch \in BOOLEAN
@@ -308,7 +319,17 @@ StaleAfter(m) ==
                /\ \/ state'[v] = Follower
                   \/ ~MayVoteFor(voted_for', v, m.src)
                   \/ voted_for'[v] = m.src /\ ~CouldStand(m.src, m.epoch)
-Pruned(msgs) == {m \in msgs : ~StaleAfter(m)}
+\* A FetchResponse (FetchResponsesInFlight) is of no use once its follower
+\* left the epoch or its log no longer ends where the fetch asked from
+\* (HandleFetchResponse would not take it).
+FetchStaleAfter(m) ==
+    \/ leader_epoch'[m.dst] # m.epoch
+    \/ Len(log'[m.dst]) # m.end_offset
+    \/ (IF log'[m.dst] = << >> THEN 0 ELSE log'[m.dst][Len(log'[m.dst])].epoch) # m.last_epoch
+Pruned(msgs) ==
+    IF FetchResponsesInFlight
+    THEN {m \in msgs : IF m.type = "FetchResponse" THEN ~FetchStaleAfter(m) ELSE ~StaleAfter(m)}
+    ELSE {m \in msgs : ~StaleAfter(m)}
 Send(new) == messages' = Pruned(messages \cup new)
 
 \* KIP-595 vote rule on a request: the candidate's log, as the request
@@ -532,6 +553,11 @@ BeginQuorumEpoch(l, v) ==
 \* leader finds no divergence: f receives every entry it lacks and the
 \* leader's high watermark; l records f's fetch offset (what f had
 \* *before* this response: l learns about the new entries on f's next fetch).
+\* With FetchResponsesInFlight an answer with records is a message
+\* (SendFetchResponse, HandleFetchResponse below); one without records
+\* (it carries only the high watermark) stays this atomic step, a message
+\* taken at once.
+FetchUpTo(f, l) == IF FetchResponsesInFlight THEN LogEndOffset(f) ELSE LogEndOffset(l)
 FetchFromLeader(f, l) ==
     /\ f # l
     /\ Live(f) /\ Live(l)
@@ -543,7 +569,7 @@ FetchFromLeader(f, l) ==
     \* by max bytes, and the leader may answer before it has more): a
     \* follower can hold an old epoch's entries without the leader's
     \* LeaderChange record, which is what makes the commit rule matter.
-    /\ \E upto \in LogEndOffset(f) .. LogEndOffset(l) :
+    /\ \E upto \in LogEndOffset(f) .. FetchUpTo(f, l) :
           /\ log' = [log EXCEPT ![f] = SubSeq(log[l], 1, upto)]
           /\ high_watermark' = [high_watermark EXCEPT ![f] =
                                    Max(@, Min(high_watermark[l], upto))]
@@ -552,6 +578,57 @@ FetchFromLeader(f, l) ==
     /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted>>
     /\ UNCHANGED env_vars
     /\ UNCHANGED history_vars
+
+\* FetchResponsesInFlight: the same Fetch, its answer a message.  Leader l
+\* handles f's Fetch (f's log end offset and last epoch as they are now:
+\* the request itself is not modelled in flight), records f's fetch offset
+\* and answers, without divergence, with any non-empty prefix of what f
+\* lacks and its high watermark, in its epoch (Kafka's
+\* KafkaRaftClient.handleFetchRequest).
+FetchResponseMsg(l, f, upto) ==
+    [type |-> "FetchResponse", src |-> l, dst |-> f, epoch |-> leader_epoch[l],
+     last_epoch |-> LastEpoch(f), end_offset |-> LogEndOffset(f), pre_vote |-> FALSE,
+     entries |-> SubSeq(log[l], LogEndOffset(f) + 1, upto),
+     high_watermark |-> high_watermark[l]]
+SendFetchResponse(l, f) ==
+    /\ FetchResponsesInFlight
+    /\ f # l
+    /\ Live(f) /\ Live(l)
+    \* KIP-996: a prospective that knows its leader still fetches from it.
+    /\ state[f] \in {Follower, Prospective} /\ leader_id[f] = l
+    /\ state[l] = Leader /\ leader_epoch[f] = leader_epoch[l]
+    /\ ~NeedsSnapshot(f, l)
+    /\ ~Diverging(f, l)
+    /\ end_offsets' = [end_offsets EXCEPT ![l][f] = LogEndOffset(f)]
+    /\ \E upto \in (LogEndOffset(f) + 1) .. LogEndOffset(l) :
+          messages' = messages \cup {FetchResponseMsg(l, f, upto)}
+    /\ UNCHANGED snapshot_vars
+    /\ UNCHANGED <<leader_epoch, voted_for, leader_id, log, state, high_watermark, votes_granted>>
+    /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
+    /\ UNCHANGED history_vars
+
+\* Follower f takes l's FetchResponse m whenever it arrives, checking it
+\* against its state then (KafkaRaftClient.handleFetchResponse): m is of
+\* f's epoch (an older one is ignored: pruned, FetchStaleAfter; a newer
+\* one moves f first, BecomeUnattached or BeginQuorumEpoch), f follows l,
+\* and f's log still ends where its fetch asked from.  It appends the
+\* entries and moves its high watermark up to the leader's, within its
+\* log.  The leader may have resigned or crashed since it answered.
+HandleFetchResponse(f, l) ==
+    /\ Live(f)
+    /\ state[f] = Follower /\ leader_id[f] = l
+    /\ \E m \in messages :
+          /\ m.type = "FetchResponse" /\ m.src = l /\ m.dst = f
+          /\ m.epoch = leader_epoch[f]
+          /\ m.end_offset = LogEndOffset(f) /\ m.last_epoch = LastEpoch(f)
+          /\ log' = [log EXCEPT ![f] = @ \o m.entries]
+          /\ high_watermark' = [high_watermark EXCEPT ![f] =
+                                   Max(@, Min(m.high_watermark, LogEndOffset(f) + Len(m.entries)))]
+          /\ UNCHANGED snapshot_vars
+          /\ UNCHANGED <<leader_epoch, voted_for, leader_id, state, votes_granted, end_offsets>>
+          /\ UNCHANGED <<broker_sessions, up, paused, broker_metadata_offset>>
+          /\ UNCHANGED history_vars
+          /\ messages' = Pruned(messages \ {m})  \* last: Pruned reads the post-state
 
 \* The same Fetch, but the leader answers with a diverging epoch E and its
 \* end offset O: f truncates to min(O, its own end offset for epoch E)
@@ -867,6 +944,7 @@ ProtocolNext ==
     \/ \E c \in Voters : BecomeActiveController(c)
     \/ \E l, v \in Voters : BeginQuorumEpoch(l, v)
     \/ \E f, l \in Voters : FetchFromLeader(f, l) \/ TruncateToEpochEndOffset(f, l)
+    \/ FetchResponsesInFlight /\ \E f, l \in Voters : SendFetchResponse(l, f) \/ HandleFetchResponse(f, l)
     \/ \E l \in Voters : AdvanceHighWatermark(l)
     \/ \E b \in Brokers, l \in Voters : BrokerHeartbeat(b, l) \/ BrokerFetchMetadata(b, l)
 
@@ -917,7 +995,7 @@ TypeOK ==
     /\ up \subseteq Voters /\ paused \subseteq up
     /\ crash_count \in Nat /\ pause_count \in Nat
     /\ broker_metadata_offset \in [Brokers -> Nat]
-    /\ \A m \in messages : /\ m.type \in {"VoteRequest", "VoteResponse"}
+    /\ \A m \in messages : /\ m.type \in {"VoteRequest", "VoteResponse", "FetchResponse"}
                           /\ m.src \in Voters /\ m.dst \in Voters \cup {Nil}
                           /\ m.epoch \in Nat /\ m.pre_vote \in BOOLEAN
     /\ log_start_offset \in [Voters -> Nat] /\ snapshot_end_offset \in [Voters -> Nat]

@@ -43,6 +43,11 @@
 (* RequestVote events say the core pre-voted (pre_vote), FALSE for older   *)
 (* traces and cores configured without it.                                 *)
 (*                                                                         *)
+(* A follower's FetchFromLeader with records is the receipt of a message  *)
+(* too (KRaft.tla's FetchResponse, FetchResponsesInFlight on): trace_check *)
+(* puts the leader's unlogged SendFetchResponse where the leader still     *)
+(* led, so a follower may take an answer after its leader resigned.        *)
+(*                                                                         *)
 (* Snapshots are the actions of their names (CreateSnapshot,             *)
 (* AdvanceLogStart, InstallSnapshot): a follower's install is taken from  *)
 (* the leader it names, whose log must start past the follower's fetch    *)
@@ -140,10 +145,30 @@ TBecomeActiveController ==
 
 TBeginQuorumEpoch == BeginQuorumEpoch(Ev.leader_id, Ev.replica) /\ AsLogged(Ev.replica)
 
+\* A fetch answer with records is a message (KRaft's FetchResponsesInFlight,
+\* on here: TraceRun.cfg has `FetchResponsesInFlight <- TFetchResponsesInFlight`).
+\* The leader logs nothing when it answers: trace_check puts in a
+\* SendFetchResponse step of that leader for every logged take with
+\* records, at the latest point before the take where the leader still led
+\* the epoch and the follower's log ended at the fetch offset; the take
+\* (the follower's FetchFromLeader event) is HandleFetchResponse of it.
+\* One with no records stays the atomic FetchFromLeader.
+TFetchResponsesInFlight == TRUE
+TSendFetchResponse ==
+    LET l == Ev.replica
+        f == Ev.follower IN
+    /\ leader_epoch[l] = Ev.leader_epoch
+    /\ LogEndOffset(f) = Ev.first_offset
+    /\ Ev.log_end_offset <= LogEndOffset(l)
+    /\ SendFetchResponse(l, f)
+    /\ FetchResponseMsg(l, f, Ev.log_end_offset) \in messages'
+
 TFetchFromLeader ==
     LET f == Ev.replica IN
     /\ LogEndOffset(f) = Ev.first_offset
-    /\ FetchFromLeader(f, Ev.leader_id)
+    /\ IF FetchResponsesInFlight /\ Ev.log_end_offset > Ev.first_offset
+       THEN HandleFetchResponse(f, Ev.leader_id)
+       ELSE FetchFromLeader(f, Ev.leader_id)
     /\ AsLogged(f)
 
 TTruncateToEpochEndOffset ==
@@ -228,6 +253,7 @@ TraceStep ==
          [] Ev.type = "BecomeActiveController"   -> TBecomeActiveController
          [] Ev.type = "BeginQuorumEpoch"         -> TBeginQuorumEpoch
          [] Ev.type = "FetchFromLeader"          -> TFetchFromLeader
+         [] Ev.type = "SendFetchResponse"        -> TSendFetchResponse
          [] Ev.type = "TruncateToEpochEndOffset" -> TTruncateToEpochEndOffset
          [] Ev.type = "AdvanceHighWatermark"     -> TAdvanceHighWatermark
          [] Ev.type = "Resign"                   -> TResign

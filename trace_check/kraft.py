@@ -15,7 +15,13 @@ what was logged, never a change of it (docs/trace-validation.md, KRaft):
 - Late deliveries. Votes are messages in the spec (a voter's GrantVote or
   GrantPreVote handles the candidate's VoteRequest whenever it arrives, and
   the candidate's receipt of the grant is a silent step), so they are taken
-  where they were logged. Every other RPC is one atomic step in the spec,
+  where they were logged. So is a fetch answer with records (the spec's
+  FetchResponsesInFlight, on in trace validation): the leader logs nothing
+  when it answers, so a SendFetchResponse step of the take's leader is put
+  in at the latest point before the take where that leader still led the
+  epoch and the follower's log ended at the fetch offset (_place_fetch_sends);
+  the take stays where it was logged, even after the leader resigned.
+  Every other RPC is one atomic step in the spec,
   but a node logs the response when it applies it, which may be after the
   sender moved on (records appended after their leader resigned, an epoch
   learnt from a node that has since moved further). The timestamps give one
@@ -72,7 +78,9 @@ MEMBERSHIP = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker", "Broke
 WRITES = frozenset({"RegisterBroker", "FenceBroker", "UnfenceBroker"})
 # Steps the converter puts in (origin "inferred: ..."): a session that ran out (before a FenceBroker),
 # the broker's metadata fetch (before an UnfenceBroker), a record no event names (AppendMetadata).
-INFERRED = frozenset({"ExpireBrokerSession", "BrokerFetchMetadata", "AppendMetadata"})
+# SendFetchResponse: a leader's answer with records to a follower's Fetch (the take is logged, the send
+# is not; spec/KRaft.tla's FetchResponsesInFlight).
+INFERRED = frozenset({"ExpireBrokerSession", "BrokerFetchMetadata", "AppendMetadata", "SendFetchResponse"})
 # The quorum events spec/TraceKRaft.tla has a matcher for (all of kref/trace/kraft.py's).
 SPEC_ACTIONS = frozenset(KRAFT_EVENT_TYPES) | MEMBERSHIP | INFERRED | {"Crash", "Restart"}
 NOT_QUORUM = MEMBERSHIP | INFERRED | {"Crash", "Restart"}  # steps that carry no quorum post-state
@@ -131,6 +139,7 @@ class KRaftSteps:
             "    CheckLogUpToDate = TRUE",
             "    CommitOnlyOwnEpoch = TRUE",
             f"    PreVoteEnabled = {'TRUE' if self.pre_vote else 'FALSE'}",
+            "    FetchResponsesInFlight <- TFetchResponsesInFlight",
             "INIT TraceInit",
             "NEXT TraceNext",
             "CONSTRAINT TraceProgress",
@@ -248,6 +257,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], voters: Iterable[int] | 
     mine = _infer_metadata_appends(mine)
     mine = _infer_membership_steps(mine)
     ordered, moved = _linearise(mine)
+    ordered = _place_fetch_sends(ordered)
     brokers = sorted({e["broker"] for e, _ in mine if e["type"] in MEMBERSHIP})
     out = KRaftSteps(voters=sorted(voter_set), voters_inferred=voters is None and configured is None, brokers=brokers,
                      skipped=skipped, moved=moved, pre_vote=uses_pre_vote(events))
@@ -352,16 +362,93 @@ def _infer_membership_steps(mine):
     return out
 
 
+def _with_records(e: dict[str, Any]) -> bool:
+    """A follower's take of a fetch answer that carried records: a message in flight (the leader's
+    SendFetchResponse is put in by _place_fetch_sends), not an atomic step."""
+    return e["type"] == "FetchFromLeader" and e["log_end_offset"] > e["first_offset"]
+
+
+def _place_fetch_sends(flat):
+    """Before each take of a fetch answer with records, the leader's send of it (logged by nobody):
+    at the latest point before the take where the leader still led the take's epoch and the
+    follower, following (or, as a prospective, still knowing) that leader, had its log end at the
+    fetch offset. A take of an answer no such point allows gets its send just before it, where
+    TLC rejects it (the leader led no more, or never sent it)."""
+    out: list[tuple[dict[str, Any], str]] = []
+    for e, origin in flat:
+        if _with_records(e) and e["leader_id"] != e["replica"]:
+            at = _send_point(out, e)
+            where = "" if at == len(out) else " (the leader's last point in its leadership: answered, taken late)"
+            send = {"type": "SendFetchResponse", "replica": e["leader_id"], "follower": e["replica"],
+                    "leader_epoch": e["leader_epoch"], "first_offset": e["first_offset"],
+                    "log_end_offset": e["log_end_offset"], "time_ms": None}
+            out.insert(at, (send, f"inferred: leader {e['leader_id']}'s answer with records "
+                                  f"[{e['first_offset']}, {e['log_end_offset']}) to {origin}{where}"))
+        out.append((e, origin))
+    return out
+
+
+def _send_point(out, take) -> int:
+    leader, follower, epoch = take["leader_id"], take["replica"], take["leader_epoch"]
+    # The quorum events of the two nodes (and their lives), by index: the state before position k
+    # is that of the last of them before k, so only k = len(out) and k = each of their indices
+    # (just before that event) need trying, latest first.
+    marks = [i for i, (x, _) in enumerate(out)
+             if x["replica"] in (leader, follower) and x["type"] not in MEMBERSHIP | INFERRED]
+
+    def before(node: int, k: int) -> dict[str, Any] | None:
+        """The node's post-state before position k (a restarted node's: as it restored it); None: down."""
+        restored = None
+        for i in reversed(marks):
+            if i < k and out[i][0]["replica"] == node:
+                x = out[i][0]
+                if x["type"] == "Crash":
+                    if restored is None:
+                        return None  # down
+                    continue  # the crash before the restart seen already
+                if x["type"] == "Restart":
+                    restored = restored or x["restored"]
+                    continue
+                return {**x, "state": restored} if restored else x
+        return None
+
+    def start(node: int, k: int) -> int:
+        for i in reversed(marks):
+            x = out[i][0]
+            if i < k and x["replica"] == node and x["type"] in ("AdvanceLogStart", "InstallSnapshot"):
+                return x.get("log_start_offset", x.get("snapshot_end_offset", 0))
+        return 0
+
+    for k in [len(out)] + list(reversed(marks)):
+        if k < len(out) and out[k][0]["replica"] == follower and out[k][0]["type"] == "Crash":
+            break  # an answer on its way to the follower is lost when it crashes (KRaft.tla's Crash)
+        lead, fol = before(leader, k), before(follower, k)
+        if (lead is not None and fol is not None
+                and lead["leader_epoch"] == epoch and lead["state"] == "Leader"
+                and fol["leader_epoch"] == epoch and fol["leader_id"] == leader
+                and fol["state"] in ("Follower", "Prospective")
+                and fol["log_end_offset"] == take["first_offset"]
+                and start(leader, k) <= take["first_offset"]):  # else it answers with its snapshot
+            return k
+        if fol is not None and fol["leader_epoch"] < epoch:
+            break  # the follower was not in the epoch yet: no earlier point can be
+    return len(out)
+
+
 # What an event needs of its peer, in the spec's pre-state: (peer, epoch, states the peer may be in;
-# None: any live state).
+# None: any live state).  A take of an answer with records needs nothing of its leader (the answer
+# is a message, _place_fetch_sends); a BeginQuorumEpoch needs its leader up and to have led the epoch
+# (any state now: KRaft.tla's LedEpochs, see _ok).
 def _needs(e: dict[str, Any]) -> tuple[int, int, frozenset[str] | None] | None:
     kind = e["type"]
+    if _with_records(e) or kind == "BeginQuorumEpoch":
+        return None
     # GrantVote and GrantPreVote need no state of their candidate: the request they handle is a
     # message the candidate sent before (spec/KRaft.tla's VoteRequest), whatever it became since
     # (_ok checks that it was sent).
     if kind == "BecomeUnattached":
         return e["source"], e["leader_epoch"], None
-    if kind in ("BeginQuorumEpoch", "FetchFromLeader", "TruncateToEpochEndOffset", "InstallSnapshot"):
+    if kind in ("FetchFromLeader", "TruncateToEpochEndOffset", "InstallSnapshot"):
         return e["leader_id"], e["leader_epoch"], frozenset({"Leader"})
     return None
 
@@ -456,6 +543,10 @@ def _ok(seq, group, k: int) -> bool:
     """Whether every peer the group's events need is, before position k of seq, as they need it."""
     for e, _ in group:
         if e["type"] in REQUEST_OF and not _sent(seq, e["candidate"], REQUEST_OF[e["type"]], e["leader_epoch"], k):
+            return False
+        if e["type"] == "BeginQuorumEpoch" and e["leader_id"] != e["replica"] and (
+                not _sent(seq, e["leader_id"], "BecomeActiveController", e["leader_epoch"], k)
+                or _status(seq, e["leader_id"], k) is None):
             return False
         need = _needs(e)
         if need is None or need[0] == e["replica"]:
