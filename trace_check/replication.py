@@ -38,7 +38,11 @@ What is not one-to-one, and why (docs/trace-validation.md has the table):
   (_shutdown_fencing).
 - A kill -9 writes no event: the runs of one node's file are its lives, and
   a Crash (and, when a next run follows, a Restart) is inferred between
-  them (load_events, _infer_crashes). The steps of other partitions and of
+  them (load_events, _infer_crashes). The Restart is the new life's
+  registration: taken at the controller's RegisterBroker of it when there is
+  one, else before the broker's first step (session 13: a restarted broker
+  applies every registration from the one committed when it registered).
+  The steps of other partitions and of
   the metadata quorum (spec/KRaft.tla) in the same files are left out.
 """
 
@@ -191,6 +195,10 @@ def _infer_crashes(merged, lives):
       broker acts on a partition (REPLICA_ACTIONS; its controller role is
       the spec's separate controller, not this replica), or the
       controller's UnfenceBroker of that node, whichever comes first.
+    Or, earlier still, before the controller's RegisterBroker of the node's
+    new life (a registration while its old life was fenced): the registration
+    committed then is where the restarted broker's replay of the metadata log
+    starts (the spec's restarted_at), see _restart_when_it_counts.
     A run that is the file's last and is followed by no FenceBroker of its
     node simply ends (the trace is a prefix of a behaviour). A node never
     fenced before it acts again makes the trace rejected at the Restart:
@@ -215,7 +223,8 @@ def _infer_crashes(merged, lives):
                           and nxt[0] <= k <= nxt[1] and e["type"] in REPLICA_ACTIONS]
                 unfenced = [k for k, e, _ in merged if k > last and e["type"] == "UnfenceBroker"
                             and e.get("broker") == node]
-                bounds = [k for k in (acting[:1] + unfenced[:1])]
+                registered = [k for k in _registrations_when_fenced(merged, node) if k > last]
+                bounds = [k for k in (acting[:1] + unfenced[:1] + registered[:1])]
                 restart_at = min(bounds) if bounds else None
             fenced = [k for k, e, _ in merged if k > last and e["type"] == "FenceBroker" and e.get("broker") == node
                       and (restart_at is None or k < restart_at)]
@@ -226,6 +235,26 @@ def _infer_crashes(merged, lives):
             if restart_at is not None:
                 before(restart_at, "Restart", node, f"node {node} started again (a new run in its file)")
     return sorted(merged + inserted, key=lambda t: t[0])
+
+
+def _registrations_when_fenced(merged, node) -> list[tuple]:
+    """The keys of the controller's RegisterBroker events of `node` made while it was fenced (or never
+    registered): registrations of a new life. (One made while its old life was unfenced fences that
+    life in the same write, normalise's FenceBroker reading: not a new life's start here.)"""
+    keys, fenced = [], True
+    for k, e, _ in merged:
+        if e.get("broker") != node:
+            continue
+        kind = e["type"]
+        if kind == "RegisterBroker":
+            if fenced:
+                keys.append(k)
+            fenced = True  # (a registration starts fenced; the old life's, if unfenced, is fenced by it)
+        elif kind in ("FenceBroker", "ControlledShutdown"):
+            fenced = True
+        elif kind == "UnfenceBroker":
+            fenced = False
+    return keys
 
 
 # A controller's events about its own writes (emitted when it writes them, before they commit).
@@ -327,6 +356,10 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             continue
         if kind in NOT_IN_SPEC:
             skipped[kind] = skipped.get(kind, 0) + 1
+            if kind == "RegisterBroker" and started:
+                # Kept as a marker until _restart_when_it_counts has placed the Restart of that
+                # broker's new life at its registration; then dropped (not a spec step).
+                mine.append((e, origin))
             continue
         if kind not in NODE_EVENTS | BROKER_EVENTS and "topic" in e and (e["topic"], e.get("partition")) != (
                 topic, partition):
@@ -381,6 +414,7 @@ def normalise(events: list[tuple[dict[str, Any], str]], topic: str | None = None
             mine = mine[:i]
             break
     mine = _restart_when_it_counts(mine)
+    mine = [(e, o) for e, o in mine if e["type"] != "RegisterBroker"]  # (markers only, see above)
     mine = _lives_never_registered(mine, skipped)
     mine = _same_leader_updates(mine)
     mine = _alter_partition_answers(mine, skipped)
@@ -494,20 +528,38 @@ def _restart_when_it_counts(mine):
     fenced), so a Restart logged at the process start (the simulator's) is
     taken where the restarted replica first matters: it is Online but silent
     until then, which the spec allows.
+
+    When the controller logged the new life's registration (RegisterBroker,
+    kept as a marker by normalise) before that first step, the Restart goes
+    there instead: the registration committed then is where the restarted
+    broker's replay of the metadata log starts (the spec's restarted_at;
+    Kafka's broker publishes nothing before it caught up with the high
+    watermark it found at start). Taken later, after the controller moved
+    the partition on (session 13: the final controlled shutdowns while a
+    restarted broker was still catching up), the Restart would forbid the
+    registration that broker did apply. A life whose next step is a Crash
+    keeps the old placement (_lives_never_registered reads it).
     """
     out = list(mine)
+    placed: set[int] = set()  # id() of the Restarts moved already (met again at their new place)
     i = 0
     while i < len(out):
         e, origin = out[i]
-        if e["type"] == "Restart":
+        if e["type"] == "Restart" and id(e) not in placed:
+            placed.add(id(e))
             r = e["replica"]
             j = i + 1
+            registered = None  # index of the new life's RegisterBroker before its first step
             while j < len(out):
                 later = out[j][0]
                 if ((later["type"] in REPLICA_ACTIONS or later["type"] == "Crash") and later.get("replica") == r) or (
                         later["type"] == "UnfenceBroker" and later.get("broker") == r):
                     break
+                if later["type"] == "RegisterBroker" and later.get("broker") == r and registered is None:
+                    registered = j
                 j += 1
+            if registered is not None and j < len(out) and out[j][0]["type"] != "Crash":
+                j = registered + 1  # (just before the marker, once popped)
             if j > i + 1:
                 out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the target left
                 continue  # out[i] is now the event after the old position
