@@ -30,6 +30,7 @@ from kref.records.errors import InvalidRecordError
 from kref.records.framing_validation import _walk_records
 from kref.records.header import HEADER_SIZE
 from kref.records.varint import read_varint, write_varint
+from tests.records.sections import record_starts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,7 +166,7 @@ def test_odd_records(cw, name, where):
             parts.append(_record(fields))
         else:
             one = section_of(good[:i + 1])
-            starts = _starts(one)
+            starts = record_starts(one)
             parts.append(one[starts[i]:])
     section = b"".join(parts)
     same_verdicts(cw, section, 3)
@@ -180,19 +181,10 @@ def test_odd_length_varints(cw):
         same_verdicts(cw, prefix, 1)
 
 
-def _starts(section: bytes) -> list[int]:
-    starts, pos = [], 0
-    while pos < len(section):
-        starts.append(pos)
-        length, body = read_varint(section, pos, len(section))
-        pos = body + length
-    return starts
-
-
 def test_refused_sections_raise_the_references_error(cw, monkeypatch):
     monkeypatch.setattr(walker, "_cwalker", cw)
     section = bytearray(section_of(SHAPES["mixed"]))
-    _, pos = read_varint(section, _starts(bytes(section))[600], len(section))
+    _, pos = read_varint(section, record_starts(bytes(section))[600], len(section))
     _, pos = read_varint(section, pos + 1, len(section), 10)
     section[pos] ^= 0x02  # offset delta 600 -> 599
     expected = reference(walker.check_records_python, bytes(section), 700)
@@ -211,7 +203,7 @@ def test_random_mutations(cw, base, mutations, count_shift):
     section = bytearray(BASES[base])
     for where, value in mutations:
         section[where % len(section)] = value
-    count = len(_starts(BASES[base])) + count_shift
+    count = len(record_starts(BASES[base])) + count_shift
     same_verdicts(cw, bytes(section), count)
 
 

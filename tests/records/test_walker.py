@@ -28,6 +28,7 @@ from kref.records.header import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, read
 from kref.records.validation import validate_records
 from kref.records.walker import VECTOR_MIN_RECORDS, check_records, index_records
 from kref.records.varint import read_varint
+from tests.records.sections import record_starts
 
 N = VECTOR_MIN_RECORDS + 88
 MANY = [
@@ -44,15 +45,6 @@ def recrc(buf: bytearray) -> bytes:
 
 def section_of(records) -> bytearray:
     return bytearray(build_batch(records)[HEADER_SIZE:])
-
-
-def record_starts(section: bytes) -> list[int]:
-    starts, pos = [], 0
-    while pos < len(section):
-        starts.append(pos)
-        length, body = read_varint(section, pos, len(section))
-        pos = body + length
-    return starts
 
 
 @pytest.mark.parametrize("codec", list(CompressionType))
