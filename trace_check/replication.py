@@ -559,7 +559,7 @@ def _restart_when_it_counts(mine):
                     registered = j
                 j += 1
             if registered is not None and j < len(out) and out[j][0]["type"] != "Crash":
-                j = registered + 1  # (just before the marker, once popped)
+                j = registered + 1  # (the Restart lands right after the marker, which is dropped next)
             if j > i + 1:
                 out.insert(j - 1, out.pop(i))  # j - 1: the pop shifted the target left
                 continue  # out[i] is now the event after the old position
