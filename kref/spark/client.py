@@ -473,12 +473,57 @@ def read_range(
     include_headers: bool,
     rows_per_batch: int,
     arrow_schema,
+    fetch_path: str = "auto",
 ) -> Iterator:
     """Yield pyarrow RecordBatches of the records in [from_offset, until_offset).
 
     from_offset may be EARLIEST (a partition that appeared after the stream's
-    previous batch was planned). Runs inside a Spark task.
+    previous batch was planned). Runs inside a Spark task. The columnar fast
+    path (native_source: Fetch, decoded into Arrow in C) reads what it can;
+    the librdkafka path, the reference, reads the rest: everything when
+    fetch_path is "librdkafka", headers are wanted, from_offset is EARLIEST
+    or the decoder is not built, and from wherever the fast path met
+    something unusual otherwise.
     """
+    from . import native_source
+
+    if (
+        fetch_path != "librdkafka"
+        and native_source.available()
+        and not include_headers
+        and from_offset != EARLIEST
+    ):
+        rest = yield from native_source.read(
+            config, topic, partition, from_offset, until_offset,
+            fail_on_data_loss=fail_on_data_loss, rows_per_batch=rows_per_batch,
+            arrow_schema=arrow_schema, timeout_ms=poll_timeout_ms,
+        )  # fmt: skip
+        if rest is None:
+            return
+        from_offset, until_offset = rest
+        if from_offset >= until_offset:
+            return
+    yield from _read_range_librdkafka(
+        config, topic, partition, from_offset, until_offset,
+        fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
+        include_headers=include_headers, rows_per_batch=rows_per_batch, arrow_schema=arrow_schema,
+    )  # fmt: skip
+
+
+def _read_range_librdkafka(
+    config: dict[str, str],
+    topic: str,
+    partition: int,
+    from_offset: int,
+    until_offset: int,
+    *,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+    include_headers: bool,
+    rows_per_batch: int,
+    arrow_schema,
+) -> Iterator:
+    """read_range through a librdkafka consumer (the reference path)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 

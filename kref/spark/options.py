@@ -82,6 +82,9 @@ class SourceOptions:
     poll_timeout_ms: int
     metadata_timeout_ms: int
     rows_per_arrow_batch: int
+    # "auto": the columnar fast path where it can (kref/spark/native_source.py);
+    # "librdkafka": always the librdkafka consumer (the reference path).
+    fetch_path: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,15 @@ def source_options(options, *, streaming: bool) -> SourceOptions:
         rows_per_arrow_batch=_bounded_int(
             opts, "rowsPerArrowBatch", DEFAULT_ROWS_PER_ARROW_BATCH, 1, MAX_ROWS_PER_ARROW_BATCH
         ),
+        fetch_path=_fetch_path(opts),
     )
+
+
+def _fetch_path(opts: dict[str, str]) -> str:
+    value = opts.get("fetchpath", "auto").strip().lower()
+    if value not in ("auto", "librdkafka"):
+        raise KrefOptionError(f"option 'fetchPath' must be auto or librdkafka, not {value!r}")
+    return value
 
 
 def sink_options(options) -> SinkOptions:

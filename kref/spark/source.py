@@ -122,6 +122,7 @@ def _read_partition(options: SourceOptions, part: InputPartition):
         include_headers=options.include_headers,
         rows_per_batch=options.rows_per_arrow_batch,
         arrow_schema=to_arrow_schema(kafka_schema(options.include_headers), timezone="UTC"),
+        fetch_path=options.fetch_path,
     )
 
 
