@@ -583,7 +583,10 @@ def _read_range_librdkafka(
             deadline = time.monotonic() + poll_timeout_ms / 1000
             errors = list(map(Message.error, messages))
             records = messages
-            if errors.count(None) != len(messages):
+            # any(), not errors.count(None): list.count compares with ==, and
+            # KafkaError == None raises inside it (a SystemError), so the first
+            # PARTITION_EOF or out-of-range report crashed the task.
+            if any(errors):
                 records = [m for m, err in zip(messages, errors) if err is None]
                 for msg in messages:
                     err = msg.error()

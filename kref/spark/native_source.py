@@ -235,35 +235,42 @@ def read(
 
     where = f"{topic}-{partition}"
     isolation = 1 if config.get("isolation.level") == "read_committed" else 0
+    if not wire.native_config(config):
+        return from_offset, until_offset
+    brokers = wire.brokers(config["bootstrap.servers"], timeout_s=timeout_ms / 1000)
     try:
-        brokers = wire.brokers(config["bootstrap.servers"], timeout_s=timeout_ms / 1000)
         leaders = brokers.leaders(topic)
         node = leaders[partition] if partition < len(leaders) else -1
         if node < 0 or brokers.api_version(node, FETCH_API_KEY, FETCH_VERSION, FETCH_VERSION) is None:
+            wire.keep(brokers)
             return from_offset, until_offset
         conn = brokers.connection(node)
     except (OSError, client.KrefConnectorError) as exc:
         log.debug("%s: fast path off (%s)", where, exc)
+        brokers.close()
         return from_offset, until_offset
     response_type = response_class(FETCH_API_KEY, FETCH_VERSION)
     columns = ArrowColumns(arrow_schema, topic, partition)
     position = from_offset
     checked_end = False
     in_flight: int | None = None  # the correlation id of the Fetch sent and not yet read
+    clean = False  # the Brokers goes back to the worker's idle slot
     try:
         in_flight = conn.send(_fetch_request(topic, partition, position, isolation))
         while position < until_offset:
             frame = conn.read_frame()
             sent, in_flight = in_flight, None
             if frame is None:
-                raise Fallback("connection closed")
+                raise ConnectionError("the broker closed the connection")
             correlation_id, response = decode_response(frame, response_type)
             if correlation_id != sent:
-                raise Fallback(f"correlation id {correlation_id}, expected {sent}")
+                raise ConnectionError(f"correlation id {correlation_id}, expected {sent}")
             if response.error_code or len(response.responses) != 1 or len(response.responses[0].partitions) != 1:
                 raise Fallback(f"Fetch error {int(response.error_code)}")
             data = response.responses[0].partitions[0]
             if data.error_code:
+                # e.g. NOT_LEADER_OR_FOLLOWER: the next task asks for leaders afresh.
+                brokers.leaders(topic, refresh=True)
                 raise Fallback(f"partition error {int(data.error_code)}")
             if not checked_end:
                 # The librdkafka path's check, from the first answer instead
@@ -298,17 +305,23 @@ def read(
                 else:
                     for start in range(0, n, rows_per_batch):
                         yield batch.slice(start, rows_per_batch)
+        clean = True
         return None
     except Fallback as why:
         log.debug("%s: librdkafka reads from offset %d (%s)", where, position, why)
+        clean = True
         return position, until_offset
-    except OSError as exc:
+    except (OSError, client.KrefConnectorError) as exc:
+        # A connection failure (ConnectionError, socket timeout) or a failed
+        # leader refresh: this Brokers is not reused.
         log.debug("%s: librdkafka reads from offset %d (%s)", where, position, exc)
-        brokers.drop(node)
-        in_flight = None
         return position, until_offset
     finally:
         if in_flight is not None:
-            # A Fetch still unanswered (fallback, or Spark stopped the task): the
-            # connection is out of step for the next task; drop it.
+            # A Fetch still unanswered (a fallback, or Spark stopped the task
+            # early): that connection is out of step for the next task.
             brokers.drop(node)
+        if clean:
+            wire.keep(brokers)
+        else:
+            brokers.close()
