@@ -21,9 +21,18 @@ SparkSession, on the same topics:
   `count(*), sum(length(value))` instead (adds a shuffle stage, ~10-25%
   slower here, and checks the row count).
 
+Spark's own floor, in the same run: beside each pair the bench also runs a
+do-nothing Python data source (`floor` below: it yields prebuilt
+10,000-row Arrow batches of the Kafka schema, no broker) into the `noop`
+sink, and spark.range's rows into a do-nothing Python Arrow sink. Their
+rows/s over the bare client's (the `floor/bare` columns) is what any Python
+data source or sink could reach here: the part of the ratio below it is
+Spark's per-query cost, the part between it and the kref ratio is the
+connector's. The floor runs are not part of the verdict.
+
 One pair = one bare run and one Spark run back to back (their order
 alternates between pairs, so a load swing does not always hit the same
-side). `--warmup` pairs come first and are not counted (default 2: Python
+side), then the floor run. `--warmup` pairs come first and are not counted (default 2: Python
 workers start and import, and the JVM compiles the query and Arrow paths;
 measured, after a single warm-up pair the JVM still spent about twice its
 steady CPU on the next Spark query). Then the bench runs `--pairs` pairs
@@ -129,6 +138,75 @@ def prefill(bootstrap: str, topic: str, rows: int, value_bytes: int) -> None:
     bare_produce(bootstrap, topic, rows, value_bytes)
 
 
+# Rows per Arrow batch of the floor source (as Spark's own Arrow batches).
+FLOOR_BATCH_ROWS = 10_000
+
+
+def floor_source(rows: int, partitions: int, value_bytes: int):
+    """A do-nothing Python data source and sink (Spark's floor for any Python
+    connector): the source yields prebuilt Arrow batches of the Kafka schema,
+    `rows` in all over `partitions` tasks; the sink counts what it is given.
+    Defined here, pickled by value into the workers."""
+    from pyspark.sql.datasource import (
+        DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage,
+    )
+
+    from kref.spark.source import kafka_schema
+
+    class Part(InputPartition):
+        def __init__(self, rows: int):
+            self.rows = rows
+
+    class Reader(DataSourceReader):
+        def partitions(self):
+            share, extra = divmod(rows, partitions)
+            return [Part(share + (1 if i < extra else 0)) for i in range(partitions)]
+
+        def read(self, part):
+            import pyarrow as pa
+
+            n = min(FLOOR_BATCH_ROWS, max(1, part.rows))
+            stamp = pa.timestamp("us", tz="UTC")
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array([b"%d" % i for i in range(n)]), pa.array([b"x" * value_bytes] * n),
+                 pa.array(["floor"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
+                 pa.array([0] * n, pa.int64()).view(stamp), pa.array([0] * n, pa.int32())],
+                names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+            left = part.rows
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class Done(WriterCommitMessage):
+        def __init__(self, rows: int):
+            self.rows = rows
+
+    class Writer(DataSourceArrowWriter):
+        def write(self, iterator):
+            return Done(sum(batch.num_rows for batch in iterator))
+
+        def commit(self, messages):
+            got = sum(m.rows for m in messages)
+            if got != rows:
+                raise RuntimeError(f"floor sink got {got} rows, expected {rows}")
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "kref_bench_floor"
+
+        def schema(self):
+            return kafka_schema(False)
+
+        def reader(self, schema):
+            return Reader()
+
+        def writer(self, schema, overwrite):
+            return Writer()
+
+    return Floor
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -140,6 +218,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("read", "write"), default=None)
     parser.add_argument("--read-sink", choices=("noop", "agg"), default="noop",
                         help="what the Spark read feeds (default noop; agg adds a stage)")
+    parser.add_argument("--fetch-path", choices=("auto", "librdkafka"), default="auto",
+                        help="the reader's fetchPath option (librdkafka: the path before the "
+                             "columnar fast path, for before/after figures)")
     args = parser.parse_args()
     rows = max(1, min(args.rows, MAX_ROWS))
     pairs = max(1, min(args.pairs, MAX_PAIRS))
@@ -168,11 +249,25 @@ def main() -> None:
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(floor_source(rows, parts, args.value_bytes))
+
+        def floor_read() -> float:
+            start = time.perf_counter()
+            spark.read.format("kref_bench_floor").load().write.format("noop").mode("overwrite").save()
+            return rows / (time.perf_counter() - start)
+
+        def floor_write() -> float:
+            df = spark.range(rows, numPartitions=parts).select(
+                F.col("id").cast("string").cast("binary").alias("key"),
+                F.expr(f"cast(repeat('x', {args.value_bytes}) as binary)").alias("value"))
+            start = time.perf_counter()
+            df.write.format("kref_bench_floor").mode("append").save()
+            return rows / (time.perf_counter() - start)
 
         def spark_read() -> float:
             start = time.perf_counter()
             df = (spark.read.format("kref").option("kref.bootstrap.servers", bootstrap)
-                  .option("subscribe", read_topic).load())
+                  .option("subscribe", read_topic).option("fetchPath", args.fetch_path).load())
             if args.read_sink == "noop":
                 df.write.format("noop").mode("overwrite").save()
             else:
@@ -192,12 +287,14 @@ def main() -> None:
 
         sides = {
             "write": (lambda: bare_produce(bootstrap, write_topic, rows, args.value_bytes),
-                      spark_write),
-            "read": (lambda: bare_consume(bootstrap, read_topic, parts, rows), spark_read),
+                      spark_write, floor_write),
+            "read": (lambda: bare_consume(bootstrap, read_topic, parts, rows), spark_read,
+                     floor_read),
         }
         if args.only:
             sides = {args.only: sides[args.only]}
         results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
+        floors: dict[str, list[float]] = {k: [] for k in sides}
         try:
             # Untimed check that the Spark read sees every row (the noop sink counts nothing).
             seen = (spark.read.format("kref").option("kref.bootstrap.servers", bootstrap)
@@ -206,23 +303,27 @@ def main() -> None:
                 raise RuntimeError(f"spark read {seen} rows, expected {rows}")
             for n in range(warmup + pairs):
                 counted = n >= warmup
-                for name, (bare, via_spark) in sides.items():
+                for name, (bare, via_spark, floor) in sides.items():
                     load = os.getloadavg()[0]
                     if n % 2:
                         s, b = via_spark(), bare()
                     else:
                         b, s = bare(), via_spark()
+                    f = floor()
                     load = max(load, os.getloadavg()[0])
                     tag = f"pair {n - warmup + 1}" if counted else "warm-up"
                     print(f"{tag:<8} {name:<5} bare {b:>10,.0f}  spark {s:>10,.0f}  "
-                          f"ratio {s / b:.2f}  load {load:.1f}", flush=True)
+                          f"ratio {s / b:.2f}  floor {f:>10,.0f} ({f / b:.2f})  load {load:.1f}",
+                          flush=True)
                     if counted:
                         results[name].append((b, s, load))
+                        floors[name].append(f / b)
         finally:
             spark.stop()
 
     print(f"\nrows={rows} partitions={parts} value_bytes={args.value_bytes} local[2], "
-          f"{pairs} paired runs after {warmup} warm-up pair(s), cores={os.cpu_count()}")
+          f"{pairs} paired runs after {warmup} warm-up pair(s), cores={os.cpu_count()}, "
+          f"read fetchPath={args.fetch_path}")
     print(f"{'path':<6} {'bare rows/s (median)':>21} {'spark rows/s (median)':>22} "
           f"{'ratio median':>13} {'min':>6} {'max':>6} {'load':>9}")
     for name, got in results.items():
@@ -232,6 +333,11 @@ def main() -> None:
               f"{statistics.median(s for _, s, _ in got):>22,.0f} "
               f"{statistics.median(ratios):>13.2f} {min(ratios):>6.2f} {max(ratios):>6.2f} "
               f"{min(loads):>4.1f}-{max(loads):<4.1f}")
+    print("Spark's floor (a do-nothing Python source into noop / spark.range into a do-nothing "
+          "Python sink), over the bare client, same pairs:")
+    for name, got in floors.items():
+        print(f"{name:<6} floor/bare median {statistics.median(got):.2f} "
+              f"[{min(got):.2f}-{max(got):.2f}]")
     for name, got in results.items():
         worst = min(s / b for b, s, _ in got)
         if len(got) < GOAL_PAIRS:
