@@ -262,7 +262,10 @@ def read(
             sent, in_flight = in_flight, None
             if frame is None:
                 raise ConnectionError("the broker closed the connection")
-            correlation_id, response = decode_response(frame, response_type)
+            try:
+                correlation_id, response = decode_response(frame, response_type)
+            except Exception as exc:  # kio's errors on a malformed answer: not this connection again
+                raise ConnectionError(f"undecodable Fetch response: {exc!r}") from None
             if correlation_id != sent:
                 raise ConnectionError(f"correlation id {correlation_id}, expected {sent}")
             if response.error_code or len(response.responses) != 1 or len(response.responses[0].partitions) != 1:
@@ -270,7 +273,10 @@ def read(
             data = response.responses[0].partitions[0]
             if data.error_code:
                 # e.g. NOT_LEADER_OR_FOLLOWER: the next task asks for leaders afresh.
-                brokers.leaders(topic, refresh=True)
+                try:
+                    brokers.leaders(topic, refresh=True)
+                except client.KrefConnectorError as exc:
+                    raise ConnectionError(f"leader refresh failed: {exc}") from None
                 raise Fallback(f"partition error {int(data.error_code)}")
             if not checked_end:
                 # The librdkafka path's check, from the first answer instead
@@ -311,9 +317,10 @@ def read(
         log.debug("%s: librdkafka reads from offset %d (%s)", where, position, why)
         clean = True
         return position, until_offset
-    except (OSError, client.KrefConnectorError) as exc:
-        # A connection failure (ConnectionError, socket timeout) or a failed
-        # leader refresh: this Brokers is not reused.
+    except OSError as exc:
+        # A connection failure (ConnectionError, socket timeout), an
+        # undecodable answer or a failed leader refresh: this Brokers is not
+        # reused. (A DataLossError is the task's failure, not a hand-over.)
         log.debug("%s: librdkafka reads from offset %d (%s)", where, position, exc)
         return position, until_offset
     finally:

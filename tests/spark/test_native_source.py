@@ -96,6 +96,17 @@ def test_plain_records_subranges_and_batch_sizes(broker, arrow_schema):
     assert fast_path_reads_all(broker, arrow_schema, topic, 1, 0, 3000)
 
 
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_both_isolation_levels(broker, arrow_schema, isolation):
+    topic = broker.create_topic(1)
+    produce(broker.bootstrap, topic, [(b"k%d" % i, b"v%d" % i, 0) for i in range(500)],
+            **{"enable.idempotence": True})  # batches with a producer id and sequences
+    table = same_both_ways(broker, arrow_schema, topic, 0, 0, 500, **{"isolation.level": isolation})
+    assert table.num_rows == 500
+    with pytest.raises(client.DataLossError, match="high watermark 500"):
+        read(broker, arrow_schema, topic, 0, 0, 501, path="auto", **{"isolation.level": isolation})
+
+
 def test_null_and_empty_keys_and_values(broker, arrow_schema):
     topic = broker.create_topic(1)
     records = [(None, None, 0), (b"", b"", 0), (None, b"v", 0), (b"k", None, 0)] * 50
@@ -131,6 +142,8 @@ def test_planned_end_beyond_the_high_watermark_is_data_loss(broker, arrow_schema
     for path in ("auto", "librdkafka"):
         with pytest.raises(client.DataLossError, match="beyond the partition's high watermark 20"):
             read(broker, arrow_schema, topic, 0, 0, 25, path=path)
+    with pytest.raises(client.DataLossError, match="high watermark 20"):  # the fast path's own check
+        fast_path_reads_all(broker, arrow_schema, topic, 0, 0, 25)
     table = same_both_ways(broker, arrow_schema, topic, 0, 0, 25, fail_on_data_loss=False)
     assert table.num_rows == 20
 
