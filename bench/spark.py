@@ -25,10 +25,10 @@ Spark's own floor, in the same run: beside each pair the bench also runs a
 do-nothing Python data source (`floor` below: it yields prebuilt
 2,000-row Arrow batches of the Kafka schema, no broker) into the `noop`
 sink, and spark.range's rows into a do-nothing Python Arrow sink. Their
-rows/s over the bare client's (the `floor/bare` columns) is what any Python
-data source or sink could reach here: the part of the ratio below it is
-Spark's per-query cost, the part between it and the kref ratio is the
-connector's. The floor runs are not part of the verdict.
+rows/s over the bare client's (`floor/bare`) is what any Python data
+source or sink could reach here: the part of the ratio below it is
+Spark's per-query cost, the part between it and the kref ratio (`spark/floor`,
+per pair) is the connector's. The floor runs are not part of the verdict.
 
 One pair = one bare run and one Spark run back to back (their order
 alternates between pairs, so a load swing does not always hit the same
@@ -297,7 +297,7 @@ def main() -> None:
         if args.only:
             sides = {args.only: sides[args.only]}
         results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
-        floors: dict[str, list[float]] = {k: [] for k in sides}
+        floors: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
         try:
             # Untimed check that the Spark read sees every row (the noop sink counts nothing).
             seen = (spark.read.format("kref").option("kref.bootstrap.servers", bootstrap)
@@ -320,7 +320,7 @@ def main() -> None:
                           flush=True)
                     if counted:
                         results[name].append((b, s, load))
-                        floors[name].append(f / b)
+                        floors[name].append((f / b, s / f))
         finally:
             spark.stop()
 
@@ -339,8 +339,11 @@ def main() -> None:
     print("Spark's floor (a do-nothing Python source into noop / spark.range into a do-nothing "
           "Python sink), over the bare client, same pairs:")
     for name, got in floors.items():
-        print(f"{name:<6} floor/bare median {statistics.median(got):.2f} "
-              f"[{min(got):.2f}-{max(got):.2f}]")
+        over_bare = [fb for fb, _ in got]
+        over_floor = [sf for _, sf in got]
+        print(f"{name:<6} floor/bare median {statistics.median(over_bare):.2f} "
+              f"[{min(over_bare):.2f}-{max(over_bare):.2f}]   spark/floor median "
+              f"{statistics.median(over_floor):.2f} [{min(over_floor):.2f}-{max(over_floor):.2f}]")
     for name, got in results.items():
         worst = min(s / b for b, s, _ in got)
         if len(got) < GOAL_PAIRS:
