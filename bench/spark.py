@@ -259,10 +259,14 @@ def main() -> None:
             spark.read.format("kref_bench_floor").load().write.format("noop").mode("overwrite").save()
             return rows / (time.perf_counter() - start)
 
-        def floor_write() -> float:
-            df = spark.range(rows, numPartitions=parts).select(
+        def rows_to_write():
+            # Generated in the JVM: the same rows for the kref and the floor sink.
+            return spark.range(rows, numPartitions=parts).select(
                 F.col("id").cast("string").cast("binary").alias("key"),
                 F.expr(f"cast(repeat('x', {args.value_bytes}) as binary)").alias("value"))
+
+        def floor_write() -> float:
+            df = rows_to_write()
             start = time.perf_counter()
             df.write.format("kref_bench_floor").mode("append").save()
             return rows / (time.perf_counter() - start)
@@ -280,9 +284,7 @@ def main() -> None:
             return rows / (time.perf_counter() - start)
 
         def spark_write() -> float:
-            df = spark.range(rows, numPartitions=parts).select(
-                F.col("id").cast("string").cast("binary").alias("key"),
-                F.expr(f"cast(repeat('x', {args.value_bytes}) as binary)").alias("value"))
+            df = rows_to_write()
             start = time.perf_counter()
             (df.write.format("kref").option("kref.bootstrap.servers", bootstrap)
              .option("topic", write_topic).mode("append").save())

@@ -48,29 +48,7 @@ enum { ST_END = 0, ST_PARTIAL = 1, ST_COMPRESSED = 2, ST_UNUSUAL = 3 };
 #define ATTR_LOG_APPEND_TIME 0x08
 #define ATTR_CONTROL 0x20
 
-static inline int
-read_varint(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, int max_bytes,
-            int64_t *value, Py_ssize_t *next)
-{
-    uint64_t result = 0;
-    int shift = 0;
-    Py_ssize_t limit = pos + max_bytes;
-    if (limit > end)
-        limit = end;
-    while (pos < limit) {
-        uint8_t b = d[pos++];
-        result |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            if (max_bytes == 5)
-                result &= 0xFFFFFFFFu;
-            *value = (int64_t)((result >> 1) ^ (0 - (result & 1)));
-            *next = pos;
-            return 0;
-        }
-        shift += 7;
-    }
-    return -1;
-}
+#include "../records/_cvarint.h"  /* read_varint, shared with the record walker */
 
 static inline int64_t
 be64(const uint8_t *p)

@@ -71,6 +71,20 @@ def data_loss(message: str, fail_on_data_loss: bool) -> None:
     log.warning("%s Skipping (failOnDataLoss=false).", message)
 
 
+def end_within_log(where: str, until_offset: int, high: int, fail_on_data_loss: bool) -> int:
+    """A read task's planned end against the partition's end now (the high
+    watermark, or the last stable offset under read_committed): above it is
+    data loss (the log was truncated or the topic recreated); the new end."""
+    if until_offset > high:
+        data_loss(
+            f"{where}: the planned end offset {until_offset} is beyond the partition's "
+            f"high watermark {high} (was the topic recreated or truncated?).",
+            fail_on_data_loss,
+        )
+        return high
+    return until_offset
+
+
 def _base_config(config: dict[str, str]) -> dict:
     cfg = dict(config)
     # Spark's Kafka source reads uncommitted data by default (the Java client's
@@ -503,27 +517,7 @@ def read_range(
         from_offset, until_offset = rest
         if from_offset >= until_offset:
             return
-    yield from _read_range_librdkafka(
-        config, topic, partition, from_offset, until_offset,
-        fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=poll_timeout_ms,
-        include_headers=include_headers, rows_per_batch=rows_per_batch, arrow_schema=arrow_schema,
-    )  # fmt: skip
-
-
-def _read_range_librdkafka(
-    config: dict[str, str],
-    topic: str,
-    partition: int,
-    from_offset: int,
-    until_offset: int,
-    *,
-    fail_on_data_loss: bool,
-    poll_timeout_ms: int,
-    include_headers: bool,
-    rows_per_batch: int,
-    arrow_schema,
-) -> Iterator:
-    """read_range through a librdkafka consumer (the reference path)."""
+    # The librdkafka path (the reference).
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
@@ -555,13 +549,7 @@ def _read_range_librdkafka(
                 fail_on_data_loss,
             )
             from_offset = low
-        if until_offset > high:
-            data_loss(
-                f"{where}: the planned end offset {until_offset} is beyond the partition's "
-                f"high watermark {high} (was the topic recreated or truncated?).",
-                fail_on_data_loss,
-            )
-            until_offset = high
+        until_offset = end_within_log(where, until_offset, high, fail_on_data_loss)
         if from_offset >= until_offset:
             clean = True
             return

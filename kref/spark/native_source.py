@@ -1,6 +1,6 @@
 """The read task's columnar fast path: Fetch record batches, decode them into Arrow in C.
 
-Theory of operation: the librdkafka path (client._read_range_librdkafka)
+Theory of operation: the librdkafka path (the rest of client.read_range)
 builds one Message object per record and gathers its fields into Arrow
 columns in Python; a bare consumer pays the first half of that and no more.
 This path skips both: it sends FetchRequests (v12, the task's isolation
@@ -282,13 +282,7 @@ def read(
                 # The librdkafka path's check, from the first answer instead
                 # of a ListOffsets round trip of its own.
                 high = int(data.last_stable_offset if isolation else data.high_watermark)
-                if until_offset > high:
-                    client.data_loss(
-                        f"{where}: the planned end offset {until_offset} is beyond the partition's "
-                        f"high watermark {high} (was the topic recreated or truncated?).",
-                        fail_on_data_loss,
-                    )
-                    until_offset = high
+                until_offset = client.end_within_log(where, until_offset, high, fail_on_data_loss)
                 checked_end = True
                 if position >= until_offset:
                     break
