@@ -240,6 +240,10 @@ def read(
     brokers = wire.brokers(config["bootstrap.servers"], timeout_s=timeout_ms / 1000)
     try:
         leaders = brokers.leaders(topic)
+        if partition >= len(leaders) or leaders[partition] < 0:
+            # Partitions added, or a leader elected, since the pooled Brokers
+            # last asked: ask again once.
+            leaders = brokers.leaders(topic, refresh=True)
         node = leaders[partition] if partition < len(leaders) else -1
         if node < 0 or brokers.api_version(node, FETCH_API_KEY, FETCH_VERSION, FETCH_VERSION) is None:
             wire.keep(brokers)

@@ -247,3 +247,18 @@ def test_spark_reads_the_same_rows_on_both_paths(spark, broker):
         "librdkafka", startingOffsets=starts, endingOffsets=ends)
     with pytest.raises(Exception, match="fetchPath"):
         rows("bogus")
+
+
+def test_a_partition_added_later_is_read_on_the_fast_path(broker, arrow_schema):
+    """The worker's pooled connections cache leaders; a partition they do not
+    know yet makes them ask again rather than hand every such task over."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = broker.create_topic(1)
+    produce(broker.bootstrap, topic, [(None, b"a", 0)] * 5)
+    assert fast_path_reads_all(broker, arrow_schema, topic, 0, 0, 5)  # leaders cached: one partition
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # must outlive the future
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+    produce(broker.bootstrap, topic, [(None, b"b", 1)] * 5)
+    assert fast_path_reads_all(broker, arrow_schema, topic, 1, 0, 5)
+    same_both_ways(broker, arrow_schema, topic, 1, 0, 5)
