@@ -44,7 +44,7 @@ from kio.serial.errors import SerialError
 
 from kref.protocol.bounds import check_body, skip_tagged_fields
 from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
-from kref.protocol.produce_request import VIEW_BYTES, ProduceBody, decode_produce
+from kref.protocol.produce_request import ProduceBody, decode_produce
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -209,6 +209,12 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
     return DecodedRequest(api_key, api_version, correlation_id, client_id, body, header_version=header_version)
 
 
+# Only a small batch's request is remembered: remembering checks the records'
+# place by comparing them (a copy and a compare of up to this much), and
+# batches of many records rarely come twice at one size.
+REMEMBER_MAX_RECORD_BYTES = 4096
+
+
 class RequestReader:
     """decode_request for one connection, which reads a repeated Produce shape once.
 
@@ -216,10 +222,10 @@ class RequestReader:
     again: the same header (client id), transactional id, acks, timeout,
     topic and partition, and a batch of the same size. Only the correlation
     id (bytes 4-8) and the record bytes differ. After a plain Produce for
-    one partition (the struct reader's ProduceBody, records under
-    VIEW_BYTES), the reader keeps that frame's bytes around the records;
-    a frame of the same length whose bytes there are equal has the same
-    parse, since the records are an opaque run whose length prefix is among
+    one partition (the struct reader's ProduceBody, records of at most
+    REMEMBER_MAX_RECORD_BYTES), the reader keeps that frame's bytes around
+    the records; a frame of the same length whose bytes there are equal
+    has the same parse, since the records are an opaque run whose length prefix is among
     the equal bytes. It gets the remembered fields with its own correlation
     id and records, without a walk. Any other frame, or any byte that
     differs, goes through decode_request, with its checks and errors.
@@ -253,7 +259,7 @@ class RequestReader:
         if len(topics) != 1 or len(topics[0][2]) != 1:
             return
         name, topic_id, ((index, records),) = topics[0]
-        if type(records) is not bytes or len(records) >= VIEW_BYTES:
+        if type(records) is not bytes or len(records) > REMEMBER_MAX_RECORD_BYTES:
             return
         # The plain shape ends with the records and then, in flexible
         # versions, three empty tag buffers (partition, topic, request).
