@@ -5,7 +5,8 @@ Theory of operation: bench/request_path.py measures a whole broker process
 inflates functions with many small calls. This harness removes the sockets
 and the profiler: it opens a real Broker (a temporary log dir), registers
 the real handlers, and runs one request frame through the stages the server
-runs (decode_request, router.dispatch, encode_response) --requests times,
+runs (the connection's RequestReader, the inline handler or router.dispatch,
+encode_response) --requests times,
 timing each stage with the thread CPU clock. The requests run in 10 blocks
 and each stage's figure is its cheapest block: on a shared machine the
 other load only ever adds (cache and frequency effects), so the minimum is
@@ -40,6 +41,9 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1, help="records per batch (one batch per request)")
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--acks", type=int, default=1, choices=(0, 1, -1))
+    parser.add_argument("--generic", action="store_true",
+                        help="decode_request and the router's async handler for every request (the path before "
+                             "session 14's per-connection reader and inline handler)")
     args = parser.parse_args()
     args.requests = max(1, min(args.requests, MAX_REQUESTS))
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
@@ -48,8 +52,8 @@ def main() -> int:
     from kref.broker.broker import Broker
     from kref.broker.config import BrokerConfig
     from kref.broker.handlers import register_all
-    from kref.broker.router import RequestContext, Router
-    from kref.protocol.codec import decode_request, encode_request, encode_response, request_class
+    from kref.broker.router import DECLINED, RequestContext, Router
+    from kref.protocol.codec import RequestReader, decode_request, encode_request, encode_response, request_class
     from kref.protocol.messages import build, nested
     from kref.records.batch import Record, build_batch
 
@@ -84,16 +88,24 @@ def main() -> int:
                 best[stage] = min(best[stage], t / per_block)
         return best
 
+    reader = RequestReader(supported)
+    inline_handlers = {} if args.generic else router.inline_handlers
+    decode = (lambda f: decode_request(f, supported)) if args.generic else reader.decode
+
     async def run_block() -> dict[str, float]:
         totals = {"decode": 0.0, "handler": 0.0, "encode": 0.0}
         for _ in range(per_block):
             t0 = clock()
-            request = decode_request(frame, supported)
+            request = decode(frame)
             t1 = clock()
-            ctx = RequestContext(broker=broker, api_key=request.api_key, api_version=request.api_version,
-                                 correlation_id=request.correlation_id, client_id=request.client_id,
-                                 client_host="127.0.0.1", client_port=1, listener_name="PLAINTEXT")
-            response = await router.dispatch(ctx, request)
+            # What the server does (kref/broker/server.py answer): the inline
+            # handler when there is one and it does not decline, else the router.
+            inline = inline_handlers.get(request.api_key)
+            response = DECLINED if inline is None else inline(broker, request.api_version, request.body)
+            if response is DECLINED:
+                ctx = RequestContext(broker, request.api_key, request.api_version, request.correlation_id,
+                                     request.client_id, "127.0.0.1", 1, "PLAINTEXT")
+                response = await router.dispatch(ctx, request)
             t2 = clock()
             if response is not None:
                 encode_response(request, response)
@@ -109,6 +121,7 @@ def main() -> int:
         broker.shutdown()
     total = sum(totals.values())
     print(f"Produce v{args.version}, {args.records} record(s) of {args.value_bytes} B, acks={args.acks}, "
+          f"{'generic path' if args.generic else 'server path'}, "
           f"{blocks} x {per_block} requests, load {os.getloadavg()[0]:.1f}: {total * 1e6:.1f} us/request "
           f"of thread CPU (each stage: its cheapest block)")
     for stage, t in totals.items():

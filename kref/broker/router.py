@@ -17,6 +17,13 @@ Handlers are `async def handler(ctx: RequestContext, request) -> response`
 where `request` and `response` are kio dataclasses of the request's version.
 A handler may return None to send no response at all (Produce with acks=0),
 or a codec.PreEncoded body already in wire form.
+
+An area may also register an inline handler for a key:
+`handler(broker, api_version, request) -> response`, a plain function that
+answers without a suspension point, or returns DECLINED, having done
+nothing, for a request that may have to wait (the server then dispatches it
+as usual). The server uses it for a lone request, whose answer then costs
+no coroutines and no RequestContext (a single-record produce, acks 0 or 1).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from kref.protocol.api_versions import api_versions_response, unsupported_versio
 from kref.protocol.codec import API_VERSIONS_KEY, DecodedRequest, PreEncoded, encode_body, kio_version_range
 from kref.protocol.errors import ErrorCode
 
-__all__ = ["Router", "RequestContext", "Handler"]
+__all__ = ["Router", "RequestContext", "Handler", "InlineHandler", "DECLINED"]
 
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -48,11 +55,15 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+InlineHandler = Callable[[Any, int, Any], Any]
+# An inline handler's answer for a request it leaves to the async handler.
+DECLINED = object()
 
 
 class Router:
     def __init__(self) -> None:
         self._handlers: dict[int, Handler] = {}
+        self._inline: dict[int, InlineHandler] = {}
         self._versions: dict[int, tuple[int, int]] = {}
         # ApiVersions is the first request of every connection and its body
         # only changes when the table does: encode it once per version.
@@ -72,6 +83,16 @@ class Router:
         self._handlers[api_key] = handler
         self._versions[api_key] = (min_version, max_version)
         self._api_versions_bodies.clear()
+
+    def register_inline(self, api_key: int, handler: InlineHandler) -> None:
+        """An inline handler for a registered key (see the module docstring)."""
+        if api_key not in self._handlers:
+            raise ValueError(f"API key {api_key} has no handler to fall back on")
+        self._inline[api_key] = handler
+
+    @property
+    def inline_handlers(self) -> dict[int, InlineHandler]:
+        return self._inline
 
     @property
     def supported_versions(self) -> dict[int, tuple[int, int]]:

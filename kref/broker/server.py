@@ -47,8 +47,8 @@ import trio
 from kref.broker.broker import Broker
 from kref.broker.config import Listener
 from kref.broker.resources import is_out_of_resources, resource_warning
-from kref.broker.router import RequestContext, Router
-from kref.protocol.codec import WARM_AT_START, DecodedRequest, decode_request, encode_response_parts, warm_layout
+from kref.broker.router import DECLINED, RequestContext, Router
+from kref.protocol.codec import WARM_AT_START, DecodedRequest, RequestReader, encode_response_parts, warm_layout
 from kref.protocol.errors import ProtocolError
 from kref.protocol.framing import FrameDecoder, FrameError
 from kref.records.walker import ACCELERATOR_NOTE
@@ -93,6 +93,9 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
         host, port = "?", 0
     peer = f"{host}:{port}"
     decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+    # A producer's repeated request shape is parsed once per connection.
+    read_request = RequestReader(router.supported_versions).decode
+    inline_handlers = router.inline_handlers
     idle_ms = broker.config.connections_max_idle_ms
     idle_timeout = math.inf if idle_ms < 0 else idle_ms / 1000
     send_requests, receive_requests = trio.open_memory_channel[DecodedRequest](MAX_IN_FLIGHT_REQUESTS)
@@ -166,19 +169,16 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
     async def answer(request: DecodedRequest, *, more_waiting: bool) -> None:
         """Run the handler for `request` and send (or queue) its response."""
         nonlocal unsent
-        ctx = RequestContext(
-            broker=broker,
-            api_key=request.api_key,
-            api_version=request.api_version,
-            correlation_id=request.correlation_id,
-            client_id=request.client_id,
-            client_host=host,
-            client_port=port,
-            listener_name=listener_name,
-        )
         started = time.perf_counter() if request_log.isEnabledFor(logging.DEBUG) else None
         try:
-            response = await router.dispatch(ctx, request)
+            # An inline handler answers without coroutines or a context
+            # (acks 0/1 produce); it declines what may have to wait.
+            inline = inline_handlers.get(request.api_key)
+            response = DECLINED if inline is None else inline(broker, request.api_version, request.body)
+            if response is DECLINED:
+                ctx = RequestContext(broker, request.api_key, request.api_version, request.correlation_id,
+                                     request.client_id, host, port, listener_name)
+                response = await router.dispatch(ctx, request)
             frame = None if response is None else encode_response_parts(request, response)
         except Exception:
             log.exception(
@@ -239,7 +239,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                 if frame is not None:
                     # One whole request and nothing else (a client waiting for
                     # each answer): no buffering, and no look-ahead to do.
-                    request = decode_request(frame, router.supported_versions)
+                    request = read_request(frame)
                     if unanswered == 0:
                         await answer(request, more_waiting=False)
                     else:
@@ -258,7 +258,7 @@ async def handle_connection(stream: trio.SocketStream, broker: Broker, router: R
                         following = decoder.next_frame()
                     except FrameError as exc:
                         following, bad_frame = None, exc
-                    request = decode_request(frame, router.supported_versions)
+                    request = read_request(frame)
                     frame = following
                     if unanswered == 0 and following is None:
                         # A lone request with the processor idle: answering it

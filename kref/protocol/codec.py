@@ -44,7 +44,7 @@ from kio.serial.errors import SerialError
 
 from kref.protocol.bounds import check_body, skip_tagged_fields
 from kref.protocol.errors import RequestDecodeError, UnsupportedApiError
-from kref.protocol.produce_request import decode_produce
+from kref.protocol.produce_request import ProduceBody, decode_produce
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -52,6 +52,7 @@ __all__ = [
     "PreEncoded",
     "encode_body",
     "decode_request",
+    "RequestReader",
     "encode_response",
     "encode_response_parts",
     "kio_version_range",
@@ -68,6 +69,7 @@ PRODUCE_KEY = 0  # read by produce_request.py when it has the plain shape
 _PREFIX = struct.Struct(">hhi")
 _HEADER = struct.Struct(">ii")  # frame size, correlation id
 _I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 # Everything kio's Rust reader or the enum/timedelta constructors may raise on
 # malformed input. Anything else is a bug in us and should crash loudly.
@@ -205,6 +207,73 @@ def decode_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> De
             f"malformed API key {api_key} v{api_version} request: {type(exc).__name__}: {exc}"
         ) from exc
     return DecodedRequest(api_key, api_version, correlation_id, client_id, body, header_version=header_version)
+
+
+# Only a small batch's request is remembered: remembering checks the records'
+# place by comparing them (a copy and a compare of up to this much), and
+# batches of many records rarely come twice at one size.
+REMEMBER_MAX_RECORD_BYTES = 4096
+
+
+class RequestReader:
+    """decode_request for one connection, which reads a repeated Produce shape once.
+
+    A producer waiting for each answer sends the same request again and
+    again: the same header (client id), transactional id, acks, timeout,
+    topic and partition, and a batch of the same size. Only the correlation
+    id (bytes 4-8) and the record bytes differ. After a plain Produce for
+    one partition (the struct reader's ProduceBody, records of at most
+    REMEMBER_MAX_RECORD_BYTES), the reader keeps that frame's bytes around
+    the records; a frame of the same length whose bytes there are equal
+    has the same parse, since the records are an opaque run whose length prefix is among
+    the equal bytes. It gets the remembered fields with its own correlation
+    id and records, without a walk. Any other frame, or any byte that
+    differs, goes through decode_request, with its checks and errors.
+
+    `supported` is the router's version table, which is fixed once the
+    broker serves; the remembered shape was accepted against it.
+    """
+
+    __slots__ = ("supported", "_size", "_key_version", "_middle", "_tail", "_records_at", "_records_end", "_fields")
+
+    def __init__(self, supported: Mapping[int, tuple[int, int]]) -> None:
+        self.supported = supported
+        self._size = -1  # no shape remembered
+
+    def decode(self, frame: bytes) -> DecodedRequest:
+        if len(frame) == self._size:
+            at, end = self._records_at, self._records_end
+            if frame[:4] == self._key_version and frame[8:at] == self._middle and frame[end:] == self._tail:
+                api_version, client_id, header_version, txn, acks, timeout_ms, name, topic_id, index = self._fields
+                body = ProduceBody(txn, acks, timeout_ms, ((name, topic_id, ((index, frame[at:end]),)),))
+                (correlation_id,) = _I32.unpack_from(frame, 4)
+                return DecodedRequest(PRODUCE_KEY, api_version, correlation_id, client_id, body, header_version)
+        request = decode_request(frame, self.supported)
+        body = request.body
+        if request.api_key == PRODUCE_KEY and type(body) is ProduceBody:
+            self._remember(frame, request, body)
+        return request
+
+    def _remember(self, frame: bytes, request: DecodedRequest, body: ProduceBody) -> None:
+        topics = body.topics
+        if len(topics) != 1 or len(topics[0][2]) != 1:
+            return
+        name, topic_id, ((index, records),) = topics[0]
+        if type(records) is not bytes or len(records) > REMEMBER_MAX_RECORD_BYTES:
+            return
+        # The plain shape ends with the records and then, in flexible
+        # versions, three empty tag buffers (partition, topic, request).
+        end = len(frame) - (3 if request.api_version >= 9 else 0)
+        at = end - len(records)
+        if at < 8 or frame[at:end] != records:
+            return
+        self._size = len(frame)
+        self._key_version = frame[:4]
+        self._middle = frame[8:at]
+        self._tail = frame[end:]
+        self._records_at, self._records_end = at, end
+        self._fields = (request.api_version, request.client_id, request.header_version, body.transactional_id,
+                        body.acks, body.timeout_ms, name, topic_id, index)
 
 
 def _request_header_rest(frame: bytes, header_version: int) -> tuple[str | None, int]:

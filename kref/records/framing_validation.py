@@ -27,6 +27,11 @@ When the compiled walker is built (kref/records/_cwalker.c), it walks both
 kinds of batch, each with the same checks as its Python walk (which then
 only runs to name the fault of a batch it refused).
 
+A produce payload that is one plain batch (uncompressed, small, the
+compiled walker built) is checked by one function with the same checks
+(_plain_single_batch); anything it does not accept goes the general way,
+which names the fault.
+
 Raises the same typed errors as validate_records, so the broker maps them
 to CORRUPT_MESSAGE / INVALID_RECORD the same way.
 """
@@ -51,6 +56,10 @@ def validate_records_framing(
     require_single_batch: bool = False,
 ) -> list[h.BatchHeader]:
     """validate_records with the framing walk in place of the full record decode."""
+    if require_single_batch:
+        plain = _plain_single_batch(buf, max_batch_size, max_uncompressed_bytes)
+        if plain is not None:
+            return plain
     return validate_records(
         buf,
         max_batch_size=max_batch_size,
@@ -58,6 +67,42 @@ def validate_records_framing(
         require_single_batch=require_single_batch,
         check_records=check_record_framing,
     )
+
+
+def _plain_single_batch(buf: Buffer, max_batch_size: int, max_uncompressed_bytes: int | None) -> list[h.BatchHeader] | None:
+    """The header of a produce payload that is one plain batch which passes
+    every check, else None (then validate_records runs and names the fault).
+
+    Plain: exactly one v2 batch filling the payload, uncompressed, not a
+    control batch, fewer than VECTOR_MIN_RECORDS records, the compiled
+    walker built. The same checks as validate_records with
+    check_record_framing, in one function (a single-record produce paid
+    about as much for the calls and properties as for the checks): size
+    bounds, magic, CRC-32C, base sequence with a producer id, recordsCount =
+    lastOffsetDelta + 1 > 0, and the compiled framing walk.
+    tests/records/test_plain_batch_validation.py holds both paths to the
+    same verdict.
+    """
+    n = len(buf)
+    if _cwalker is None or n < h.HEADER_SIZE:
+        return None
+    fields = h._HEADER.unpack_from(buf, 0)
+    (_, batch_length, _, magic, crc, attributes, last_offset_delta, _, _, producer_id, _, base_sequence,
+     records_count) = fields
+    if (magic != 2 or h.LOG_OVERHEAD + batch_length != n or n > max_batch_size
+            or attributes & (h.COMPRESSION_CODEC_MASK | h.CONTROL_FLAG_MASK)
+            or records_count <= 0 or last_offset_delta + 1 != records_count or records_count >= VECTOR_MIN_RECORDS
+            or (producer_id != h.NO_PRODUCER_ID and base_sequence < 0)):
+        return None
+    view = memoryview(buf)
+    if h.crc32c.crc32c(view[h.ATTRIBUTES_OFFSET:]) != crc:
+        return None
+    section = view[h.HEADER_SIZE:]
+    if max_uncompressed_bytes is not None and len(section) > max_uncompressed_bytes:
+        return None
+    if not _cwalker.check_framing(section, records_count):
+        return None
+    return [h.new_batch_header(0, *fields)]
 
 
 def check_record_framing(view: memoryview, header: h.BatchHeader, max_uncompressed_bytes: int) -> None:

@@ -58,6 +58,7 @@ from kref.records.header import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     iter_headers,
+    new_batch_header,
     set_log_append_time,
 )
 from kref.ports.fs import FileSystem
@@ -225,6 +226,10 @@ class Log:
         # names where the first one's read ended, not where the second's starts.
         # A hint only, checked like the read hint.
         self._append_hint: tuple[int, LogSegment, int] | None = None
+        # What a leader append reads from the config, derived once per config
+        # object (a config change replaces the object): (config, timestamp
+        # limits before and after now, LogAppendTime?, compacted?).
+        self._append_limits: tuple[LogConfig, int, int, bool, bool] | None = None
         self.leader_epoch_cache = LeaderEpochFileCache(None)
         self.closed = False
         # Called as listener(topic, partition, new log_end_offset) after a
@@ -387,14 +392,22 @@ class Log:
         if not headers:
             return AppendInfo(-1, -1, log_start_offset=self.log_start_offset)
         cfg = self.config
-        before = min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms)
-        after = min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms)
+        limits = self._append_limits
+        if limits is None or limits[0] is not cfg:
+            limits = self._append_limits = (
+                cfg,
+                min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms),
+                min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms),
+                cfg.is_log_append_time,
+                cfg.compact_enabled,
+            )
+        _, before, after, log_append_time, compacted = limits
         for h in headers:
             if h.records_count != h.last_offset_delta + 1:
                 raise InvalidRecordError(
                     f"batch with {h.records_count} records spans {h.last_offset_delta + 1} offsets"
                 )
-            if not cfg.is_log_append_time:
+            if not log_append_time:
                 # The batch's first and largest timestamps bound its records' on the
                 # side that matters for each limit (producers write in time order).
                 for ts in (h.base_timestamp, h.max_timestamp):
@@ -403,7 +416,7 @@ class Log:
                             f"timestamp {ts} is out of range for now={now_ms} "
                             f"(message.timestamp.before.max.ms={before}, message.timestamp.after.max.ms={after})"
                         )
-        if cfg.compact_enabled:
+        if compacted:
             for h in headers:
                 if has_keyless_record(buf, h):
                     raise InvalidRecordError(
@@ -417,7 +430,6 @@ class Log:
                     if dup is not None:
                         first, last = dup
                         return AppendInfo(first, last, duplicate=True, log_start_offset=self.log_start_offset)
-        log_append_time = self.config.is_log_append_time
         next_offset = self.log_end_offset
         stamped = []
         for h in headers:
@@ -426,9 +438,9 @@ class Log:
             _STAMP.pack_into(buf, h.position, next_offset, h.batch_length, leader_epoch)
             # Field by field: dataclasses.replace walks the fields reflectively,
             # and that was a visible share of a single-record produce.
-            h = BatchHeader(h.position, next_offset, h.batch_length, leader_epoch, h.magic, h.crc, h.attributes,
-                            h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id,
-                            h.producer_epoch, h.base_sequence, h.records_count)
+            h = new_batch_header(h.position, next_offset, h.batch_length, leader_epoch, h.magic, h.crc, h.attributes,
+                                 h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id,
+                                 h.producer_epoch, h.base_sequence, h.records_count)
             if log_append_time:
                 crc = set_log_append_time(buf, h, now_ms)
                 h = dataclasses.replace(

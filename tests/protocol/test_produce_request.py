@@ -129,3 +129,69 @@ def test_large_records_are_a_view_into_the_frame_with_the_same_bytes():
         assert isinstance(decoded, memoryview) and bytes(decoded) == records
         # Cut one byte short: the generic path decides, as for any other frame.
         assert _outcome(lambda f: decode_request(f, SUPPORTED), frame[:-1]) == _outcome(_generic, frame[:-1])
+
+
+def _decoded(decode, frame: bytes):
+    """A decode's whole outcome: every field of the DecodedRequest, or the error type."""
+    try:
+        r = decode(frame)
+    except ProtocolError as exc:
+        return type(exc)
+    body = r.body if type(r.body) is ProduceBody else from_kio(r.body)
+    return (r.api_key, r.api_version, r.correlation_id, r.client_id, r.header_version, body)
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_request_reader_gives_what_decode_request_gives(version):
+    """codec.RequestReader reuses the parse of a repeated single-partition
+    Produce shape. Over a stream of repeats (new correlation ids and record
+    bytes), mangled repeats (a byte flipped anywhere, cut short, one byte
+    more, a record one byte longer) and other shapes, each frame must decode
+    to exactly what decode_request gives it, errors included, and repeats
+    must take the remembered shape."""
+    rng = random.Random(SEED + 100 + version)
+    print(f"seed {SEED + 100 + version}")
+    cls = request_class(0, version)
+    topic_type, part_type = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+
+    def frame_of(records: bytes, *, acks=1, index=0, name="t", client_id="rdkafka", correlation_id=None) -> bytes:
+        key = {"topic_id": uuid.UUID(int=5)} if version >= 13 else {"name": name}
+        request = cls(transactional_id=None, acks=acks, timeout=datetime.timedelta(milliseconds=30000),
+                      topic_data=(topic_type(**key, partition_data=(part_type(index=index, records=records),)),))
+        cid = rng.randrange(1 << 31) if correlation_id is None else correlation_id
+        return encode_request(request, cid, client_id=client_id)[4:]
+
+    reader = codec.RequestReader(SUPPORTED)
+    reused = 0
+    for _ in range(300):
+        choice = rng.random()
+        records = rng.randbytes(61)
+        if choice < 0.5:
+            frame = frame_of(records)  # the repeated shape
+        elif choice < 0.6:
+            frame = frame_of(rng.randbytes(62))  # one byte more of records: another length
+        elif choice < 0.7:
+            frame = frame_of(records, acks=rng.choice([-1, 0, 1, 2]), index=rng.choice([0, 1]),
+                             name=rng.choice(["t", "u"]), client_id=rng.choice(["rdkafka", "other", None]))
+        elif choice < 0.9:
+            mangled = bytearray(frame_of(records))
+            kind = rng.random()
+            if kind < 0.6:
+                mangled[rng.randrange(len(mangled))] = rng.randrange(256)
+            elif kind < 0.8:
+                mangled = mangled[: rng.randrange(len(mangled))]
+            else:
+                mangled += bytes([rng.randrange(256)])
+            frame = bytes(mangled)
+        else:
+            frame = encode_request(_request(version, rng), 9)[4:]  # another shape altogether
+        real = codec.decode_request
+        calls = []
+        codec.decode_request = lambda f, s: calls.append(f) or real(f, s)
+        try:
+            got = _decoded(reader.decode, frame)
+        finally:
+            codec.decode_request = real
+        assert got == _decoded(lambda f: decode_request(f, SUPPORTED), frame)
+        reused += not calls
+    assert reused > 100  # most repeats skipped the walk

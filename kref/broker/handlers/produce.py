@@ -43,6 +43,7 @@ from kref.records.framing_validation import validate_records_framing
 from kref.records.header import BatchHeader
 from kref.replication.purgatory import DelayedProduce, ProducePartitionStatus
 from kref.broker.purgatory_wait import wait_for
+from kref.broker.router import DECLINED
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,40 @@ def register(router, broker) -> None:
         return await produce(ctx.broker, ctx.api_version, request)
 
     router.register(PRODUCE, MIN_VERSION, MAX_VERSION, handle_produce)
+    router.register_inline(PRODUCE, produce_inline)
+
+
+def produce_inline(broker, api_version: int, request) -> Any:
+    """The whole of an acks=0 or acks=1 produce, with no suspension point (the
+    server answers a lone request with it, without the router's coroutines);
+    acks=all may wait in the purgatory, so it is declined before anything is done."""
+    if type(request) is not ProduceBody or request.acks == -1:
+        return DECLINED
+    return _append_and_answer(broker, api_version, request)
 
 
 async def produce(broker, api_version: int, request) -> Any:
     if type(request) is not ProduceBody:
         request = from_kio(request)  # the generic reader's kio dataclasses
+    answer = _append_and_answer(broker, api_version, request)
+    if type(answer) is _Waiting:
+        await _wait_for_acks_all(broker, answer.waiting, request.timeout_ms)
+        return answer.respond()
+    return answer
+
+
+class _Waiting:
+    """Appended, but acks=all partitions wait for their high watermark: the
+    response is written once `waiting`'s results have their outcome."""
+
+    __slots__ = ("waiting", "respond")
+
+    def __init__(self, waiting: dict[tuple[str, int], AppendResult], respond) -> None:
+        self.waiting, self.respond = waiting, respond
+
+
+def _append_and_answer(broker, api_version: int, request: ProduceBody) -> Any:
+    """Append every partition; the response (None for acks=0), or _Waiting."""
     now_ms = broker.now_ms()
     acks = request.acks
     topics = request.topics
@@ -94,9 +124,9 @@ async def produce(broker, api_version: int, request) -> Any:
         if acks == 0:
             return None
         if result.required_offset is not None:
-            await _wait_for_acks_all(broker, {part.key: result}, request.timeout_ms)
-        body = encode_single_partition_response(api_version, name, topic_id, _row(index, result))
-        return PreEncoded(response_class(PRODUCE, api_version), body)
+            return _Waiting({part.key: result},
+                            lambda: _single_partition_response(api_version, name, topic_id, index, result))
+        return _single_partition_response(api_version, name, topic_id, index, result)
 
     results: dict[tuple[str | None, uuid.UUID | None], dict[int, AppendResult]] = {}
     waiting: dict[tuple[str, int], AppendResult] = {}
@@ -110,16 +140,18 @@ async def produce(broker, api_version: int, request) -> Any:
 
     if acks == 0:
         return None
-    if waiting:
-        await _wait_for_acks_all(broker, waiting, request.timeout_ms)
-    body = encode_produce_response(
-        api_version,
-        (
-            (name, topic_id, [_row(index, r) for index, r in per_partition.items()])
-            for (name, topic_id), per_partition in results.items()
-        ),
-    )
-    return PreEncoded(response_class(PRODUCE, api_version), body)
+
+    def respond_all() -> PreEncoded:
+        body = encode_produce_response(
+            api_version,
+            (
+                (name, topic_id, [_row(index, r) for index, r in per_partition.items()])
+                for (name, topic_id), per_partition in results.items()
+            ),
+        )
+        return PreEncoded(response_class(PRODUCE, api_version), body)
+
+    return _Waiting(waiting, respond_all) if waiting else respond_all()
 
 
 def _append_partition(
@@ -164,6 +196,12 @@ async def _wait_for_acks_all(broker, waiting: dict[tuple[str, int], AppendResult
     await wait_for(broker.produce_purgatory, op, max(0, min(timeout_ms, MAX_PRODUCE_TIMEOUT_MS)))
     for key, status in op.partitions.items():
         waiting[key].error_code = status.error_code
+
+
+def _single_partition_response(api_version: int, name: str | None, topic_id: uuid.UUID | None, index: int,
+                               result: AppendResult) -> PreEncoded:
+    body = encode_single_partition_response(api_version, name, topic_id, _row(index, result))
+    return PreEncoded(response_class(PRODUCE, api_version), body)
 
 
 def _row(index: int, r: AppendResult) -> tuple:
