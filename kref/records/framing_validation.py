@@ -102,7 +102,7 @@ def _plain_single_batch(buf: Buffer, max_batch_size: int, max_uncompressed_bytes
         return None
     if not _cwalker.check_framing(section, records_count):
         return None
-    return [h.new_batch_header(0, *fields)]
+    return [h.BatchHeader(0, *fields)]
 
 
 def check_record_framing(view: memoryview, header: h.BatchHeader, max_uncompressed_bytes: int) -> None:

@@ -58,7 +58,6 @@ from kref.records.header import (
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     iter_headers,
-    new_batch_header,
     set_log_append_time,
 )
 from kref.ports.fs import FileSystem
@@ -438,9 +437,9 @@ class Log:
             _STAMP.pack_into(buf, h.position, next_offset, h.batch_length, leader_epoch)
             # Field by field: dataclasses.replace walks the fields reflectively,
             # and that was a visible share of a single-record produce.
-            h = new_batch_header(h.position, next_offset, h.batch_length, leader_epoch, h.magic, h.crc, h.attributes,
-                                 h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id,
-                                 h.producer_epoch, h.base_sequence, h.records_count)
+            h = BatchHeader(h.position, next_offset, h.batch_length, leader_epoch, h.magic, h.crc, h.attributes,
+                            h.last_offset_delta, h.base_timestamp, h.max_timestamp, h.producer_id,
+                            h.producer_epoch, h.base_sequence, h.records_count)
             if log_append_time:
                 crc = set_log_append_time(buf, h, now_ms)
                 h = dataclasses.replace(
