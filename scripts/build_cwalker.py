@@ -23,12 +23,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "kref" / "records" / "_cwalker.c"
+# Every optional extension: each is built next to its source, and each has a
+# pure-Python (or librdkafka) path that works without it.
+SOURCES = [SOURCE, ROOT / "kref" / "spark" / "_csink.c"]
 
 
-def build(directory: Path = SOURCE.parent) -> tuple[Path | None, str]:
-    """Compile into `directory` (tests/records/test_cwalker.py builds into a
-    temporary one when the package has none): (the module's path or None, why not)."""
-    target = directory / ("_cwalker" + sysconfig.get_config_var("EXT_SUFFIX"))
+def build(directory: Path | None = None, source: Path = SOURCE) -> tuple[Path | None, str]:
+    """Compile `source` into `directory` (default: beside the source;
+    tests/records/test_cwalker.py builds into a temporary one when the package
+    has none): (the module's path or None, why not)."""
+    directory = source.parent if directory is None else directory
+    target = directory / (source.stem + sysconfig.get_config_var("EXT_SUFFIX"))
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").exists():
         return None, f"no Python.h in {include} (install Python's headers)"
@@ -36,7 +41,7 @@ def build(directory: Path = SOURCE.parent) -> tuple[Path | None, str]:
     # Compiled beside the target, then renamed over it: a running broker that
     # has the old module mapped keeps its copy intact.
     staging = target.with_name(f".{target.name}.{os.getpid()}")
-    cmd = [*cc, "-O2", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}", str(SOURCE), "-o", str(staging)]
+    cmd = [*cc, "-O2", "-Wall", "-Werror", "-fPIC", "-shared", f"-I{include}", str(source), "-o", str(staging)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -50,12 +55,15 @@ def build(directory: Path = SOURCE.parent) -> tuple[Path | None, str]:
 
 
 def main() -> int:
-    target, why = build()
-    if target is None:
-        print(f"build_cwalker: not built, kref uses the pure-Python walker: {why}")
-        return 1
-    print(f"build_cwalker: built {target.relative_to(ROOT)}")
-    return 0
+    failed = 0
+    for source in SOURCES:
+        target, why = build(source=source)
+        if target is None:
+            print(f"build_cwalker: {source.name} not built, kref uses its pure-Python path: {why}")
+            failed = 1
+        else:
+            print(f"build_cwalker: built {target.relative_to(ROOT)}")
+    return failed
 
 
 if __name__ == "__main__":
