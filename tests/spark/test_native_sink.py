@@ -246,9 +246,11 @@ def test_a_topic_deleted_mid_write_is_a_clear_error_or_written_at_least_once(bro
         written = _write(broker, topic, batches(), native=True, monkeypatch=monkeypatch, columns=columns,
                          metadata_timeout_ms=5000, flush_timeout_ms=5000)
     except client.KrefConnectorError as exc:
+        print(f"failed clearly: {exc}")
         assert topic in str(exc) and ("does not exist" in str(exc) or "not acknowledged" in str(exc)), exc
     else:
         # The broker auto-created the topic again: every row after the delete is there.
+        print("written at least once")
         assert written == 60_000
         assert len(broker.consume_all(topic, 2)) >= 20 * 2000
 
@@ -270,10 +272,11 @@ def test_a_broker_stopped_mid_write_fails_the_task_clearly(tmp_path, start_kref_
         producer.flush()
         handle.kill()
         started = time.monotonic()
-        with pytest.raises(client.BrokerUnreachableError, match="kref broker unreachable|still unacknowledged"):
+        with pytest.raises(client.BrokerUnreachableError, match="kref broker unreachable|still unacknowledged") as failure:
             for _ in range(10):
                 producer.write(batch)
             producer.flush()
+        print(f"failed clearly: {failure.value}")
         assert time.monotonic() - started < 60
         producer.native.abandon()
     finally:
