@@ -33,7 +33,7 @@ import threading
 
 # Thread-free at import (checked by preload()); what a kref read or write
 # task's worker would otherwise import after the fork.
-PRELOAD = ("pyspark.worker", "confluent_kafka", "kref.spark.source")
+PRELOAD = ("pyspark.worker", "confluent_kafka", "kref.spark.source", "kref.spark.native_sink")
 
 
 def _threads() -> int:

@@ -308,3 +308,26 @@ print(producer.flush())
     assert out.stdout.split() == ["2"]
     assert out.stderr.count("compiled encoder not built") == 1
     assert sorted(v for *_, v, _ in broker.consume_all(topic, 2)) == [b"v1", b"v2"]
+
+
+@needs_csink
+def test_connections_are_kept_after_a_clean_task_and_closed_after_a_failure(broker, monkeypatch):
+    from kref.spark import wire
+
+    topic = broker.create_topic(2)
+    batch = pa.RecordBatch.from_arrays([pa.array([b"k1", b"k2"]), pa.array([b"v1", b"v2"])], names=["key", "value"])
+    wire._idle.take(())  # start without an idle handle
+    assert _write(broker, topic, [batch], native=True, monkeypatch=monkeypatch) == 2
+    first = wire._idle.idle
+    assert first is not None and first._connections  # kept, connected
+    assert _write(broker, topic, [batch], native=True, monkeypatch=monkeypatch) == 2
+    assert wire._idle.idle is first  # the next task borrowed it
+
+    def failing():
+        yield batch
+        raise RuntimeError("the task's input failed")
+
+    with pytest.raises(RuntimeError, match="input failed"):
+        _write(broker, topic, failing(), native=True, monkeypatch=monkeypatch)
+    assert wire._idle.idle is None and not first._connections  # closed, not kept
+    assert len(broker.consume_all(topic, 2)) >= 6
