@@ -331,3 +331,31 @@ def test_connections_are_kept_after_a_clean_task_and_closed_after_a_failure(brok
         _write(broker, topic, failing(), native=True, monkeypatch=monkeypatch)
     assert wire._idle.idle is None and not first._connections  # closed, not kept
     assert len(broker.consume_all(topic, 2)) >= 6
+
+
+@needs_csink
+def test_a_spark_write_takes_the_fast_path_and_writes_what_librdkafka_writes(spark, broker, monkeypatch):
+    """format("kref") with the topic option, in real Spark workers: the same
+    keys, values and keyed partitions as the librdkafka path writing the same
+    rows in this process; and the null-key rows of the one task's one Arrow
+    batch share one partition (the fast path's sticky rule: librdkafka's
+    random choice would put 30 rows on one of 3 partitions with p = 3**-29)."""
+    rows = [(None if i % 4 == 0 else f"key-{i % 7}", None if i % 9 == 0 else f"value-{i}" * (i % 3))
+            for i in range(120)]
+    fast, slow = broker.create_topic(3), broker.create_topic(3)
+    df = spark.createDataFrame(rows, "key string, value string").repartition(1)
+    df.write.format("kref").option("kref.bootstrap.servers", broker.bootstrap).option(
+        "topic", fast
+    ).mode("append").save()
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([k for k, _ in rows], pa.string()), pa.array([v for _, v in rows], pa.string())],
+        names=["key", "value"],
+    )
+    assert _write(broker, slow, [batch], native=False, monkeypatch=monkeypatch) == 120
+    got_fast, got_slow = broker.consume_all(fast, 3), broker.consume_all(slow, 3)
+    assert len(got_fast) == len(got_slow) == 120
+    keyed = lambda got: sorted(((p, k, v) for p, _, k, v, _ in got if k is not None), key=repr)  # noqa: E731
+    assert keyed(got_fast) == keyed(got_slow)
+    pairs = lambda got: sorted(((k, v) for _, _, k, v, _ in got), key=repr)  # noqa: E731
+    assert pairs(got_fast) == pairs(got_slow)
+    assert len({p for p, _, k, _, _ in got_fast if k is None}) == 1
