@@ -7,7 +7,8 @@ murmur2 of the key, as the Java client and librdkafka's murmur2_random
 choose it; rows with a null key all go to one partition the caller picks,
 the Java client's sticky partitioner) and the row's bytes in a v2 record.
 This file does both in two sequential passes over the Arrow buffers (the
-binary/string layout: validity bitmap, int32 offsets, data), with no Python
+binary/string layout: validity bitmap, int32 offsets (int64 for
+large_binary/large_string), data), with no Python
 object per row:
 
   1. partition of every row, counted per partition, then the row numbers
@@ -143,6 +144,7 @@ typedef struct {
     Py_buffer offsets;
     Py_buffer data;
     Py_ssize_t offset;    /* the array's offset into its buffers (slices) */
+    int wide;             /* int64 offsets (large_binary, large_string) */
 } Column;
 
 static void
@@ -153,7 +155,8 @@ column_release(Column *c)
     if (c->data.obj) PyBuffer_Release(&c->data);
 }
 
-/* (validity or None, offsets, data or None, offset) -> Column, checked for n rows. */
+/* (validity or None, offsets, data or None, offset, offset width 4 or 8) -> Column,
+   checked for n rows. */
 static int
 column_from(PyObject *spec, Py_ssize_t n, const char *name, Column *c)
 {
@@ -162,10 +165,16 @@ column_from(PyObject *spec, Py_ssize_t n, const char *name, Column *c)
         return 0;
     PyObject *validity, *offsets, *data;
     Py_ssize_t offset;
-    if (!PyArg_ParseTuple(spec, "OOOn", &validity, &offsets, &data, &offset)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected (validity, offsets, data, offset)", name);
+    int width;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "OOOni", &validity, &offsets, &data, &offset, &width)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected (validity, offsets, data, offset, offset width)", name);
         return -1;
     }
+    if (width != 4 && width != 8) {
+        PyErr_Format(PyExc_ValueError, "%s: offset width must be 4 or 8", name);
+        return -1;
+    }
+    c->wide = width == 8;
     c->present = 1;
     c->offset = offset;
     if (offset < 0) {
@@ -182,7 +191,7 @@ column_from(PyObject *spec, Py_ssize_t n, const char *name, Column *c)
         PyErr_Format(PyExc_ValueError, "%s: validity bitmap shorter than the array", name);
         return -1;
     }
-    if (c->offsets.len / 4 < offset + n + 1) {
+    if (c->offsets.len / width < offset + n + 1) {
         PyErr_Format(PyExc_ValueError, "%s: offsets buffer shorter than the array", name);
         return -1;
     }
@@ -204,12 +213,21 @@ is_null(const Column *c, Py_ssize_t row)
 static inline Py_ssize_t
 value_of(const Column *c, Py_ssize_t row, const char *name, const uint8_t **out)
 {
-    const int32_t *off = (const int32_t *)c->offsets.buf + c->offset + row;
-    int32_t start = off[0], end = off[1];
+    int64_t start, end;
+    if (c->wide) {
+        const int64_t *off = (const int64_t *)c->offsets.buf + c->offset + row;
+        start = off[0];
+        end = off[1];
+    } else {
+        const int32_t *off = (const int32_t *)c->offsets.buf + c->offset + row;
+        start = off[0];
+        end = off[1];
+    }
     Py_ssize_t len = c->data.obj ? c->data.len : 0;
-    if (start < 0 || end < start || end > len) {
-        PyErr_Format(PyExc_ValueError, "%s: row %zd has offsets %d..%d outside its %zd data bytes",
-                     name, row, (int)start, (int)end, len);
+    /* A record's lengths are int32 on the wire. */
+    if (start < 0 || end < start || end > len || end - start > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: row %zd has offsets %lld..%lld outside its %zd data bytes",
+                     name, row, (long long)start, (long long)end, len);
         return -1;
     }
     *out = (const uint8_t *)c->data.buf + start;
@@ -462,7 +480,7 @@ static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS,
      "encode(key, value, n, n_partitions, null_key_partition, timestamp_ms, max_batch_bytes)\n"
      "-> [(partition, batch bytes, row numbers as native int32 bytes)]; key/value are\n"
-     "(validity or None, offsets, data or None, array offset), key may be None."},
+     "(validity or None, offsets, data or None, array offset, offset width 4|8), key may be None."},
     {"murmur2", py_murmur2, METH_VARARGS, "Kafka's murmur2 of a bytes-like object (unsigned)."},
     {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C of a bytes-like object (for tests)."},
     {NULL, NULL, 0, NULL},

@@ -5,7 +5,7 @@ Theory of operation
 The librdkafka path (client.BatchProducer) turns every Arrow batch into
 Python lists and calls produce() once per row; librdkafka then copies and
 batches each record again. For the sink's common case (a binary or string
-`value` column, an optional `key` column of the same kind, the `topic`
+`value` column, an optional `key` column of the same kinds, the `topic`
 option, no `partition` or `headers` column, plain connections, acks 1 or
 all) this module does the whole job per Arrow batch instead:
 
@@ -167,13 +167,18 @@ def encode_python(
 
 def column_spec(array):
     """The buffers _csink.encode reads from one Arrow array, or None for a type
-    it does not read (binary and string only: int32 offsets)."""
+    it does not read (binary and string, large or not)."""
     import pyarrow as pa
 
-    if not (pa.types.is_binary(array.type) or pa.types.is_string(array.type)):
+    t = array.type
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        width = 4
+    elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        width = 8
+    else:
         return None
     validity, offsets, data = array.buffers()
-    return (validity if array.null_count else None, offsets, data, array.offset)
+    return (validity if array.null_count else None, offsets, data, array.offset, width)
 
 
 # --- sending ----------------------------------------------------------------------

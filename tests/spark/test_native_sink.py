@@ -63,12 +63,13 @@ text_cell = st.one_of(st.none(), st.text(max_size=30))
     data=st.data(),
     n_partitions=st.integers(1, 7),
     as_text=st.booleans(),
+    large=st.booleans(),
     keyed=st.booleans(),
     max_bytes=st.sampled_from([100, 500, 4000, native_sink.MAX_BATCH_BYTES]),
 )
-def test_c_encoder_equals_the_python_reference(data, n_partitions, as_text, keyed, max_bytes):
+def test_c_encoder_equals_the_python_reference(data, n_partitions, as_text, large, keyed, max_bytes):
     rows = data.draw(st.lists(st.tuples(text_cell if as_text else cell, text_cell if as_text else cell), max_size=40))
-    kind = pa.string() if as_text else pa.binary()
+    kind = (pa.large_string() if large else pa.string()) if as_text else (pa.large_binary() if large else pa.binary())
     keys = pa.array([k for k, _ in rows], kind) if keyed else None
     values = pa.array([v for _, v in rows], kind)
     # A slice: the arrays' offsets into their buffers are not zero.
@@ -100,10 +101,12 @@ def test_encoder_refuses_buffers_that_do_not_hold_the_rows():
     values = pa.array([b"a", b"bc"])
     validity, offsets, data = values.buffers()
     with pytest.raises(ValueError, match="offsets buffer shorter"):
-        native_sink._csink.encode(None, (None, offsets, data, 0), 5, 1, 0, 0, 1000)
+        native_sink._csink.encode(None, (None, offsets, data, 0, 4), 5, 1, 0, 0, 1000)
+    with pytest.raises(ValueError, match="offsets buffer shorter"):  # int32 offsets read as int64
+        native_sink._csink.encode(None, (None, offsets, data, 0, 8), 2, 1, 0, 0, 1000)
     bad = pa.py_buffer(array.array("i", [0, 1, 99]).tobytes())
     with pytest.raises(ValueError, match="outside its"):
-        native_sink._csink.encode(None, (None, bad, data, 0), 2, 1, 0, 0, 1000)
+        native_sink._csink.encode(None, (None, bad, data, 0, 4), 2, 1, 0, 0, 1000)
     with pytest.raises(ValueError, match="partition"):
         native_sink._csink.encode(None, native_sink.column_spec(values), 2, 2, 2, 0, 1000)
 
@@ -195,9 +198,9 @@ def test_fallback_serves_what_the_fast_path_does_not(broker, monkeypatch):
     assert client.BatchProducer({**cfg, "acks": "0"}, client.SinkColumns(value="value", topic=topic), **LIMITS).native is None
     assert client.BatchProducer({**cfg, "compression.type": "lz4"}, client.SinkColumns(value="value", topic=topic), **LIMITS).native is None
 
-    # A column type the encoder does not read (large_binary): that batch goes
-    # to librdkafka; the next one takes the fast path again.
-    large = pa.RecordBatch.from_arrays([pa.array([b"big-1", b"big-2"], pa.large_binary())], names=["value"])
+    # A column type the encoder does not read (dictionary-encoded): that batch
+    # goes to librdkafka; the next one takes the fast path again.
+    large = pa.RecordBatch.from_arrays([pa.array([b"big-1", b"big-2"]).dictionary_encode()], names=["value"])
     plain = pa.RecordBatch.from_arrays([pa.array([b"plain-1"])], names=["value"])
     producer = sink(topic=topic)
     producer.write(large)
