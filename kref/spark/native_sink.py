@@ -30,10 +30,17 @@ all) this module does the whole job per Arrow batch instead:
    (flushTimeoutMs after it was first queued, librdkafka's
    message.timeout.ms in the other path), then the task fails. A batch the
    broker finds too large (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: a
-   topic's max.message.bytes below MAX_BATCH_BYTES) and a single row larger
-   than MAX_BATCH_BYTES go to the librdkafka path row by row, which reports
-   them as it always has. Any other error fails the task with the same
-   message the librdkafka path gives.
+   topic's max.message.bytes below MAX_BATCH_BYTES) is split in two and
+   sent again, and the task's batches stay at most that size from then on
+   (the Java producer splits the same way); a single row too large for the
+   topic, or larger than MAX_BATCH_BYTES, goes to the librdkafka path, which
+   reports it as it always has. Any other error fails the task with the
+   same message the librdkafka path gives.
+
+The partition leaders (and count) come from wire.py's cache, refreshed on
+retriable errors and, as a Kafka client's metadata.max.age.ms, when this
+process last asked for the topic more than METADATA_MAX_AGE_S ago, so a
+topic that gained partitions is seen within that time.
 
 At-least-once, as the librdkafka path: a batch is only counted once the
 broker answered it without error; a retry may write a batch twice (a lost
@@ -83,6 +90,11 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_IN_FLIGHT = 5
 # retry.backoff.ms, both clients' default.
 RETRY_BACKOFF_S = 0.1
+# metadata.max.age.ms, both clients' default.
+METADATA_MAX_AGE_S = 300.0
+_MAX_TOPICS_REMEMBERED = 10_000
+# (bootstrap, topic) -> when this process last refreshed the topic's leaders.
+_refreshed: dict[tuple[str, str], float] = {}
 _TOO_LARGE = frozenset({int(ErrorCode.MESSAGE_TOO_LARGE), int(ErrorCode.RECORD_LIST_TOO_LARGE)})
 _CLIENT_ID = b"kref-spark"
 _I32 = struct.Struct(">i")
@@ -225,9 +237,13 @@ class NativeSink:
         self._brokers = wire.brokers(self.bootstrap, metadata_timeout_ms / 1000)
         self._leaders: list[int] | None = None
         self._sticky = -1
+        # Lowered when the topic refuses a batch as too large (split, then kept).
+        self._max_batch_bytes = MAX_BATCH_BYTES
         # node -> deque of (correlation id, version, batches) awaiting answers.
         self._in_flight: dict[int, deque] = {}
         self._retry: list[_Pending] = []
+        # Split batches, sent again at once (no backoff, no new leaders needed).
+        self._again: list[_Pending] = []
         self._last_error = ""
         self._failures: list[str] = []
         self._failed = 0
@@ -242,28 +258,58 @@ class NativeSink:
         if value_spec is None or (key is not None and key_spec is None):
             return False
         if self._leaders is None:
-            self._leaders = self._brokers.leaders(self.topic, create=True)
+            where = (self.bootstrap, self.topic)
+            stale = time.monotonic() - _refreshed.get(where, -METADATA_MAX_AGE_S) >= METADATA_MAX_AGE_S
+            self._leaders = self._brokers.leaders(self.topic, refresh=stale, create=True)
+            if len(_refreshed) >= _MAX_TOPICS_REMEMBERED:
+                _refreshed.clear()
+            if stale:
+                _refreshed[where] = time.monotonic()
         n_partitions = len(self._leaders)
         if self._sticky < 0:
             self._sticky = random.randrange(n_partitions)
-        encoded = _csink.encode(
-            key_spec, value_spec, len(value), n_partitions, self._sticky % n_partitions,
-            time.time_ns() // 1_000_000, MAX_BATCH_BYTES,
-        )  # fmt: skip
-        self._sticky = (self._sticky + 1) % n_partitions
-        deadline = time.monotonic() + self._flush_timeout_s
-        source = (key, value)
-        pending = []
-        for partition, data, rows in encoded:
-            if len(data) > MAX_BATCH_BYTES:  # one row alone: librdkafka reports it
-                self._to_fallback(source, rows)
-            else:
-                pending.append(_Pending(partition, data, source, rows, deadline))
-        self._send(pending)
+        sticky, self._sticky = self._sticky, (self._sticky + 1) % n_partitions
+        self._send(self._encode((key, value), key_spec, value_spec, len(value), n_partitions, sticky,
+                                time.monotonic() + self._flush_timeout_s))
+        while self._again:
+            again, self._again = self._again, []
+            self._send(again)
         if self._retry:
             self._resend()
         self._check()
         return True
+
+    def _encode(self, source, key_spec, value_spec, n, n_partitions, sticky, deadline) -> list[_Pending]:
+        encoded = _csink.encode(
+            key_spec, value_spec, n, n_partitions, sticky, time.time_ns() // 1_000_000, self._max_batch_bytes
+        )
+        pending = []
+        for partition, data, rows in encoded:
+            if len(data) > self._max_batch_bytes:  # one row alone: librdkafka reports it
+                self._to_fallback(source, rows)
+            else:
+                pending.append(_Pending(partition, data, source, rows, deadline))
+        return pending
+
+    def _split(self, b: _Pending) -> None:
+        """A batch the topic refused as too large: its rows again in batches of
+        at most half its size (a lone row: the librdkafka path reports it)."""
+        count = len(b.rows) // 4
+        if count == 1:
+            self._to_fallback(b.source, b.rows)
+            return
+        import pyarrow as pa
+
+        self._max_batch_bytes = min(self._max_batch_bytes, max(len(b.data) // 2, 128))
+        indices = pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(b.rows)])
+        key, value = b.source
+        key, value = (None if key is None else key.take(indices)), value.take(indices)
+        # Encoded as one partition's rows (n_partitions=1), then labelled with
+        # the batch's partition: every row stays where it was sent.
+        pending = self._encode(
+            (key, value), None if key is None else column_spec(key), column_spec(value), count, 1, 0, b.deadline
+        )
+        self._again.extend(x._replace(partition=b.partition) for x in pending)
 
     def flush(self) -> None:
         """Wait until every batch is acknowledged (or handed to the fallback)."""
@@ -272,9 +318,13 @@ class NativeSink:
                 while self._in_flight.get(node):
                     self._receive(node)
             self._check()
-            if not self._retry:
+            if self._again:
+                again, self._again = self._again, []
+                self._send(again)
+            elif self._retry:
+                self._resend()
+            else:
                 return
-            self._resend()
 
     def done(self) -> None:
         """A clean end: the connections go back to the worker's slot."""
@@ -390,7 +440,7 @@ class NativeSink:
                 continue
             where = f"{self.topic}-{b.partition}: {ErrorCode(code).name}" + (f" ({message})" if message else "")
             if code in _TOO_LARGE:
-                self._to_fallback(b.source, b.rows)
+                self._split(b)
             elif is_retriable(code):
                 self._last_error = where
                 self._retry.append(b)

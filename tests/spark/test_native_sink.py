@@ -362,3 +362,22 @@ def test_a_spark_write_takes_the_fast_path_and_writes_what_librdkafka_writes(spa
     pairs = lambda got: sorted(((k, v) for _, _, k, v, _ in got), key=repr)  # noqa: E731
     assert pairs(got_fast) == pairs(got_slow)
     assert len({p for p, _, k, _, _ in got_fast if k is None}) == 1
+
+
+@needs_csink
+def test_batches_a_topic_finds_too_large_are_split_and_written(broker, monkeypatch):
+    """A topic whose max.message.bytes is under the fast path's batch bound:
+    its batches are split until they fit (as the Java producer does), keeping
+    every row in its partition; only a lone row too large fails."""
+    topic = broker.create_topic(2, config={"max.message.bytes": "2000"})
+    keys = [None if i % 5 == 0 else b"k%d" % (i % 11) for i in range(300)]
+    values = [b"v%03d-" % i + b"x" * 90 for i in range(300)]
+    batch = pa.RecordBatch.from_arrays([pa.array(keys), pa.array(values)], names=["key", "value"])
+    assert _write(broker, topic, [batch], native=True, monkeypatch=monkeypatch) == 300
+    got = broker.consume_all(topic, 2)
+    assert sorted(v for *_, v, _ in got) == sorted(values)
+    slow = broker.create_topic(2)
+    _write(broker, slow, [batch], native=False, monkeypatch=monkeypatch)
+    keyed = lambda got: sorted(((p, k, v) for p, _, k, v, _ in got if k is not None), key=repr)  # noqa: E731
+    assert keyed(got) == keyed(broker.consume_all(slow, 2))
+    assert len({p for p, _, k, _, _ in got if k is None}) == 1  # one Arrow batch: one sticky partition
