@@ -285,7 +285,9 @@ class NativeSink:
         )
         pending = []
         for partition, data, rows in encoded:
-            if len(data) > self._max_batch_bytes:  # one row alone: librdkafka reports it
+            # A lone row over the learned bound is sent anyway (the topic decides);
+            # one over MAX_BATCH_BYTES goes to librdkafka, which reports it.
+            if len(data) > MAX_BATCH_BYTES:
                 self._to_fallback(source, rows)
             else:
                 pending.append(_Pending(partition, data, source, rows, deadline))

@@ -381,3 +381,8 @@ def test_batches_a_topic_finds_too_large_are_split_and_written(broker, monkeypat
     keyed = lambda got: sorted(((p, k, v) for p, _, k, v, _ in got if k is not None), key=repr)  # noqa: E731
     assert keyed(got) == keyed(broker.consume_all(slow, 2))
     assert len({p for p, _, k, _, _ in got if k is None}) == 1  # one Arrow batch: one sticky partition
+    # Rows that fit the topic only one by one (1,500 of its 2,000 bytes).
+    big = pa.RecordBatch.from_arrays([pa.array([b"%d" % i + b"y" * 1500 for i in range(6)])], names=["value"])
+    columns = client.SinkColumns(value="value", topic=topic)
+    assert _write(broker, topic, [big], native=True, monkeypatch=monkeypatch, columns=columns) == 6
+    assert len(broker.consume_all(topic, 2)) == 306
