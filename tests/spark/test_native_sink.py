@@ -386,3 +386,53 @@ def test_batches_a_topic_finds_too_large_are_split_and_written(broker, monkeypat
     columns = client.SinkColumns(value="value", topic=topic)
     assert _write(broker, topic, [big], native=True, monkeypatch=monkeypatch, columns=columns) == 6
     assert len(broker.consume_all(topic, 2)) == 306
+
+
+@needs_csink
+def test_a_broker_restarted_mid_write_gets_every_row_at_least_once(tmp_path, monkeypatch):
+    """The broker is killed between two Arrow batches and started again (same
+    port, same log) while the task goes on: the batches sent meanwhile are
+    sent again once the leaders are back, within flushTimeoutMs, and every
+    row is there at least once."""
+    import threading
+
+    from tests.spark.conftest import _load_kref_broker_class
+
+    seed = int(os.environ.get("KREF_TEST_SEED", "1214"))
+    rng = random.Random(seed)
+    kill_at, down_s = rng.randrange(1, 6), rng.uniform(0.5, 2.0)
+    print(f"seed {seed}: kill before batch {kill_at}, down {down_s:.2f} s")
+    monkeypatch.setattr(native_sink, "ENABLED", True)
+    lost, really_lost = [], native_sink.NativeSink._lost
+    monkeypatch.setattr(native_sink.NativeSink, "_lost", lambda self, *a: (lost.append(a[-1]), really_lost(self, *a)))
+    handle = _load_kref_broker_class()(tmp_path).start()
+    restarter = None
+    try:
+        topic = f"restart-{uuid.uuid4().hex[:6]}"
+        values = [[b"%d-%d" % (b, i) for i in range(2000)] for b in range(8)]
+
+        def batches():
+            nonlocal restarter
+            for b, vals in enumerate(values):
+                if b == kill_at:
+                    handle.kill()
+                    restarter = threading.Timer(down_s, handle.start)
+                    restarter.start()
+                yield pa.RecordBatch.from_arrays([pa.array(vals)], names=["value"])
+
+        columns = client.SinkColumns(value="value", topic=topic)
+        written = client.write_batches({"bootstrap.servers": handle.bootstrap}, columns, batches(),
+                                       metadata_timeout_ms=5000, flush_timeout_ms=60_000)
+        assert written == 16_000
+        assert lost, "the fast path never saw the connection go"
+        print(f"lost: {lost[0]}")
+        restarter.join(30)
+        from tests.spark.conftest import Broker
+
+        got = Broker(handle.bootstrap).consume_all(topic, 1)
+        assert {v for *_, v, _ in got} == {v for vals in values for v in vals}
+    finally:
+        if restarter is not None:
+            restarter.join(30)
+        handle.kill()
+        client._producers.take(())
