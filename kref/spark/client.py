@@ -22,6 +22,12 @@ position moves past them. Records are turned into Arrow record batches of
 bounded size so the Python worker hands Spark columns, not tuples; writes
 take Arrow batches from Spark the same way. Where the time goes, measured,
 is in docs/spark.md ("Performance").
+
+The sink's common case (value, optional key, the topic option) skips
+librdkafka when the compiled encoder is built: native_sink.py encodes the
+Arrow batches into record batches and sends them over wire.py's own
+connections; this module's librdkafka path stays the reference and takes
+everything else.
 """
 
 from __future__ import annotations
