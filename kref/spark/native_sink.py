@@ -96,6 +96,7 @@ _MAX_TOPICS_REMEMBERED = 10_000
 # (bootstrap, topic) -> when this process last refreshed the topic's leaders.
 _refreshed: dict[tuple[str, str], float] = {}
 _TOO_LARGE = frozenset({int(ErrorCode.MESSAGE_TOO_LARGE), int(ErrorCode.RECORD_LIST_TOO_LARGE)})
+_UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
 _CLIENT_ID = b"kref-spark"
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ii")
@@ -437,7 +438,7 @@ class NativeSink:
             for p in t.partition_responses
         }
         for b in batches:
-            code, message = codes.get(b.partition, (int(ErrorCode.UNKNOWN_SERVER_ERROR), "no answer for partition"))
+            code, message = codes.get(b.partition, (_UNKNOWN_SERVER_ERROR, "no answer for this partition"))
             if code == 0:
                 continue
             where = f"{self.topic}-{b.partition}: {ErrorCode(code).name}" + (f" ({message})" if message else "")

@@ -68,8 +68,12 @@ text_cell = st.one_of(st.none(), st.text(max_size=30))
     max_bytes=st.sampled_from([100, 500, 4000, native_sink.MAX_BATCH_BYTES]),
 )
 def test_c_encoder_equals_the_python_reference(data, n_partitions, as_text, large, keyed, max_bytes):
-    rows = data.draw(st.lists(st.tuples(text_cell if as_text else cell, text_cell if as_text else cell), max_size=40))
-    kind = (pa.large_string() if large else pa.string()) if as_text else (pa.large_binary() if large else pa.binary())
+    one = text_cell if as_text else cell
+    rows = data.draw(st.lists(st.tuples(one, one), max_size=40))
+    if as_text:
+        kind = pa.large_string() if large else pa.string()
+    else:
+        kind = pa.large_binary() if large else pa.binary()
     keys = pa.array([k for k, _ in rows], kind) if keyed else None
     values = pa.array([v for _, v in rows], kind)
     # A slice: the arrays' offsets into their buffers are not zero.
@@ -118,7 +122,8 @@ def _write(broker, topic, batches, *, native: bool, monkeypatch, columns=None, *
     monkeypatch.setattr(native_sink, "ENABLED", native)
     columns = columns or client.SinkColumns(value="value", key="key", topic=topic)
     try:
-        return client.write_batches({"bootstrap.servers": broker.bootstrap}, columns, batches, **{**LIMITS, **limits})
+        cfg = {"bootstrap.servers": broker.bootstrap}
+        return client.write_batches(cfg, columns, batches, **{**LIMITS, **limits})
     finally:
         client._producers.take(())  # each write starts without a pooled producer
 
@@ -130,12 +135,14 @@ def _mixed_batches(seed: int, as_text: bool):
         keys, values = [], []
         for i in range(size):
             keys.append(None if rng.random() < 0.2 else f"key-{rng.randrange(50)}")
-            values.append(None if rng.random() < 0.1 else "" if rng.random() < 0.1 else f"v{i}-" + "x" * rng.randrange(300))
+            roll = rng.random()
+            values.append(None if roll < 0.1 else "" if roll < 0.2 else f"v{i}-" + "x" * rng.randrange(300))
         kind = pa.string() if as_text else pa.binary()
         if not as_text:
             keys = [None if k is None else k.encode() for k in keys]
             values = [None if v is None else v.encode() for v in values]
-        out.append(pa.RecordBatch.from_arrays([pa.array(keys, kind), pa.array(values, kind)], names=["key", "value"]))
+        arrays = [pa.array(keys, kind), pa.array(values, kind)]
+        out.append(pa.RecordBatch.from_arrays(arrays, names=["key", "value"]))
     return out
 
 
@@ -195,8 +202,10 @@ def test_fallback_serves_what_the_fast_path_does_not(broker, monkeypatch):
     assert sink(topic=topic).native is None
     monkeypatch.setattr(native_sink, "ENABLED", True)
     # Client settings the fast path does not serve: librdkafka.
-    assert client.BatchProducer({**cfg, "acks": "0"}, client.SinkColumns(value="value", topic=topic), **LIMITS).native is None
-    assert client.BatchProducer({**cfg, "compression.type": "lz4"}, client.SinkColumns(value="value", topic=topic), **LIMITS).native is None
+    plain_columns = client.SinkColumns(value="value", topic=topic)
+    assert client.BatchProducer({**cfg, "acks": "0"}, plain_columns, **LIMITS).native is None
+    assert client.BatchProducer({**cfg, "compression.type": "lz4"}, plain_columns, **LIMITS).native is None
+    assert client.BatchProducer({**cfg, "acks": "1"}, plain_columns, **LIMITS).native._acks == 1
 
     # A column type the encoder does not read (dictionary-encoded): that batch
     # goes to librdkafka; the next one takes the fast path again.
@@ -221,7 +230,8 @@ def test_rows_too_large_for_the_topic_fail_as_on_the_librdkafka_path(broker, mon
         _write(broker, small, [big], native=True, monkeypatch=monkeypatch, columns=columns)
     # A row larger than a whole batch may be goes to librdkafka before any request.
     topic = broker.create_topic(1)
-    huge = pa.RecordBatch.from_arrays([pa.array([b"y" * (native_sink.MAX_BATCH_BYTES + 10), b"z"])], names=["value"])
+    huge_row = b"y" * (native_sink.MAX_BATCH_BYTES + 10)
+    huge = pa.RecordBatch.from_arrays([pa.array([huge_row, b"z"])], names=["value"])
     columns = client.SinkColumns(value="value", topic=topic)
     with pytest.raises(client.KrefConnectorError, match="1 record.s. not acknowledged|too large"):
         _write(broker, topic, [huge], native=True, monkeypatch=monkeypatch, columns=columns)
@@ -275,7 +285,8 @@ def test_a_broker_stopped_mid_write_fails_the_task_clearly(tmp_path, start_kref_
         producer.flush()
         handle.kill()
         started = time.monotonic()
-        with pytest.raises(client.BrokerUnreachableError, match="kref broker unreachable|still unacknowledged") as failure:
+        gone = "kref broker unreachable|still unacknowledged"
+        with pytest.raises(client.BrokerUnreachableError, match=gone) as failure:
             for _ in range(10):
                 producer.write(batch)
             producer.flush()
