@@ -213,6 +213,28 @@ def usable(cfg: dict) -> bool:
     return ENABLED and acks_of(cfg) is not None and wire.native_config(cfg)
 
 
+def produce_request(
+    correlation_id: int, version: int, acks: int, timeout_ms: int, topic: bytes, partitions: list[tuple[int, bytes]]
+) -> bytes:
+    """One framed ProduceRequest v3-v8 (request header v1): no transactional
+    id, one topic, (partition, records) each. Written with struct, not kio's
+    writer: the records are most of the bytes and are joined once."""
+    parts = [
+        b"",  # the frame's size, below
+        struct.pack(">hhih", PRODUCE_KEY, version, correlation_id, len(_CLIENT_ID)),
+        _CLIENT_ID,
+        # transactional_id null, acks, timeout, one topic
+        struct.pack(">hhiih", -1, acks, timeout_ms, 1, len(topic)),
+        topic,
+        _I32.pack(len(partitions)),
+    ]
+    for partition, records in partitions:
+        parts.append(_PARTITION.pack(partition, len(records)))
+        parts.append(records)
+    parts[0] = _I32.pack(sum(len(p) for p in parts))
+    return b"".join(parts)
+
+
 class _Pending(NamedTuple):
     """One encoded batch not yet acknowledged."""
 
@@ -386,22 +408,12 @@ class NativeSink:
             return
         correlation_id = conn.next_correlation_id
         conn.next_correlation_id += 1
-        topic = self._topic_bytes
-        parts = [
-            b"",  # the size, below
-            struct.pack(">hhih", PRODUCE_KEY, version, correlation_id, len(_CLIENT_ID)),
-            _CLIENT_ID,
-            # transactional_id null, acks, timeout, one topic
-            struct.pack(">hhiih", -1, self._acks, self._request_timeout_ms, 1, len(topic)),
-            topic,
-            _I32.pack(len(batches)),
-        ]
-        for b in batches:
-            parts.append(_PARTITION.pack(b.partition, len(b.data)))
-            parts.append(b.data)
-        parts[0] = _I32.pack(sum(len(p) for p in parts))
+        frame = produce_request(
+            correlation_id, version, self._acks, self._request_timeout_ms, self._topic_bytes,
+            [(b.partition, b.data) for b in batches],
+        )  # fmt: skip
         try:
-            conn.send_raw(b"".join(parts))
+            conn.send_raw(frame)
         except OSError as exc:
             self._lost(node, batches, f"connection to node {node} lost: {exc}")
             return

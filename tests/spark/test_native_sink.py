@@ -115,6 +115,33 @@ def test_encoder_refuses_buffers_that_do_not_hold_the_rows():
         native_sink._csink.encode(None, native_sink.column_spec(values), 2, 2, 2, 0, 1000)
 
 
+@pytest.mark.parametrize("version", range(3, 9))
+def test_produce_request_is_what_kio_writes(version):
+    """The hand-written ProduceRequest frame equals kio's (the schemas' own writer)."""
+    import datetime
+    import importlib
+
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    from kref.protocol.codec import encode_request
+
+    m = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    partitions = [(0, b"first batch"), (7, b""), (2, bytes(range(256)) * 3)]
+    body = m.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30_000)),
+        topic_data=(
+            m.TopicProduceData(
+                name="t\u00e9",
+                partition_data=tuple(m.PartitionProduceData(index=i32(p), records=r) for p, r in partitions),
+            ),
+        ),
+    )
+    mine = native_sink.produce_request(41, version, -1, 30_000, "t\u00e9".encode(), partitions)
+    assert mine == encode_request(body, 41, "kref-spark")
+
+
 # --- against a real broker ----------------------------------------------------------
 
 
