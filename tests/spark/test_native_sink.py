@@ -96,8 +96,23 @@ def test_murmur2_is_kafkas():
                        ("a-little-bit-longer-string", -1486304829),
                        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), ("abc", 479470107)]:
         got = native_sink.murmur2(text.encode())
-        assert got - (1 << 32) if got >= 1 << 31 else got == want, text
+        signed = got - (1 << 32) if got >= 1 << 31 else got
+        assert signed == want, text
         assert native_sink._csink.murmur2(text.encode()) == native_sink.murmur2(text.encode())
+
+
+@needs_csink
+def test_crc32c_both_paths_equal_the_crc32c_package():
+    import crc32c
+
+    rng = random.Random(1208)
+    for size in [0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099]:
+        data = rng.randbytes(size)
+        for offset in (0, 1, 3):  # unaligned starts
+            view = memoryview(data)[offset:]
+            want = crc32c.crc32c(view)
+            assert native_sink._csink.crc32c(view) == want
+            assert native_sink._csink.crc32c(view, True) == want
 
 
 @needs_csink
