@@ -97,6 +97,7 @@ _MAX_TOPICS_REMEMBERED = 10_000
 _refreshed: dict[tuple[str, str], float] = {}
 _TOO_LARGE = frozenset({int(ErrorCode.MESSAGE_TOO_LARGE), int(ErrorCode.RECORD_LIST_TOO_LARGE)})
 _UNKNOWN_SERVER_ERROR = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+_KNOWN_CODES = frozenset(int(c) for c in ErrorCode)
 _CLIENT_ID = b"kref-spark"
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ii")
@@ -453,7 +454,8 @@ class NativeSink:
             code, message = codes.get(b.partition, (_UNKNOWN_SERVER_ERROR, "no answer for this partition"))
             if code == 0:
                 continue
-            where = f"{self.topic}-{b.partition}: {ErrorCode(code).name}" + (f" ({message})" if message else "")
+            name = ErrorCode(code).name if code in _KNOWN_CODES else f"error {code}"
+            where = f"{self.topic}-{b.partition}: {name}" + (f" ({message})" if message else "")
             if code in _TOO_LARGE:
                 self._split(b)
             elif is_retriable(code):
@@ -479,8 +481,9 @@ class NativeSink:
             time.sleep(RETRY_BACKOFF_S)
             try:
                 self._leaders = self._brokers.leaders(self.topic, refresh=True)
-            except client.UnknownTopicError:
-                raise
+            except client.UnknownTopicError as exc:  # e.g. deleted while the task wrote
+                left = sum(len(b.rows) // 4 for b in self._retry)
+                raise client.UnknownTopicError(f"kref sink: {left} record(s) not written: {exc}") from None
             except client.BrokerUnreachableError as exc:
                 self._last_error = str(exc)
                 continue
