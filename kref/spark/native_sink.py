@@ -88,6 +88,8 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Requests awaiting an answer on one connection (librdkafka's
 # max.in.flight.requests.per.connection is 1,000,000; the Java client's 5).
 MAX_IN_FLIGHT = 5
+# How much longer than request.timeout.ms a Produce answer is waited for.
+_ANSWER_MARGIN_MS = 5_000
 # retry.backoff.ms, both clients' default.
 RETRY_BACKOFF_S = 0.1
 # metadata.max.age.ms, both clients' default.
@@ -258,7 +260,12 @@ class NativeSink:
         self._request_timeout_ms = int(cfg.get("request.timeout.ms", 30_000))
         self._flush_timeout_s = flush_timeout_ms / 1000
         self._fallback = fallback
-        self._brokers = wire.brokers(self.bootstrap, metadata_timeout_ms / 1000)
+        # The connections' socket timeout bounds the wait for a Produce answer
+        # too, and acks=all may rightly take the broker's whole request timeout
+        # (a follower that died is still in the ISR until replica.lag.time.max.ms):
+        # a shorter one would give up on answers that are on their way.
+        timeout_ms = max(metadata_timeout_ms, self._request_timeout_ms + _ANSWER_MARGIN_MS)
+        self._brokers = wire.brokers(self.bootstrap, timeout_ms / 1000)
         self._leaders: list[int] | None = None
         self._sticky = -1
         # Lowered when the topic refuses a batch as too large (split, then kept).
