@@ -9,7 +9,7 @@ export PYSPARK_PYTHON ?= $(abspath $(PY))
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/setup.sh kref/records/_cwalker.c kref/spark/_csource.c
+$(VENV)/.installed: pyproject.toml scripts/setup.sh kref/records/_cwalker.c kref/spark/_csource.c kref/spark/_csink.c
 	bash scripts/setup.sh
 
 # The main job: a local kref cluster on embedded defaults (3 combined KRaft

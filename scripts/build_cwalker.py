@@ -28,6 +28,7 @@ SOURCE = ROOT / "kref" / "records" / "_cwalker.c"
 SOURCES = [
     SOURCE,
     ROOT / "kref" / "spark" / "_csource.c",  # the Spark reader's columnar decoder
+    ROOT / "kref" / "spark" / "_csink.c",  # the Spark sink's columnar encoder
 ]
 
 

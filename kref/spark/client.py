@@ -22,6 +22,12 @@ position moves past them. Records are turned into Arrow record batches of
 bounded size so the Python worker hands Spark columns, not tuples; writes
 take Arrow batches from Spark the same way. Where the time goes, measured,
 is in docs/spark.md ("Performance").
+
+The sink's common case (value, optional key, the topic option) skips
+librdkafka when the compiled encoder is built: native_sink.py encodes the
+Arrow batches into record batches and sends them over wire.py's own
+connections; this module's librdkafka path stays the reference and takes
+everything else.
 """
 
 from __future__ import annotations
@@ -749,8 +755,14 @@ class BatchProducer:
     report failures only, checked after every batch (so a failing task stops
     early) and at flush. Partitioning matches the Java client (murmur2) so
     keyed records land where a Spark Kafka sink would put them. The
-    librdkafka producer comes from the worker's pool (_take_producer) and
-    goes back only after a clean flush (write_batches).
+    librdkafka producer comes from the worker's pool (_take_producer) when
+    first needed and goes back only after a clean flush (write_batches).
+
+    The common case (value, optional key, the `topic` option, no partition
+    or headers column) takes the columnar fast path instead when it is built
+    (native_sink.NativeSink: Arrow buffers to record batches in C, sent by
+    the connector itself); rows it cannot send (too large for the topic, or
+    a column type it does not read) come back here to librdkafka.
     """
 
     def __init__(
@@ -761,25 +773,45 @@ class BatchProducer:
         metadata_timeout_ms: int,
         flush_timeout_ms: int,
     ):
+        from . import native_sink
+
         self.columns = columns
         self.bootstrap = config["bootstrap.servers"]
-        self._client = _take_producer(producer_config(config, flush_timeout_ms=flush_timeout_ms))
-        self._producer = self._client.producer
+        self._cfg = producer_config(config, flush_timeout_ms=flush_timeout_ms)
+        # The librdkafka producer, taken from the pool when first needed.
+        self._client: _PooledProducer | None = None
         self._metadata_timeout_s = metadata_timeout_ms / 1000
         self._flush_timeout_s = flush_timeout_ms / 1000
         self.records = 0
+        self.native = None
+        c = columns
+        if c.topic is not None and c.partition is None and c.headers is None and native_sink.usable(self._cfg):
+            self.native = native_sink.NativeSink(
+                self._cfg, c.topic, metadata_timeout_ms=metadata_timeout_ms,
+                flush_timeout_ms=flush_timeout_ms, fallback=self._produce_fallback,
+            )  # fmt: skip
+
+    @property
+    def _pooled(self) -> _PooledProducer:
+        if self._client is None:
+            self._client = _take_producer(self._cfg)
+        return self._client
+
+    @property
+    def _producer(self):
+        return self._pooled.producer
 
     @property
     def _failures(self) -> list[str]:
-        return self._client.reports.failures
+        return self._pooled.reports.failures
 
     @property
     def _errors(self) -> deque[str]:
-        return self._client.reports.errors
+        return self._pooled.reports.errors
 
     @property
     def _known_topics(self) -> set[str]:
-        return self._client.known_topics
+        return self._pooled.known_topics
 
     def _ensure_topic(self, topic) -> None:
         if topic is None:
@@ -796,6 +828,11 @@ class BatchProducer:
         c = self.columns
         n = batch.num_rows
         if n == 0:
+            return
+        if self.native is not None and self.native.write(
+            batch.column(c.key) if c.key else None, batch.column(c.value)
+        ):
+            self.records += n
             return
         values = batch.column(c.value).to_pylist()
         keys = batch.column(c.key).to_pylist() if c.key else [None] * n
@@ -823,6 +860,16 @@ class BatchProducer:
                 self._wait_for_room()
             except Exception as exc:
                 self._cannot_produce(topic, None, exc)
+
+    def _produce_fallback(self, keys: list, values: list) -> None:
+        """Rows the fast path hands back (native_sink), produced with librdkafka."""
+        topic = self.columns.topic
+        if topic not in self._known_topics:
+            self._ensure_topic(topic)
+        self._produce_simple(topic, values, keys)
+        self._producer.poll(0)
+        if self._failures:
+            self._raise_failures()
 
     def _produce_general(self, batch, values: list, keys: list) -> None:
         c = self.columns
@@ -864,12 +911,16 @@ class BatchProducer:
 
     def _raise_failures(self) -> None:
         raise KrefConnectorError(
-            f"kref sink: {self._client.reports.failed} record(s) not acknowledged by kref broker "
+            f"kref sink: {self._pooled.reports.failed} record(s) not acknowledged by kref broker "
             f"{self.bootstrap!r}: {'; '.join(self._failures)}"
         )
 
     def flush(self) -> int:
         """Wait for every acknowledgement; return the number of records written."""
+        if self.native is not None:
+            self.native.flush()
+        if self._client is None:
+            return self.records
         left = self._producer.flush(self._flush_timeout_s)
         if self._failures:
             self._raise_failures()
@@ -895,9 +946,18 @@ def write_batches(
         config, columns, metadata_timeout_ms=metadata_timeout_ms, flush_timeout_ms=flush_timeout_ms
     )
     # Kept for the next task only after a clean end: a failed task's producer
-    # may hold queued records and failure reports, and is dropped with it.
-    for batch in batches:
-        producer.write(batch)
-    written = producer.flush()
-    _producers.keep(producer._client.key, producer._client)
+    # may hold queued records and failure reports, and is dropped with it
+    # (and the fast path's connections, which may have answers on the way).
+    try:
+        for batch in batches:
+            producer.write(batch)
+        written = producer.flush()
+    except BaseException:
+        if producer.native is not None:
+            producer.native.abandon()
+        raise
+    if producer.native is not None:
+        producer.native.done()
+    if producer._client is not None:
+        _producers.keep(producer._client.key, producer._client)
     return written

@@ -34,11 +34,12 @@ import threading
 # Thread-free at import (checked by preload()); what a kref read or write
 # task's worker would otherwise import after the fork.
 PRELOAD = ("pyspark.worker", "confluent_kafka", "kref.spark.source")
-# The reader's fast path (native_source, wire, kio's Fetch v12, the codecs):
-# importing kref.spark.wire alone takes ~0.9 s (kio.static.primitive imports
-# hypothesis), which a fresh worker's first read task would pay.
-PRELOAD += ("kref.spark.wire", "kref.spark.native_source", "kio.schema.fetch.v12.request",
-            "kio.schema.fetch.v12.response", "kref.records.compression")
+# The columnar fast paths (native_source, native_sink, wire, kio's Fetch v12,
+# the codecs): importing kref.spark.wire alone takes ~0.9 s
+# (kio.static.primitive imports hypothesis), which a fresh worker's first read
+# or write task would pay.
+PRELOAD += ("kref.spark.wire", "kref.spark.native_source", "kref.spark.native_sink",
+            "kio.schema.fetch.v12.request", "kio.schema.fetch.v12.response", "kref.records.compression")
 
 
 def _threads() -> int:
