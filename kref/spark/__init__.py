@@ -2,8 +2,14 @@
 
 Theory of operation: a Python data source (pyspark.sql.datasource, Spark 4)
 that mirrors Spark's Kafka connector (same schema, same options with a
-`kref.` client prefix) and reaches the broker through a real Kafka client,
-so it works against kref or any Kafka-compatible broker.
+`kref.` client prefix). Its common case (plain connections, whole record
+batches) speaks the Kafka protocol itself and moves record batches straight
+between the broker and Arrow buffers (native_source.py, native_sink.py,
+wire.py, two optional C extensions); everything else, and every task when
+the extensions are not built, goes through librdkafka (confluent-kafka),
+which stays the reference the fast paths are tested against. Both speak
+only the Kafka protocol, so it works against kref or any Kafka-compatible
+broker.
 
 Registration: pyspark >= 4 looks, at the first data-source lookup of a
 session, for top-level modules named `pyspark_*` exposing `DefaultSource`;

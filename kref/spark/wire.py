@@ -175,6 +175,13 @@ class Brokers:
         self.connection(node_id)
         return _version_in(self._versions[node_id], api_key, lo, hi)
 
+    def set_timeout(self, timeout_s: float) -> None:
+        """Wait at most `timeout_s` on each answer from now on (open connections too)."""
+        self.timeout_s = timeout_s
+        for conn in (*self._connections.values(), self._seed_conn):
+            if conn is not None:
+                conn.sock.settimeout(timeout_s)
+
     def drop(self, node_id: int) -> None:
         """Close the connection to `node_id` (after an I/O error: the next use reconnects)."""
         conn = self._connections.pop(node_id, None)
@@ -261,12 +268,20 @@ _idle = client._IdleSlot(close=lambda b: b.close())
 
 
 def brokers(bootstrap: str, timeout_s: float = 30.0) -> Brokers:
-    """This worker's Brokers for `bootstrap` (taken from the idle slot, or new).
-    Give it back with `keep()` after a clean use; drop it (close()) after a failure."""
-    found = _idle.take((bootstrap, timeout_s))
-    return found if found is not None else Brokers(bootstrap, timeout_s=timeout_s)
+    """This worker's Brokers for `bootstrap` (taken from the idle slot, or new),
+    waiting at most `timeout_s` on each answer.
+    Give it back with `keep()` after a clean use; drop it (close()) after a failure.
+
+    The slot is keyed by the bootstrap list alone: a worker that reads and
+    writes the same cluster keeps its connections across both, whatever
+    timeout each task asks for (the reader's and the sink's differ)."""
+    found = _idle.take((bootstrap,))
+    if found is None:
+        return Brokers(bootstrap, timeout_s=timeout_s)
+    found.set_timeout(timeout_s)
+    return found
 
 
 def keep(handle: Brokers) -> None:
     """Return `handle` to the idle slot for the next task in this process."""
-    _idle.keep((handle.bootstrap, handle.timeout_s), handle)
+    _idle.keep((handle.bootstrap,), handle)

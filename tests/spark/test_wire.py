@@ -65,8 +65,15 @@ def test_pool_keeps_one_idle_handle_per_process(broker):
     wire.keep(first)
     assert wire.brokers(broker.bootstrap, 10) is first
     wire.keep(first)
-    other = wire.brokers(broker.bootstrap, 11)  # other settings: a new handle, the idle one closed
-    assert other is not first
+    # Another timeout keeps the connections (a worker's reads and writes differ
+    # there) and applies to the open sockets too.
+    first.leaders(broker.create_topic(1))
+    again = wire.brokers(broker.bootstrap, 11)
+    assert again is first and again.timeout_s == 11
+    assert all(c.sock.gettimeout() == 11 for c in [again._seed_conn, *again._connections.values()] if c)
+    wire.keep(again)
+    other = wire.brokers("127.0.0.1:1", 11)  # another bootstrap list: a new handle, the idle one closed
+    assert other is not first and first._seed_conn is None
     other.close()
 
 
