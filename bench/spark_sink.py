@@ -82,6 +82,10 @@ def main() -> None:
                     got[name].append((wall, cpu, broker_cpu))
                     print(f"run {n} {name:<10} wall {wall * 1000:6.0f} ms  cpu {cpu:5.2f} s  "
                           f"broker cpu {broker_cpu:5.2f} s  load {loads[-1]:.1f}", flush=True)
+        # The pooled producer and connections go before the broker does (else
+        # librdkafka logs its reconnect attempts to a stopped broker).
+        client._producers.clear()
+        native_sink.wire.close_idle()
     print(f"\nrows={rows} partitions={args.partitions} value_bytes={args.value_bytes}, "
           f"{runs} runs per path after one warm-up each, load {min(loads):.1f}-{max(loads):.1f}")
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in got.items()}

@@ -147,6 +147,12 @@ class _IdleSlot:
     def idle(self):
         return self._item
 
+    def clear(self) -> None:
+        """Close the idle client, if any (a process that is done with the broker)."""
+        item, self._item = self._item, None
+        if item is not None and self._close is not None:
+            self._close(item)
+
 
 def _settings_key(cfg: dict) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in cfg.items()))

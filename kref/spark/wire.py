@@ -285,3 +285,8 @@ def brokers(bootstrap: str, timeout_s: float = 30.0) -> Brokers:
 def keep(handle: Brokers) -> None:
     """Return `handle` to the idle slot for the next task in this process."""
     _idle.keep((handle.bootstrap,), handle)
+
+
+def close_idle() -> None:
+    """Close this process's idle Brokers, if any (a process done with the cluster)."""
+    _idle.clear()
