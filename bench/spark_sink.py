@@ -10,15 +10,18 @@ times each after one warm-up of each. Per run: wall time, this process's
 CPU time (every thread: librdkafka's too), and the broker's CPU time (from
 /proc). It prints the medians and the ratio of the two paths, and the load.
 No Spark: this isolates the connector's own per-row work, which bench/spark.py
-measures inside a real query.
+measures inside a real query. `--compression gzip|snappy|lz4|zstd` sets the
+sink's kafka.compression.type on both paths (values are then half random
+bytes, half repeated, so that the codecs have something to do).
 
-    .venv/bin/python bench/spark_sink.py [--rows 200000] [--partitions 2] [--runs 5]
+    .venv/bin/python bench/spark_sink.py [--rows 200000] [--partitions 2] [--runs 5] [--compression lz4]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import time
@@ -43,6 +46,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
     args = parser.parse_args()
     rows = max(1, min(args.rows, MAX_ROWS))
     runs = max(1, min(args.runs, MAX_RUNS))
@@ -53,18 +57,24 @@ def main() -> None:
 
     if native_sink._csink is None:
         sys.exit("kref/spark/_csink.c is not built (python scripts/build_cwalker.py)")
-    value = b"x" * args.value_bytes
     batches = []
+    rng = random.Random(1230)
+    print("seed 1230 (compressed runs' values)")
     for start in range(0, rows, 10_000):
         n = min(10_000, rows - start)
+        if args.compression == "none":
+            values = [b"x" * args.value_bytes] * n
+        else:
+            half = args.value_bytes // 2
+            values = [rng.randbytes(half) + b"x" * (args.value_bytes - half) for _ in range(n)]
         batches.append(pa.RecordBatch.from_arrays(
-            [pa.array([b"%d" % i for i in range(start, start + n)]), pa.array([value] * n)],
+            [pa.array([b"%d" % i for i in range(start, start + n)]), pa.array(values)],
             names=["key", "value"]))
     limits = {"metadata_timeout_ms": 30_000, "flush_timeout_ms": 120_000}
     with start_kref_process() as (bootstrap, broker):
         topic = "bench-spark-sink"
         create_topic(bootstrap, topic, args.partitions)
-        cfg = {"bootstrap.servers": bootstrap}
+        cfg = {"bootstrap.servers": bootstrap, "compression.type": args.compression}
         columns = client.SinkColumns(value="value", key="key", topic=topic)
         got: dict[str, list[tuple[float, float, float]]] = {"native": [], "librdkafka": []}
         loads = []
@@ -86,7 +96,8 @@ def main() -> None:
         # librdkafka logs its reconnect attempts to a stopped broker).
         client._producers.clear()
         native_sink.wire.close_idle()
-    print(f"\nrows={rows} partitions={args.partitions} value_bytes={args.value_bytes}, "
+    print(f"\nrows={rows} partitions={args.partitions} value_bytes={args.value_bytes} "
+          f"compression={args.compression}, "
           f"{runs} runs per path after one warm-up each, load {min(loads):.1f}-{max(loads):.1f}")
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in got.items()}
     for name, (wall, cpu, broker_cpu) in med.items():

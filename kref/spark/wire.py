@@ -58,6 +58,8 @@ _NATIVE_KEYS = frozenset({
     "queued.max.messages.kbytes", "acks", "partitioner", "linger.ms",
     "queue.buffering.max.kbytes", "queue.buffering.max.messages", "message.timeout.ms",
     "delivery.report.only.error", "socket.timeout.ms", "request.timeout.ms",
+    # The sink compresses its batches itself (native_sink.compression_of).
+    "compression.type", "compression.codec", "compression.level",
 })
 
 
