@@ -4,7 +4,13 @@ Arrow buffers.
 Theory of operation. A read task's fast path (kref/spark/native_source.py)
 fetches raw v2 record batches from the partition's leader and needs them as
 Arrow columns: key and value (binary: validity bitmap, int32 offsets, data),
-offset (int64), timestamp (int64 microseconds) and timestampType (int32).
+offset (int64), timestamp (int64 microseconds) and timestampType (int32),
+and with includeHeaders the headers column, Arrow's
+list<struct<key: string, value: binary>>: the list's validity (a record
+without headers is null, as Spark's Kafka source and librdkafka give it) and
+offsets into the headers, then the header keys (int32 offsets, UTF-8 data,
+never null) and values (validity, int32 offsets, data). A header key that is
+not valid UTF-8 raises ValueError (the librdkafka path reads that range).
 decode() walks the batches of one partition's `records` field from a byte
 position, keeps the records whose offsets lie in [from_offset, until_offset)
 and returns those buffers as bytes objects, ready for
@@ -75,7 +81,53 @@ typedef struct {
     int64_t *offsets, *stamps;
     int32_t *types;
     int fill;
+    /* includeHeaders: the headers column's counts and buffers. */
+    int headers;
+    Py_ssize_t n_headers, empty_headers, hkey_bytes, hvalue_bytes, hvalue_nulls;
+    uint8_t *h_valid, *hv_valid;
+    int32_t *h_offs, *hk_offs, *hv_offs;
+    char *hk_data, *hv_data;
 } Sink;
+
+/* Whether d[0..n) is UTF-8 as Arrow's string type needs it (no overlong
+   forms, no surrogates, nothing above U+10FFFF). */
+static int
+valid_utf8(const uint8_t *d, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = d[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int more;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            cp = c & 0x07;
+        } else
+            return 0;
+        if (more > n - i - 1)
+            return 0;
+        for (int j = 1; j <= more; j++) {
+            if ((d[i + j] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (d[i + j] & 0x3F);
+        }
+        if ((more == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (more == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += more + 1;
+    }
+    return 1;
+}
 
 static int
 bad(const char *what, int64_t detail)
@@ -121,15 +173,43 @@ walk_records(const uint8_t *d, Py_ssize_t end, int32_t count, int64_t base_offse
             return bad("value length", vlen);
         if (read_varint(d, pos, rend, 5, &nh, &pos) < 0 || nh < 0 || nh * 2 > rend - pos)
             return bad("headers count", nh);
+        /* Headers are kept (counted, then written) only for a record in range. */
+        int keep_headers = s->headers && base_offset + off_delta >= from && base_offset + off_delta < until;
         for (int64_t h = 0; h < nh; h++) {
             if (read_varint(d, pos, rend, 5, &hl, &pos) < 0 || hl < 0 || hl > rend - pos)
                 return bad("header key length", hl);
+            if (keep_headers) {
+                Py_ssize_t j = s->n_headers;
+                if (s->fill) {
+                    memcpy(s->hk_data + s->hkey_bytes, d + pos, (size_t)hl);
+                    s->hk_offs[j + 1] = (int32_t)(s->hkey_bytes + hl);
+                } else if (!valid_utf8(d + pos, (Py_ssize_t)hl))
+                    return bad("header key is not UTF-8, record", i);
+                s->hkey_bytes += (Py_ssize_t)hl;
+            }
             pos += (Py_ssize_t)hl;
             if (read_varint(d, pos, rend, 5, &hl, &pos) < 0 || hl < -1 || hl > rend - pos)
                 return bad("header value length", hl);
+            if (keep_headers) {
+                Py_ssize_t j = s->n_headers++;
+                if (hl < 0)
+                    s->hvalue_nulls++;
+                if (s->fill) {
+                    if (hl >= 0) {
+                        if (s->hv_valid != NULL)
+                            s->hv_valid[j >> 3] |= (uint8_t)(1 << (j & 7));
+                        memcpy(s->hv_data + s->hvalue_bytes, d + pos, (size_t)hl);
+                    }
+                    s->hv_offs[j + 1] = (int32_t)(s->hvalue_bytes + (hl > 0 ? hl : 0));
+                }
+                if (hl > 0)
+                    s->hvalue_bytes += (Py_ssize_t)hl;
+            }
             if (hl > 0)
                 pos += (Py_ssize_t)hl;
         }
+        if (s->hkey_bytes > INT32_MAX || s->hvalue_bytes > INT32_MAX || s->n_headers > INT32_MAX)
+            return bad("more than 2 GiB of headers in one call", s->n);
         if (pos != rend)
             return bad("record length does not match its fields", length);
         if (i == count - 1 && off_delta > last_delta)
@@ -157,7 +237,14 @@ walk_records(const uint8_t *d, Py_ssize_t end, int32_t count, int64_t base_offse
             s->offsets[k] = offset;
             s->stamps[k] = (log_append ? max_ts : base_ts + ts_delta) * 1000;
             s->types[k] = log_append ? 1 : 0;
+            if (s->headers) {
+                if (nh > 0 && s->h_valid != NULL)
+                    s->h_valid[k >> 3] |= (uint8_t)(1 << (k & 7));
+                s->h_offs[k + 1] = (int32_t)s->n_headers;
+            }
         }
+        if (s->headers && nh == 0)
+            s->empty_headers++;
         if (klen > 0)
             s->key_bytes += (Py_ssize_t)klen;
         if (vlen > 0)
@@ -264,6 +351,7 @@ columns(walk_fn walk, void *ctx, const Sink *counted)
     Sink s;
     memset(&s, 0, sizeof s);
     s.fill = 1;
+    s.headers = counted->headers;
     Py_ssize_t n = counted->n;
     PyObject *kv = bitmap(n, counted->key_nulls, &s.key_valid);
     PyObject *vv = bitmap(n, counted->value_nulls, &s.value_valid);
@@ -274,20 +362,40 @@ columns(walk_fn walk, void *ctx, const Sink *counted)
     PyObject *of = new_buffer(n * 8, &s.offsets);
     PyObject *st = new_buffer(n * 8, &s.stamps);
     PyObject *ty = new_buffer(n * 4, &s.types);
+    /* The headers column's buffers (empty ones when not asked for). */
+    Py_ssize_t nh = counted->n_headers, hn = counted->headers ? n : 0;
+    PyObject *hv = bitmap(hn, counted->headers ? counted->empty_headers : 0, &s.h_valid);
+    PyObject *ho = new_buffer(counted->headers ? (n + 1) * 4 : 0, &s.h_offs);
+    PyObject *hko = new_buffer(counted->headers ? (nh + 1) * 4 : 0, &s.hk_offs);
+    PyObject *hkd = new_buffer(counted->hkey_bytes, &s.hk_data);
+    PyObject *hvv = bitmap(nh, counted->hvalue_nulls, &s.hv_valid);
+    PyObject *hvo = new_buffer(counted->headers ? (nh + 1) * 4 : 0, &s.hv_offs);
+    PyObject *hvd = new_buffer(counted->hvalue_bytes, &s.hv_data);
     PyObject *result = NULL;
-    if (kv && vv && ko && kd && vo && vd && of && st && ty) {
+    if (kv && vv && ko && kd && vo && vd && of && st && ty && hv && ho && hko && hkd && hvv && hvo && hvd) {
         s.key_offs[0] = 0;
         s.value_offs[0] = 0;
+        if (counted->headers)
+            s.h_offs[0] = s.hk_offs[0] = s.hv_offs[0] = 0;
         if (walk(ctx, &s) == 0) {
-            if (s.n != n || s.key_bytes != counted->key_bytes || s.value_bytes != counted->value_bytes)
+            if (s.n != n || s.key_bytes != counted->key_bytes || s.value_bytes != counted->value_bytes ||
+                s.n_headers != nh || s.hkey_bytes != counted->hkey_bytes ||
+                s.hvalue_bytes != counted->hvalue_bytes)
                 PyErr_SetString(PyExc_RuntimeError, "_csource: the two passes disagree");
-            else
+            else if (!counted->headers)
                 result = Py_BuildValue("(nnOOOnOOOOOO)", n, counted->key_nulls, kv, ko, kd,
                                        counted->value_nulls, vv, vo, vd, of, st, ty);
+            else
+                result = Py_BuildValue("(nnOOOnOOOOOOnOOnOOnOOO)", n, counted->key_nulls, kv, ko, kd,
+                                       counted->value_nulls, vv, vo, vd, of, st, ty,
+                                       counted->empty_headers, hv, ho, nh, hko, hkd,
+                                       counted->hvalue_nulls, hvv, hvo, hvd);
         }
     }
     Py_XDECREF(kv); Py_XDECREF(vv); Py_XDECREF(ko); Py_XDECREF(kd); Py_XDECREF(vo);
     Py_XDECREF(vd); Py_XDECREF(of); Py_XDECREF(st); Py_XDECREF(ty);
+    Py_XDECREF(hv); Py_XDECREF(ho); Py_XDECREF(hko); Py_XDECREF(hkd); Py_XDECREF(hvv);
+    Py_XDECREF(hvo); Py_XDECREF(hvd);
     return result;
 }
 
@@ -311,12 +419,15 @@ batch_walk(void *ctx, Sink *s)
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(buf, pos, from_offset, until_offset) -> (status, stop, next_offset, columns)\n\n"
+"decode(buf, pos, from_offset, until_offset, headers=False) -> (status, stop, next_offset, columns)\n\n"
 "Walk the v2 batches of buf from pos; keep records in [from_offset, until_offset).\n"
 "status: 0 end, 1 partial tail, 2 compressed batch at stop, 3 unusual batch at stop.\n"
 "next_offset: past the last batch consumed (-1 if none). columns: (n, key_nulls,\n"
 "key_validity|None, key_offsets, key_data, value_nulls, value_validity|None,\n"
-"value_offsets, value_data, offsets, timestamps_us, timestamp_types).");
+"value_offsets, value_data, offsets, timestamps_us, timestamp_types), and with\n"
+"headers: + (records_without_headers, list_validity|None, list_offsets, n_headers,\n"
+"header_key_offsets, header_key_data, header_value_nulls, header_value_validity|None,\n"
+"header_value_offsets, header_value_data).");
 
 static PyObject *
 decode(PyObject *self, PyObject *args)
@@ -324,7 +435,8 @@ decode(PyObject *self, PyObject *args)
     Py_buffer view;
     Py_ssize_t pos;
     long long from, until;
-    if (!PyArg_ParseTuple(args, "y*nLL", &view, &pos, &from, &until))
+    int headers = 0;
+    if (!PyArg_ParseTuple(args, "y*nLL|p", &view, &pos, &from, &until, &headers))
         return NULL;
     PyObject *result = NULL;
     if (pos < 0 || pos > view.len) {
@@ -334,6 +446,7 @@ decode(PyObject *self, PyObject *args)
     BatchWalk w = {view.buf, view.len, pos, from, until, ST_END, 0, -1};
     Sink counted;
     memset(&counted, 0, sizeof counted);
+    counted.headers = headers;
     if (walk_batches(w.d, w.len, w.pos, from, until, &counted, &w.status, &w.stop, &w.next_offset) < 0)
         goto done;
     PyObject *cols = columns(batch_walk, &w, &counted);
@@ -364,22 +477,23 @@ section_walk(void *ctx, Sink *s)
 PyDoc_STRVAR(decode_section_doc,
 "decode_section(section, count, base_offset, last_offset_delta, base_timestamp,\n"
 "               log_append_time, max_timestamp,\n"
-"               from_offset, until_offset) -> columns\n\n"
+"               from_offset, until_offset, headers=False) -> columns\n\n"
 "The records of one (decompressed) records section, as decode()'s columns.");
 
 static PyObject *
 decode_section(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    int count, last_delta, log_append;
+    int count, last_delta, log_append, headers = 0;
     long long base_offset, base_ts, max_ts, from, until;
-    if (!PyArg_ParseTuple(args, "y*iLiLpLLL", &view, &count, &base_offset, &last_delta, &base_ts,
-                          &log_append, &max_ts, &from, &until))
+    if (!PyArg_ParseTuple(args, "y*iLiLpLLL|p", &view, &count, &base_offset, &last_delta, &base_ts,
+                          &log_append, &max_ts, &from, &until, &headers))
         return NULL;
     SectionWalk w = {view.buf, view.len, count, last_delta, base_offset, base_ts, max_ts, from, until,
                      log_append};
     Sink counted;
     memset(&counted, 0, sizeof counted);
+    counted.headers = headers;
     PyObject *result = NULL;
     if (section_walk(&w, &counted) == 0)
         result = columns(section_walk, &w, &counted);

@@ -507,7 +507,7 @@ def read_range(
     previous batch was planned). Runs inside a Spark task. The columnar fast
     path (native_source: Fetch, decoded into Arrow in C) reads what it can;
     the librdkafka path, the reference, reads the rest: everything when
-    fetch_path is "librdkafka", headers are wanted, from_offset is EARLIEST
+    fetch_path is "librdkafka", from_offset is EARLIEST
     or the decoder is not built, and from wherever the fast path met
     something unusual otherwise.
     """
@@ -516,7 +516,6 @@ def read_range(
     if (
         fetch_path != "librdkafka"
         and native_source.available()
-        and not include_headers
         and from_offset != EARLIEST
     ):
         rest = yield from native_source.read(

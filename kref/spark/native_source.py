@@ -8,7 +8,10 @@ level, at most FETCH_MAX_BYTES a response) for the task's partition to the
 partition's leader on the worker's own connection (kref/spark/wire.py,
 pooled per process), and _csource.c turns each response's record batches
 straight into Arrow buffers (key/value validity, offsets and data; offset;
-timestamp; timestampType), so no Python object is made per record. Topic
+timestamp; timestampType; with includeHeaders the headers column, Arrow's
+list<struct<key: string, value: binary>>, null for a record without
+headers as Spark's Kafka source and librdkafka give it), so no Python
+object is made per record. Topic
 and partition are constant columns. The next Fetch (from the offset after
 the response's last whole batch, read from the batch headers) is sent before
 the current response is decoded, so the broker reads the log while the task
@@ -20,8 +23,8 @@ and transaction markers are passed over (control batches are skipped, their
 offsets count); a planned end above the high watermark (the last stable
 offset under read_committed) is data loss under failOnDataLoss. Compressed
 batches are decompressed with kref.records.compression and their records
-decoded in C too. Headers are not decoded here: includeHeaders=true uses the
-librdkafka path.
+decoded in C too. A header key that is not UTF-8 (Arrow's string type needs
+it) is unusual too.
 
 Anything unusual hands the rest of the range to the librdkafka path, which
 stays the reference: read() returns the (position, until_offset) it reached
@@ -72,6 +75,15 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 
 
+def _utf8(key: str) -> bool:
+    """Whether a header key kref/records decoded (surrogateescape) was valid UTF-8."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class Fallback(Exception):
     """Something this path does not handle: the librdkafka path reads the rest."""
 
@@ -94,15 +106,18 @@ def next_fetch_offset(records: bytes, position: int) -> int:
     return nxt
 
 
-def decode_columns(records: bytes, from_offset: int, until_offset: int) -> tuple[list[tuple], int]:
+def decode_columns(
+    records: bytes, from_offset: int, until_offset: int, headers: bool = False
+) -> tuple[list[tuple], int]:
     """_csource's column tuples for the records of one response in
-    [from_offset, until_offset), and the offset after the last whole batch
-    (-1 if none). Raises Fallback on what the librdkafka path must read."""
+    [from_offset, until_offset) (with the headers column's buffers when
+    `headers`), and the offset after the last whole batch (-1 if none).
+    Raises Fallback on what the librdkafka path must read."""
     chunks: list[tuple] = []
     pos, next_offset = 0, -1
     try:
         while True:
-            status, stop, batch_next, cols = _csource.decode(records, pos, from_offset, until_offset)
+            status, stop, batch_next, cols = _csource.decode(records, pos, from_offset, until_offset, headers)
             next_offset = max(next_offset, batch_next)
             if cols[0]:
                 chunks.append(cols)
@@ -116,7 +131,7 @@ def decode_columns(records: bytes, from_offset: int, until_offset: int) -> tuple
                     records_section(records, header), header.records_count, header.base_offset,
                     header.last_offset_delta, header.base_timestamp, header.is_log_append_time,
                     header.max_timestamp,
-                    from_offset, until_offset,
+                    from_offset, until_offset, headers,
                 )  # fmt: skip
                 if cols[0]:
                     chunks.append(cols)
@@ -137,11 +152,15 @@ class ArrowColumns:
         self._topic = pa.scalar(topic, pa.string())
         self._partition = pa.scalar(partition, pa.int32())
         self._stamp_type = arrow_schema.field("timestamp").type
+        self.headers = "headers" in arrow_schema.names
+        if self.headers:
+            self._headers_type = arrow_schema.field("headers").type  # list<struct<key, value>>
+            self._header_type = self._headers_type.value_type
 
     def batch(self, cols: tuple):
         pa = self._pa
         buf = pa.py_buffer
-        n, key_nulls, kv, ko, kd, value_nulls, vv, vo, vd, offsets, stamps, types = cols
+        n, key_nulls, kv, ko, kd, value_nulls, vv, vo, vd, offsets, stamps, types = cols[:12]
         arrays = {
             "key": pa.Array.from_buffers(pa.binary(), n, [kv and buf(kv), buf(ko), buf(kd)], key_nulls),
             "value": pa.Array.from_buffers(pa.binary(), n, [vv and buf(vv), buf(vo), buf(vd)], value_nulls),
@@ -151,6 +170,14 @@ class ArrowColumns:
             "timestamp": pa.Array.from_buffers(self._stamp_type, n, [None, buf(stamps)], 0),
             "timestampType": pa.Array.from_buffers(pa.int32(), n, [None, buf(types)], 0),
         }
+        if self.headers:
+            empty, lv, lo, nh, hko, hkd, hv_nulls, hvv, hvo, hvd = cols[12:]
+            keys = pa.Array.from_buffers(pa.string(), nh, [None, buf(hko), buf(hkd)], 0)
+            values = pa.Array.from_buffers(pa.binary(), nh, [hvv and buf(hvv), buf(hvo), buf(hvd)], hv_nulls)
+            pairs = pa.Array.from_buffers(self._header_type, nh, [None], 0, children=[keys, values])
+            arrays["headers"] = pa.Array.from_buffers(
+                self._headers_type, n, [lv and buf(lv), buf(lo)], empty, children=[pairs]
+            )
         return pa.RecordBatch.from_arrays([arrays[name] for name in self.schema.names], schema=self.schema)
 
 
@@ -164,7 +191,8 @@ def decode_reference(records: bytes, from_offset: int, until_offset: int, arrow_
     from kref.records.batch import RecordBatch
     from kref.records.memory_records import iter_batches
 
-    keys, values, offsets, stamps, types = [], [], [], [], []
+    keys, values, offsets, stamps, types, headers = [], [], [], [], [], []
+    with_headers = "headers" in arrow_schema.names
     next_offset = -1
     try:
         for batch in iter_batches(records, verify_crc=False, allow_partial_tail=True):
@@ -182,6 +210,10 @@ def decode_reference(records: bytes, from_offset: int, until_offset: int, arrow_
                     offsets.append(r.offset)
                     stamps.append(r.timestamp * 1000)
                     types.append(batch.timestamp_type)
+                    if with_headers:
+                        if any(not hd.key.isascii() and not _utf8(hd.key) for hd in r.headers):
+                            raise Fallback("a header key is not UTF-8")
+                        headers.append([{"key": hd.key, "value": hd.value} for hd in r.headers] or None)
     except CorruptRecordError as exc:
         raise Fallback(f"cannot decode: {exc}") from None
     n = len(offsets)
@@ -194,6 +226,8 @@ def decode_reference(records: bytes, from_offset: int, until_offset: int, arrow_
         "timestamp": pa.array(stamps, pa.int64()).view(arrow_schema.field("timestamp").type),
         "timestampType": pa.array(types, pa.int32()),
     }
+    if with_headers:
+        columns["headers"] = pa.array(headers, arrow_schema.field("headers").type)
     batch = pa.RecordBatch.from_arrays([columns[name] for name in arrow_schema.names], schema=arrow_schema)
     return batch, next_offset
 
@@ -299,7 +333,7 @@ def read(
             if nxt < until_offset:
                 # Pipelined: the broker reads the next range while this one decodes.
                 in_flight = conn.send(_fetch_request(topic, partition, nxt, isolation))
-            chunks, next_offset = decode_columns(records, position, until_offset)
+            chunks, next_offset = decode_columns(records, position, until_offset, columns.headers)
             position = max(nxt, next_offset)
             for cols in chunks:
                 batch = columns.batch(cols)

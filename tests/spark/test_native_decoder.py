@@ -33,6 +33,10 @@ SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
 ])  # fmt: skip
+# includeHeaders=true: Spark's array<struct<key: string, value: binary>> as
+# pyspark's to_arrow_schema gives it.
+HEADERS_SCHEMA = SCHEMA.append(pa.field("headers", pa.list_(pa.field("element", pa.struct([
+    ("key", pa.string()), ("value", pa.binary())])))))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -56,23 +60,28 @@ def compiled(csource, monkeypatch):
     monkeypatch.setattr(native_source, "_csource", csource)
 
 
-def native(buf: bytes, from_offset: int, until_offset: int):
-    chunks, next_offset = decode_columns(buf, from_offset, until_offset)
-    columns = ArrowColumns(SCHEMA, "t", 3)
-    table = pa.Table.from_batches([columns.batch(c) for c in chunks], schema=SCHEMA)
+def native(buf: bytes, from_offset: int, until_offset: int, schema=SCHEMA):
+    columns = ArrowColumns(schema, "t", 3)
+    chunks, next_offset = decode_columns(buf, from_offset, until_offset, columns.headers)
+    batches = [columns.batch(c) for c in chunks]
+    for b in batches:
+        b.validate(full=True)  # offsets, bitmaps and UTF-8 as Arrow requires
+    table = pa.Table.from_batches(batches, schema=schema)
     return table.combine_chunks(), next_offset
 
 
-def same(buf: bytes, from_offset: int = 0, until_offset: int = 1 << 62) -> pa.Table:
+def same(buf: bytes, from_offset: int = 0, until_offset: int = 1 << 62, schema=SCHEMA) -> pa.Table:
+    if schema is SCHEMA:
+        same(buf, from_offset, until_offset, HEADERS_SCHEMA)  # every case with headers too
     try:
-        ref, ref_next = decode_reference(buf, from_offset, until_offset, SCHEMA, "t", 3)
+        ref, ref_next = decode_reference(buf, from_offset, until_offset, schema, "t", 3)
     except Fallback:
         with pytest.raises(Fallback):
-            native(buf, from_offset, until_offset)
+            native(buf, from_offset, until_offset, schema)
         return None
-    got, got_next = native(buf, from_offset, until_offset)
+    got, got_next = native(buf, from_offset, until_offset, schema)
     ref = pa.Table.from_batches([ref]).combine_chunks()
-    for name in SCHEMA.names:
+    for name in schema.names:
         assert got.column(name).to_pylist() == ref.column(name).to_pylist(), name
     assert got.equals(ref)
     assert got_next == ref_next
@@ -172,6 +181,61 @@ def test_malformed_records_fall_back(compiled):
 def test_headers_are_passed_over(compiled):
     buf = build_batch([Record(0, 1, b"k", b"v", (Header("h", b"x"), Header("n", None)))] * 1)
     assert same(buf).num_rows == 1
+
+
+def _with_headers(seed: int, n: int) -> list[Record]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        headers = []
+        for j in range(rng.choice([0, 0, 1, 2, 5, 40])):
+            key = rng.choice(["", "h", "trace-id", "clé", "键\u00e9-%d" % j, "😀", "x" * 300])
+            value = rng.choice([None, b"", b"v%d" % j, bytes(rng.randrange(256) for _ in range(rng.randrange(90)))])
+            headers.append(Header(key, value))
+        out.append(Record(i, 10 + i, b"k%d" % i, b"v%d" % i, tuple(headers)))
+    return out
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.GZIP, CompressionType.ZSTD])
+def test_headers_column_equals_the_reference(compiled, codec):
+    seed = 1240 + int(codec)
+    print(f"seed {seed}")
+    records = _with_headers(seed, 300)
+    buf = build_batch(records[:100], compression=codec)
+    buf += build_batch(records[100:], base_offset=100, compression=codec)
+    for lo, hi in [(0, 1 << 62), (0, 1), (3, 97), (99, 101), (150, 300), (299, 300), (300, 400)]:
+        got = same(buf, lo, hi, HEADERS_SCHEMA)
+        want = [
+            [{"key": h.key, "value": h.value} for h in r.headers] or None
+            for r in records[lo:min(hi, 300)]
+        ]
+        assert got.column("headers").to_pylist() == want
+    got = same(buf, schema=HEADERS_SCHEMA)
+    headers = got.column("headers")
+    assert headers.null_count == sum(1 for r in records if not r.headers)  # no headers: null, as Spark gives it
+    assert any(r.headers and any(h.value is None for h in r.headers) for r in records)
+
+
+def test_only_records_without_headers_and_only_null_values(compiled):
+    got = same(build_batch(recs(5)), schema=HEADERS_SCHEMA)
+    assert got.column("headers").to_pylist() == [None] * 5
+    one = build_batch([Record(0, 1, None, None, (Header("a", None), Header("b", None)))])
+    assert same(one, schema=HEADERS_SCHEMA).column("headers").to_pylist() == [
+        [{"key": "a", "value": None}, {"key": "b", "value": None}]
+    ]
+
+
+def test_a_header_key_that_is_not_utf8_falls_back(compiled):
+    for raw in (b"\xff", b"ok\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"):
+        key = raw.decode("utf-8", "surrogateescape")
+        buf = build_batch([Record(0, 1, b"k", b"v", (Header(key, b"x"),))])
+        with pytest.raises(Fallback):
+            native(buf, 0, 10, HEADERS_SCHEMA)
+        same(buf)  # without headers the record decodes; with them both refuse
+    # Valid 2-, 3- and 4-byte forms at the edges of their ranges.
+    for key in ["\u0080", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff"]:
+        got = same(build_batch([Record(0, 1, b"k", b"v", (Header(key, b"x"),))]), schema=HEADERS_SCHEMA)
+        assert got.column("headers").to_pylist() == [[{"key": key, "value": b"x"}]]
 
 
 def test_next_fetch_offset_reads_headers_only():

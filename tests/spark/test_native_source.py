@@ -5,7 +5,8 @@ Every read here is done twice, by client.read_range with fetch_path="auto"
 reference), and the two must give the same Arrow columns, row for row: plain
 keyed records over several batches and partitions with sub-ranges, null and
 empty keys and values, each compression codec librdkafka and kref share,
-LogAppendTime topics, compacted topics (offset gaps left by the cleaner),
+LogAppendTime topics, record headers (includeHeaders: null values, records
+without headers, many headers, non-ASCII keys), compacted topics (offset gaps left by the cleaner),
 a planned end above the high watermark and a start below the log start
 offset (data loss, both failOnDataLoss settings), and real Spark reads. The
 fast path must really be taken where it should (native_source.read returns
@@ -43,6 +44,15 @@ def arrow_schema():
     from kref.spark.source import kafka_schema
 
     return to_arrow_schema(kafka_schema(False), timezone="UTC")
+
+
+@pytest.fixture(scope="module")
+def headers_schema():
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from kref.spark.source import kafka_schema
+
+    return to_arrow_schema(kafka_schema(True), timezone="UTC")
 
 
 def read(broker, arrow_schema, topic, partition, lo, hi, *, path, rows_per_batch=500,
@@ -127,6 +137,37 @@ def test_each_compression_codec(broker, arrow_schema, codec):
     same_both_ways(broker, arrow_schema, topic, 0, 0, 3000)
     same_both_ways(broker, arrow_schema, topic, 0, 1234, 2345)
     assert fast_path_reads_all(broker, arrow_schema, topic, 0, 0, 3000)
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_headers_column_equals_the_librdkafka_paths(broker, headers_schema, codec):
+    import random
+
+    from confluent_kafka import Producer
+
+    seed = 1250 + (codec == "lz4")
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    topic = broker.create_topic(1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5,
+                         "compression.type": codec})
+    sent = []
+    for i in range(2000):
+        headers = [
+            (rng.choice(["h", "", "trace-id", "clé", "键-%d" % j, "😀"]),
+             rng.choice([None, b"", b"v%d" % j, rng.randbytes(rng.randrange(60))]))
+            for j in range(rng.choice([0, 0, 1, 3, 30]))
+        ]
+        sent.append(headers)
+        producer.produce(topic, value=b"v%d" % i, key=b"k%d" % i, headers=headers or None)
+    assert producer.flush(30) == 0
+    for lo, hi in [(0, 2000), (5, 6), (777, 1999)]:
+        table = same_both_ways(broker, headers_schema, topic, 0, lo, hi)
+        want = [[{"key": k, "value": v} for k, v in h] or None for h in sent[lo:hi]]
+        assert table.column("headers").to_pylist() == want
+    assert fast_path_reads_all(broker, headers_schema, topic, 0, 0, 2000)
+    table = same_both_ways(broker, headers_schema, topic, 0, 0, 2000)
+    assert table.column("headers").null_count == sum(1 for h in sent if not h)  # no headers: null
 
 
 def test_log_append_time_topic(broker, arrow_schema):
