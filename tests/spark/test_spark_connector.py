@@ -428,6 +428,7 @@ def test_read_tasks_in_one_worker_reuse_a_consumer_only_after_a_whole_range(brok
             {"bootstrap.servers": broker.bootstrap}, topic, partition, start, end,
             fail_on_data_loss=True, poll_timeout_ms=30_000, include_headers=True,
             rows_per_batch=4, arrow_schema=arrow_schema,
+            fetch_path="librdkafka",  # the consumer pool is the librdkafka path's
         )
         got = []
         for n, batch in enumerate(it):
