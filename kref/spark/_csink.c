@@ -1,7 +1,7 @@
 /* The Spark sink's columnar encoder: Arrow key/value buffers -> Kafka record batches v2.
 
 Theory of operation. A write task's common case (a `value` column, an
-optional `key` column, the `topic` option; no partition or headers column)
+optional `key` column, an optional `headers` column, the `topic` option; no partition column)
 needs, per Arrow record batch, only two things per row: the partition (Kafka's
 murmur2 of the key, as the Java client and librdkafka's murmur2_random
 choose it; rows with a null key all go to one partition the caller picks,
@@ -17,6 +17,13 @@ object per row:
      (a lone record bigger than that gets a batch of its own: the caller
      hands such a batch to the librdkafka path), each batch written once
      into its final bytes object: header, records, CRC-32C.
+
+An optional headers column (Spark's array<struct<key: string, value:
+binary>>, Arrow's list<struct>: list validity and int32 offsets into the
+struct's rows, the struct's key and value children as binary/string columns)
+adds each row's headers to its record: a null or empty list is no header,
+a null value is length -1. The caller refuses (librdkafka path) a struct
+or key with nulls, which Kafka cannot carry.
 
 Every batch is what kref/records/batch.py's build_batch makes of the same
 records (baseOffset 0, no partition leader epoch, no producer id/epoch/
@@ -269,23 +276,37 @@ put_be(uint8_t *p, uint64_t v, int bytes)
 }
 
 #define HEADER_SIZE 61
-/* A record's fields after its length varint: attributes, timestampDelta (0),
-   offsetDelta, key, value, headers count (0). */
-static inline int64_t
-body_size(Py_ssize_t delta, Py_ssize_t klen, Py_ssize_t vlen)
-{
-    return 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
-           (vlen > 0 ? vlen : 0) + 1;
-}
 
 typedef struct {
     const uint8_t *kp, *vp;
     Py_ssize_t klen, vlen; /* -1: null */
+    Py_ssize_t hstart, hcount; /* the row's headers: struct rows [hstart, hstart + hcount) */
+    int64_t hbytes;            /* their encoded size, without the count */
 } Row;
+
+/* The headers column: a list<struct<key, value>> array's buffers. */
+typedef struct {
+    int present;
+    Py_buffer validity, offsets; /* the list's: validity (.buf NULL: no nulls), int32 offsets */
+    Py_ssize_t offset;           /* the list array's offset (slices) */
+    Py_ssize_t rows;             /* the struct's length */
+    Column key, value;           /* the struct's children, as sliced to the struct */
+} Headers;
+
+/* A record's fields after its length varint: attributes, timestampDelta (0),
+   offsetDelta, key, value, headers count and headers. */
+static inline int64_t
+body_size(Py_ssize_t delta, const Row *r)
+{
+    Py_ssize_t klen = r->klen, vlen = r->vlen;
+    return 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0) + varint_size(vlen) +
+           (vlen > 0 ? vlen : 0) + varint_size(r->hcount) + r->hbytes;
+}
 
 /* One batch of rows rows[0..count) -> bytes (exactly build_batch's). */
 static PyObject *
-write_batch(const Row *rows, const int32_t *which, Py_ssize_t count, int64_t size, int64_t timestamp_ms)
+write_batch(const Row *rows, const int32_t *which, Py_ssize_t count, int64_t size, int64_t timestamp_ms,
+            const Headers *hd)
 {
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!out)
@@ -308,7 +329,7 @@ write_batch(const Row *rows, const int32_t *which, Py_ssize_t count, int64_t siz
     p = put_be(p, (uint64_t)count, 4);             /* recordsCount */
     for (Py_ssize_t i = 0; i < count; i++) {
         const Row *r = &rows[which[i]];
-        p = put_varint(p, body_size(i, r->klen, r->vlen));
+        p = put_varint(p, body_size(i, r));
         *p++ = 0;
         *p++ = 0;
         p = put_varint(p, i);
@@ -322,7 +343,23 @@ write_batch(const Row *rows, const int32_t *which, Py_ssize_t count, int64_t siz
             memcpy(p, r->vp, r->vlen);
             p += r->vlen;
         }
-        *p++ = 0;
+        p = put_varint(p, r->hcount);
+        for (Py_ssize_t h = r->hstart; h < r->hstart + r->hcount; h++) {
+            /* Checked in pass 1: these offsets fit their buffers. */
+            const uint8_t *hp = NULL;
+            Py_ssize_t hl = value_of(&hd->key, h, "header key", &hp);
+            p = put_varint(p, hl);
+            memcpy(p, hp, (size_t)hl);
+            p += hl;
+            if (is_null(&hd->value, h)) {
+                p = put_varint(p, -1);
+            } else {
+                hl = value_of(&hd->value, h, "header value", &hp);
+                p = put_varint(p, hl);
+                memcpy(p, hp, (size_t)hl);
+                p += hl;
+            }
+        }
     }
     if (p - base != size) {
         Py_DECREF(out);
@@ -334,15 +371,109 @@ write_batch(const Row *rows, const int32_t *which, Py_ssize_t count, int64_t siz
     return out;
 }
 
+static void
+headers_release(Headers *h)
+{
+    if (h->validity.obj) PyBuffer_Release(&h->validity);
+    if (h->offsets.obj) PyBuffer_Release(&h->offsets);
+    column_release(&h->key);
+    column_release(&h->value);
+}
+
+/* (list validity or None, list offsets, list offset, struct length, key spec, value spec)
+   -> Headers, checked for n rows. */
+static int
+headers_from(PyObject *spec, Py_ssize_t n, Headers *h)
+{
+    memset(h, 0, sizeof(*h));
+    if (spec == Py_None)
+        return 0;
+    PyObject *validity, *offsets, *key_spec, *value_spec;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "OOnnOO", &validity, &offsets, &h->offset, &h->rows,
+                                                  &key_spec, &value_spec)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "headers: expected (validity, offsets, offset, struct length, key spec, value spec)");
+        return -1;
+    }
+    h->present = 1;
+    if (h->offset < 0 || h->rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "headers: negative offset or length");
+        return -1;
+    }
+    if (validity != Py_None && PyObject_GetBuffer(validity, &h->validity, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(offsets, &h->offsets, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (h->validity.obj && h->validity.len < (h->offset + n + 7) / 8) {
+        PyErr_SetString(PyExc_ValueError, "headers: validity bitmap shorter than the array");
+        return -1;
+    }
+    if (h->offsets.len / 4 < h->offset + n + 1) {
+        PyErr_SetString(PyExc_ValueError, "headers: offsets buffer shorter than the array");
+        return -1;
+    }
+    if (key_spec == Py_None || column_from(key_spec, h->rows, "header key", &h->key) < 0 ||
+        column_from(value_spec, h->rows, "header value", &h->value) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "headers: a key column is required");
+        return -1;
+    }
+    if (!h->value.present) {
+        PyErr_SetString(PyExc_ValueError, "headers: a value column is required");
+        return -1;
+    }
+    return 0;
+}
+
+/* Row i's headers: hstart, hcount, hbytes. -1 (ValueError set) on bad offsets or a null key. */
+static int
+row_headers(const Headers *h, Py_ssize_t i, Row *r)
+{
+    r->hstart = r->hcount = 0;
+    r->hbytes = 0;
+    if (!h->present)
+        return 0;
+    Py_ssize_t bit = h->offset + i;
+    if (h->validity.obj && !((((const uint8_t *)h->validity.buf)[bit >> 3] >> (bit & 7)) & 1))
+        return 0;
+    const int32_t *off = (const int32_t *)h->offsets.buf + h->offset + i;
+    if (off[0] < 0 || off[1] < off[0] || off[1] > h->rows) {
+        PyErr_Format(PyExc_ValueError, "headers: row %zd has offsets %d..%d outside the %zd headers", i,
+                     off[0], off[1], h->rows);
+        return -1;
+    }
+    r->hstart = off[0];
+    r->hcount = off[1] - off[0];
+    for (Py_ssize_t k = r->hstart; k < off[1]; k++) {
+        const uint8_t *p;
+        if (is_null(&h->key, k)) {
+            PyErr_Format(PyExc_ValueError, "headers: row %zd has a null header key", i);
+            return -1;
+        }
+        Py_ssize_t kl = value_of(&h->key, k, "header key", &p);
+        if (kl < 0)
+            return -1;
+        Py_ssize_t vl = -1;
+        if (!is_null(&h->value, k) && (vl = value_of(&h->value, k, "header value", &p)) < 0)
+            return -1;
+        r->hbytes += varint_size(kl) + kl + varint_size(vl) + (vl > 0 ? vl : 0);
+    }
+    if (r->hbytes > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "headers: row %zd has more than 2 GiB of headers", i);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 encode(PyObject *self, PyObject *args)
 {
-    PyObject *key_spec, *value_spec;
+    PyObject *key_spec, *value_spec, *headers_spec = Py_None;
     Py_ssize_t n, n_partitions, null_key_partition;
     long long timestamp_ms;
     Py_ssize_t max_batch_bytes;
-    if (!PyArg_ParseTuple(args, "OOnnnLn", &key_spec, &value_spec, &n, &n_partitions, &null_key_partition,
-                          &timestamp_ms, &max_batch_bytes))
+    if (!PyArg_ParseTuple(args, "OOnnnLn|O", &key_spec, &value_spec, &n, &n_partitions, &null_key_partition,
+                          &timestamp_ms, &max_batch_bytes, &headers_spec))
         return NULL;
     if (n < 0 || n > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "row count out of range");
@@ -362,13 +493,16 @@ encode(PyObject *self, PyObject *args)
         return NULL;
     }
     Column key, value;
+    Headers headers;
     Row *rows = NULL;
     int32_t *part = NULL, *order = NULL;
     Py_ssize_t *start = NULL;
     PyObject *result = NULL;
     memset(&key, 0, sizeof key);
     memset(&value, 0, sizeof value);
-    if (column_from(key_spec, n, "key", &key) < 0 || column_from(value_spec, n, "value", &value) < 0)
+    memset(&headers, 0, sizeof headers);
+    if (column_from(key_spec, n, "key", &key) < 0 || column_from(value_spec, n, "value", &value) < 0 ||
+        headers_from(headers_spec, n, &headers) < 0)
         goto done;
     rows = PyMem_Malloc(sizeof(Row) * (n ? n : 1));
     part = PyMem_Malloc(sizeof(int32_t) * (n ? n : 1));
@@ -386,6 +520,8 @@ encode(PyObject *self, PyObject *args)
         if (!is_null(&key, i) && (r->klen = value_of(&key, i, "key", &r->kp)) < 0)
             goto done;
         if (!is_null(&value, i) && (r->vlen = value_of(&value, i, "value", &r->vp)) < 0)
+            goto done;
+        if (row_headers(&headers, i, r) < 0)
             goto done;
         int32_t p = r->klen < 0 ? (int32_t)null_key_partition
                                 : (int32_t)((murmur2(r->kp, r->klen) & 0x7fffffffu) % (uint32_t)n_partitions);
@@ -417,14 +553,14 @@ encode(PyObject *self, PyObject *args)
             Py_ssize_t k = j;
             while (k < end) {
                 const Row *r = &rows[order[k]];
-                int64_t body = body_size(k - j, r->klen, r->vlen);
+                int64_t body = body_size(k - j, r);
                 int64_t rec = varint_size(body) + body;
                 if (k > j && size + rec > max_batch_bytes)
                     break;
                 size += rec;
                 k++;
             }
-            PyObject *batch = write_batch(rows, order + j, k - j, size, timestamp_ms);
+            PyObject *batch = write_batch(rows, order + j, k - j, size, timestamp_ms, &headers);
             if (!batch)
                 goto fail;
             PyObject *which = PyBytes_FromStringAndSize((const char *)(order + j), (k - j) * 4);
@@ -447,6 +583,7 @@ fail:
 done:
     column_release(&key);
     column_release(&value);
+    headers_release(&headers);
     PyMem_Free(rows);
     PyMem_Free(part);
     PyMem_Free(order);
@@ -479,7 +616,7 @@ py_crc32c(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"encode", encode, METH_VARARGS,
-     "encode(key, value, n, n_partitions, null_key_partition, timestamp_ms, max_batch_bytes)\n"
+     "encode(key, value, n, n_partitions, null_key_partition, timestamp_ms, max_batch_bytes, headers=None)\n"
      "-> [(partition, batch bytes, row numbers as native int32 bytes)]; key/value are\n"
      "(validity or None, offsets, data or None, array offset, offset width 4|8), key may be None."},
     {"murmur2", py_murmur2, METH_VARARGS, "Kafka's murmur2 of a bytes-like object (unsigned)."},

@@ -763,8 +763,8 @@ class BatchProducer:
     librdkafka producer comes from the worker's pool (_take_producer) when
     first needed and goes back only after a clean flush (write_batches).
 
-    The common case (value, optional key, the `topic` option, no partition
-    or headers column) takes the columnar fast path instead when it is built
+    The common case (value, optional key and headers, the `topic` option, no
+    partition column) takes the columnar fast path instead when it is built
     (native_sink.NativeSink: Arrow buffers to record batches in C, sent by
     the connector itself); rows it cannot send (too large for the topic, or
     a column type it does not read) come back here to librdkafka.
@@ -790,7 +790,7 @@ class BatchProducer:
         self.records = 0
         self.native = None
         c = columns
-        if c.topic is not None and c.partition is None and c.headers is None and native_sink.usable(self._cfg):
+        if c.topic is not None and c.partition is None and native_sink.usable(self._cfg):
             self.native = native_sink.NativeSink(
                 self._cfg, c.topic, metadata_timeout_ms=metadata_timeout_ms,
                 flush_timeout_ms=flush_timeout_ms, fallback=self._produce_fallback,
@@ -835,7 +835,8 @@ class BatchProducer:
         if n == 0:
             return
         if self.native is not None and self.native.write(
-            batch.column(c.key) if c.key else None, batch.column(c.value)
+            batch.column(c.key) if c.key else None, batch.column(c.value),
+            batch.column(c.headers) if c.headers else None,
         ):
             self.records += n
             return
@@ -866,12 +867,16 @@ class BatchProducer:
             except Exception as exc:
                 self._cannot_produce(topic, None, exc)
 
-    def _produce_fallback(self, keys: list, values: list) -> None:
+    def _produce_fallback(self, keys: list, values: list, headers: list | None = None) -> None:
         """Rows the fast path hands back (native_sink), produced with librdkafka."""
         topic = self.columns.topic
         if topic not in self._known_topics:
             self._ensure_topic(topic)
-        self._produce_simple(topic, values, keys)
+        if headers is None:
+            self._produce_simple(topic, values, keys)
+        else:
+            n = len(values)
+            self._produce_rows([topic] * n, values, keys, [None] * n, headers)
         self._producer.poll(0)
         if self._failures:
             self._raise_failures()
@@ -886,8 +891,11 @@ class BatchProducer:
             self._ensure_topic(topic)
         partitions = batch.column(c.partition).to_pylist() if c.partition else [None] * n
         headers = batch.column(c.headers).to_pylist() if c.headers else [None] * n
+        self._produce_rows(topics, values, keys, partitions, headers)
+
+    def _produce_rows(self, topics: list, values: list, keys: list, partitions: list, headers: list) -> None:
         produce = self._producer.produce
-        for i in range(n):
+        for i in range(len(values)):
             partition = partitions[i]
             kwargs = {"partition": -1 if partition is None else int(partition)}
             if headers[i]:

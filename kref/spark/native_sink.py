@@ -5,9 +5,9 @@ Theory of operation
 The librdkafka path (client.BatchProducer) turns every Arrow batch into
 Python lists and calls produce() once per row; librdkafka then copies and
 batches each record again. For the sink's common case (a binary or string
-`value` column, an optional `key` column of the same kinds, the `topic`
-option, no `partition` or `headers` column, plain connections, acks 1 or
-all, any compression.type) this module does the whole job per Arrow batch instead:
+`value` column, an optional `key` column of the same kinds, an optional
+`headers` column, the `topic` option, no `partition` column, plain
+connections, acks 1 or all, any compression.type) this module does the whole job per Arrow batch instead:
 
 1. `_csink.encode` (kref/spark/_csink.c) reads the Arrow buffers (offsets,
    data, validity bitmaps), picks each row's partition (keyed rows: Kafka's
@@ -199,12 +199,14 @@ def encode_python(
     max_batch_bytes: int = MAX_BATCH_BYTES,
     compression: int = 0,
     compression_level: int | None = None,
+    headers: list | None = None,
 ) -> list[tuple[int, bytes, list[int]]]:
     """What _csink.encode returns (then compress_batch when `compression` is
     set), from Python lists (bytes, str or None): [(partition, batch, row
     numbers)], partitions ascending, rows in order. The batch bound counts
-    uncompressed bytes."""
-    from kref.records.batch import Record, build_batch, encode_record
+    uncompressed bytes. `headers`: per row None or [{"key": str, "value": bytes
+    or None}] (a headers column's to_pylist())."""
+    from kref.records.batch import Header, Record, build_batch, encode_record
     from kref.records.header import HEADER_SIZE
 
     rows_of: list[list[int]] = [[] for _ in range(n_partitions)]
@@ -223,6 +225,7 @@ def encode_python(
                     timestamp=timestamp_ms,
                     key=None if keys is None else _as_bytes(keys[i]),
                     value=_as_bytes(values[i]),
+                    headers=tuple(Header(h["key"], h["value"]) for h in (headers and headers[i] or ())),
                 )
                 one = bytearray()
                 encode_record(one, record, k - j, 0)
@@ -251,6 +254,32 @@ def column_spec(array):
         return None
     validity, offsets, data = array.buffers()
     return (validity if array.null_count else None, offsets, data, array.offset, width)
+
+
+def headers_spec(array):
+    """What _csink.encode reads of a headers column (Spark's array<struct<key:
+    string, value: binary>>, Arrow's list<struct>), or None for what it does
+    not: another layout, or a null struct or key (Kafka has no null header
+    key; the librdkafka path reports it)."""
+    import pyarrow as pa
+
+    t = array.type
+    if not pa.types.is_list(t) or not pa.types.is_struct(t.value_type):
+        return None
+    pair = t.value_type
+    if [pair.field(i).name for i in range(pair.num_fields)] != ["key", "value"]:
+        return None
+    if not pa.types.is_string(pair.field(0).type) or not pa.types.is_binary(pair.field(1).type):
+        return None
+    pairs = array.values  # the struct array, not sliced by the list's offset
+    keys, values = pairs.field(0), pairs.field(1)  # sliced as the struct is
+    if pairs.null_count or keys.null_count:
+        return None
+    validity, offsets = array.buffers()[:2]
+    return (
+        validity if array.null_count else None, offsets, array.offset, len(pairs),
+        column_spec(keys), column_spec(values),
+    )  # fmt: skip
 
 
 # --- sending ----------------------------------------------------------------------
@@ -299,7 +328,7 @@ class _Pending(NamedTuple):
 
     partition: int
     data: bytes
-    source: tuple  # (key array or None, value array): for the librdkafka fallback
+    source: tuple  # (key array or None, value array, headers array or None): for the librdkafka fallback
     rows: bytes  # row numbers in `source`, native int32
     deadline: float
 
@@ -338,12 +367,14 @@ class NativeSink:
 
     # -- the task's calls --------------------------------------------------------
 
-    def write(self, key, value) -> bool:
-        """Queue one Arrow batch's (key array or None, value array); False when
-        their types are not ones the encoder reads (the caller's path takes it)."""
+    def write(self, key, value, headers=None) -> bool:
+        """Queue one Arrow batch's (key array or None, value array, headers array
+        or None); False when their types are not ones the encoder reads (the
+        caller's path takes it)."""
         value_spec = column_spec(value)
         key_spec = None if key is None else column_spec(key)
-        if value_spec is None or (key is not None and key_spec is None):
+        h_spec = None if headers is None else headers_spec(headers)
+        if value_spec is None or (key is not None and key_spec is None) or (headers is not None and h_spec is None):
             return False
         if self._leaders is None:
             where = (self.bootstrap, self.topic)
@@ -357,8 +388,8 @@ class NativeSink:
         if self._sticky < 0:
             self._sticky = random.randrange(n_partitions)
         sticky, self._sticky = self._sticky, (self._sticky + 1) % n_partitions
-        self._send(self._encode((key, value), key_spec, value_spec, len(value), n_partitions, sticky,
-                                time.monotonic() + self._flush_timeout_s))
+        self._send(self._encode((key, value, headers), (key_spec, value_spec, h_spec), len(value), n_partitions,
+                                sticky, time.monotonic() + self._flush_timeout_s))
         while self._again:
             again, self._again = self._again, []
             self._send(again)
@@ -367,9 +398,10 @@ class NativeSink:
         self._check()
         return True
 
-    def _encode(self, source, key_spec, value_spec, n, n_partitions, sticky, deadline) -> list[_Pending]:
+    def _encode(self, source, specs, n, n_partitions, sticky, deadline) -> list[_Pending]:
+        key_spec, value_spec, h_spec = specs
         encoded = _csink.encode(
-            key_spec, value_spec, n, n_partitions, sticky, time.time_ns() // 1_000_000, self._max_batch_bytes
+            key_spec, value_spec, n, n_partitions, sticky, time.time_ns() // 1_000_000, self._max_batch_bytes, h_spec
         )
         pending = []
         for partition, data, rows in encoded:
@@ -394,13 +426,12 @@ class NativeSink:
 
         self._max_batch_bytes = min(self._max_batch_bytes, max(len(b.data) // 2, 128))
         indices = pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(b.rows)])
-        key, value = b.source
-        key, value = (None if key is None else key.take(indices)), value.take(indices)
+        key, value, headers = (None if a is None else a.take(indices) for a in b.source)
+        specs = (None if key is None else column_spec(key), column_spec(value),
+                 None if headers is None else headers_spec(headers))  # fmt: skip
         # Encoded as one partition's rows (n_partitions=1), then labelled with
         # the batch's partition: every row stays where it was sent.
-        pending = self._encode(
-            (key, value), None if key is None else column_spec(key), column_spec(value), count, 1, 0, b.deadline
-        )
+        pending = self._encode((key, value, headers), specs, count, 1, 0, b.deadline)
         self._again.extend(x._replace(partition=b.partition) for x in pending)
 
     def flush(self) -> None:
@@ -432,9 +463,12 @@ class NativeSink:
         import pyarrow as pa
 
         indices = pa.Array.from_buffers(pa.int32(), len(rows) // 4, [None, pa.py_buffer(rows)])
-        key, value = source
+        key, value, headers = source
         keys = key.take(indices).to_pylist() if key is not None else [None] * len(indices)
-        self._fallback(keys, value.take(indices).to_pylist())
+        if headers is None:
+            self._fallback(keys, value.take(indices).to_pylist())
+        else:
+            self._fallback(keys, value.take(indices).to_pylist(), headers.take(indices).to_pylist())
 
     def _send(self, pending: list[_Pending]) -> None:
         by_node: dict[int, list[_Pending]] = {}

@@ -8,7 +8,11 @@
   writes exactly what the librdkafka path writes (keys, values, partitions of
   keyed rows, null keys and values, string columns); null-key rows of one
   Arrow batch share one partition;
-* the librdkafka path still serves partition/headers/topic columns, column
+* a headers column (list<struct<key: string, value: binary>>): encoded in C
+  equal to the reference byte for byte (null lists, empty lists, null
+  values, non-ASCII keys, slices), and through a real broker and consumer
+  equal to what the librdkafka path writes;
+* the librdkafka path still serves partition/topic columns, column
   types the encoder does not read, rows too large for the topic, and the
   whole sink when the extension is not built;
 * compression.type (gzip, snappy, lz4, zstd): the broker takes the fast
@@ -122,6 +126,101 @@ def test_compressed_batches_equal_the_python_reference(codec, rows, n_partitions
         (batch,) = iter_batches(data)
         assert batch.header.compression_type == codec
         assert [(r.key, r.value) for r in batch.records] == [rows[i] for i in rows_]
+
+
+HEADERS_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+header = st.fixed_dictionaries({
+    "key": st.sampled_from(["", "h", "trace-id", "clé", "键", "😀", "k" * 200]),
+    "value": st.one_of(st.none(), st.binary(max_size=30)),
+})  # fmt: skip
+
+
+@needs_csink
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    data=st.data(),
+    n_partitions=st.integers(1, 4),
+    max_bytes=st.sampled_from([100, 1000, native_sink.MAX_BATCH_BYTES]),
+    codec=st.sampled_from([0, 0, 3]),
+)
+def test_headers_encode_equal_the_python_reference(data, n_partitions, max_bytes, codec):
+    rows = data.draw(st.lists(st.tuples(cell, cell, st.one_of(st.none(), st.lists(header, max_size=6))),
+                              max_size=30))
+    keys = pa.array([k for k, _, _ in rows], pa.binary())
+    values = pa.array([v for _, v, _ in rows], pa.binary())
+    headers = pa.array([h for _, _, h in rows], HEADERS_TYPE)
+    start = data.draw(st.integers(0, len(rows)))
+    length = data.draw(st.integers(0, len(rows) - start))
+    keys, values, headers = (a.slice(start, length) for a in (keys, values, headers))
+    expected = native_sink.encode_python(
+        keys.to_pylist(), values.to_pylist(), n_partitions, 0, 99, max_bytes, compression=codec,
+        headers=headers.to_pylist(),
+    )
+    got = _rows(native_sink._csink.encode(
+        native_sink.column_spec(keys), native_sink.column_spec(values), len(values), n_partitions, 0, 99, max_bytes,
+        native_sink.headers_spec(headers),
+    ))  # fmt: skip
+    got = [(p, native_sink.compress_batch(d, codec, None) if codec else d, r) for p, d, r in got]
+    assert got == expected
+
+
+@needs_csink
+def test_headers_the_encoder_does_not_read_go_to_librdkafka():
+    spec = native_sink.headers_spec
+    assert spec(pa.array([[{"key": "a", "value": b"x"}], None], HEADERS_TYPE)) is not None
+    # A null struct or a null key: Kafka has no such header.
+    assert spec(pa.array([[None]], HEADERS_TYPE)) is None
+    assert spec(pa.array([[{"key": None, "value": b"x"}]], HEADERS_TYPE)) is None
+    # Other layouts: binary keys, string values, a large list, other field names.
+    binary_keys = pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())]))
+    assert spec(pa.array([[{"key": b"a", "value": b"x"}]], binary_keys)) is None
+    assert spec(pa.array([[{"key": "a", "value": b"x"}]], pa.large_list(HEADERS_TYPE.value_type))) is None
+    other = pa.list_(pa.struct([("name", pa.string()), ("value", pa.binary())]))
+    assert spec(pa.array([[{"name": "a", "value": b"x"}]], other)) is None
+    # A struct array sliced under its list: the children are read as sliced.
+    pairs = pa.array([{"key": "skip", "value": b"0"}, {"key": "a", "value": b"1"}, {"key": "b", "value": None}],
+                     HEADERS_TYPE.value_type).slice(1)
+    headers = pa.ListArray.from_arrays(pa.array([0, 1, 2], pa.int32()), pairs)
+    values = pa.array([b"v1", b"v2"])
+    got = _rows(native_sink._csink.encode(None, native_sink.column_spec(values), 2, 1, 0, 5, 10_000, spec(headers)))
+    assert got == native_sink.encode_python(None, values.to_pylist(), 1, 0, 5, 10_000, headers=headers.to_pylist())
+    with pytest.raises(ValueError, match="outside the 2 headers"):
+        bad = (None, pa.py_buffer(array.array("i", [0, 5, 6]).tobytes()), 0, 2) + spec(headers)[4:]
+        native_sink._csink.encode(None, native_sink.column_spec(values), 2, 1, 0, 5, 10_000, bad)
+
+
+@needs_csink
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_a_headers_column_is_written_as_the_librdkafka_path_writes_it(broker, monkeypatch, codec):
+    seed = 1260 + (codec == "zstd")
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    batches = []
+    for size in (0, 1, 300, 700):
+        rows = []
+        for i in range(size):
+            h = rng.choice([None, [], None])
+            if rng.random() < 0.6:
+                h = [{"key": rng.choice(["h", "", "clé", "键-%d" % j, "😀"]),
+                      "value": rng.choice([None, b"", b"v%d" % j, rng.randbytes(rng.randrange(40))])}
+                     for j in range(rng.choice([1, 2, 5, 30]))]
+            rows.append((f"k{rng.randrange(40)}".encode(), f"v{i}".encode(), h))
+        batches.append(pa.RecordBatch.from_arrays(
+            [pa.array([r[0] for r in rows], pa.binary()), pa.array([r[1] for r in rows], pa.binary()),
+             pa.array([r[2] for r in rows], HEADERS_TYPE)], names=["key", "value", "headers"]))
+    n = sum(b.num_rows for b in batches)
+    fast, slow = broker.create_topic(2), broker.create_topic(2)
+    settings = {"compression.type": codec}
+    for topic, native in ((fast, True), (slow, False)):
+        columns = client.SinkColumns(value="value", key="key", headers="headers", topic=topic)
+        assert _write(broker, topic, batches, native=native, monkeypatch=monkeypatch, columns=columns,
+                      settings=settings) == n
+    got_fast, got_slow = broker.consume_all(fast, 2), broker.consume_all(slow, 2)
+    assert len(got_fast) == len(got_slow) == n
+    # Keyed rows: same partition, key, value and headers (each partition in row order on both paths).
+    rows = lambda got: [(p, k, v, h) for p, _, k, v, h in got]  # noqa: E731
+    assert rows(got_fast) == rows(got_slow)
+    assert any(h is None for *_, h in got_fast) and any(h and any(v is None for _, v in h) for *_, h in got_fast)
 
 
 def test_compression_settings_are_librdkafkas():
@@ -346,7 +445,7 @@ def test_fallback_serves_what_the_fast_path_does_not(broker, monkeypatch):
     assert sink(topic=topic, key="key").native is not None
     assert sink(topic_column="topic").native is None
     assert sink(topic=topic, partition="partition").native is None
-    assert sink(topic=topic, headers="headers").native is None
+    assert sink(topic=topic, headers="headers").native is not None
     monkeypatch.setattr(native_sink, "ENABLED", False)
     assert sink(topic=topic).native is None
     monkeypatch.setattr(native_sink, "ENABLED", True)
