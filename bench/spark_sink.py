@@ -12,7 +12,8 @@ CPU time (every thread: librdkafka's too), and the broker's CPU time (from
 No Spark: this isolates the connector's own per-row work, which bench/spark.py
 measures inside a real query. `--compression gzip|snappy|lz4|zstd` sets the
 sink's kafka.compression.type on both paths (values are then half random
-bytes, half repeated, so that the codecs have something to do).
+bytes, half repeated, so that the codecs have something to do). `--headers N`
+adds a headers column of N headers per row (key "h<i>", 16-byte values).
 
     .venv/bin/python bench/spark_sink.py [--rows 200000] [--partitions 2] [--runs 5] [--compression lz4]
 """
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--headers", type=int, default=0, help="headers per row (0: no headers column)")
     parser.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none")
     args = parser.parse_args()
     rows = max(1, min(args.rows, MAX_ROWS))
@@ -67,15 +69,19 @@ def main() -> None:
         else:
             half = args.value_bytes // 2
             values = [rng.randbytes(half) + b"x" * (args.value_bytes - half) for _ in range(n)]
-        batches.append(pa.RecordBatch.from_arrays(
-            [pa.array([b"%d" % i for i in range(start, start + n)]), pa.array(values)],
-            names=["key", "value"]))
+        arrays = [pa.array([b"%d" % i for i in range(start, start + n)]), pa.array(values)]
+        if args.headers:
+            kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+            arrays.append(pa.array([[{"key": f"h{j}", "value": b"%016d" % (i + j)} for j in range(args.headers)]
+                                    for i in range(start, start + n)], kind))
+        batches.append(pa.RecordBatch.from_arrays(arrays, names=["key", "value", "headers"][:len(arrays)]))
     limits = {"metadata_timeout_ms": 30_000, "flush_timeout_ms": 120_000}
     with start_kref_process() as (bootstrap, broker):
         topic = "bench-spark-sink"
         create_topic(bootstrap, topic, args.partitions)
         cfg = {"bootstrap.servers": bootstrap, "compression.type": args.compression}
-        columns = client.SinkColumns(value="value", key="key", topic=topic)
+        columns = client.SinkColumns(value="value", key="key", topic=topic,
+                                     headers="headers" if args.headers else None)
         got: dict[str, list[tuple[float, float, float]]] = {"native": [], "librdkafka": []}
         loads = []
         for n in range(runs + 1):
@@ -97,7 +103,7 @@ def main() -> None:
         client._producers.clear()
         native_sink.wire.close_idle()
     print(f"\nrows={rows} partitions={args.partitions} value_bytes={args.value_bytes} "
-          f"compression={args.compression}, "
+          f"compression={args.compression} headers={args.headers}, "
           f"{runs} runs per path after one warm-up each, load {min(loads):.1f}-{max(loads):.1f}")
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in got.items()}
     for name, (wall, cpu, broker_cpu) in med.items():
