@@ -625,6 +625,30 @@ def test_a_spark_write_takes_the_fast_path_and_writes_what_librdkafka_writes(spa
     assert len({p for p, _, k, _, _ in got_fast if k is None}) == 1
 
 
+
+@needs_csink
+@pytest.mark.skipif(os.environ.get("KREF_SPARK_NATIVE_SINK") == "0", reason="fast path off in Spark's workers")
+def test_a_spark_write_with_headers_and_compression_takes_the_fast_path(spark, broker):
+    """kafka.compression.type and a headers column, in real Spark workers: the
+    rows, headers and codec read back; the null-key rows of the one task's one
+    Arrow batch share a partition (the fast path's rule, not librdkafka's)."""
+    rows = [(None if i % 4 == 0 else f"key-{i % 7}", f"value-{i}".encode(),
+             [("n", str(i).encode()), ("clé", None)] if i % 3 == 0 else None)
+            for i in range(120)]
+    topic = broker.create_topic(3)
+    df = spark.createDataFrame(
+        rows, "key string, value binary, headers array<struct<key: string, value: binary>>"
+    ).repartition(1)
+    df.write.format("kref").option("kafka.bootstrap.servers", broker.bootstrap).option(
+        "kafka.compression.type", "zstd").option("topic", topic).mode("append").save()
+    got = broker.consume_all(topic, 3)
+    assert sorted(((k, v, h) for _, _, k, v, h in got), key=repr) == sorted(
+        ((None if k is None else k.encode(), v, h) for k, v, h in rows), key=repr)
+    assert len({p for p, _, k, _, _ in got if k is None}) == 1
+    stored = _fetch_batches(broker, topic, 3)
+    assert stored and all(b.header.compression_type == 4 for b in stored)
+
+
 @needs_csink
 def test_batches_a_topic_finds_too_large_are_split_and_written(broker, monkeypatch):
     """A topic whose max.message.bytes is under the fast path's batch bound:
