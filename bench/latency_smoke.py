@@ -20,18 +20,19 @@ worse log lines, the broker's CPU per request (all threads, the consumer's
 fetches included) and how many fetches per second the consumer got
 answered, with the load average. Tansu runs the same workload in the same
 run (--only kref skips it) for a side-by-side figure; --rounds repeats the
-pair and prints the median ratios. The fetch rate matters for reading the
-ratio: kref answers a waiting fetch as soon as a record is appended
-(fetch.min.bytes 1, Kafka's behaviour), about 100 fetches/s here, while
-Tansu answers its long polls about every 250 ms, about 4/s, so with the
-default consumer kref does some 25 times more work for the consumer in
-the same run. --fetch-min-bytes 1000000 makes both brokers answer at
-fetch.wait.max.ms (the same work), --no-consumer drops it. Stalls show even on a loaded machine,
-as a max in the hundreds of milliseconds; but so does the load itself (a
-run of other work holding both cores): --realtime runs kref's timed phase
-(broker and client threads) at SCHED_FIFO priority (bench/cluster.py's
-set_realtime; root or CAP_SYS_NICE), so that what is left is the broker's
-own. --fail-max-ms makes the exit status say so.
+pair, every other one Tansu first, and prints the median ratios. The fetch
+rate matters for reading the ratio: kref answers a waiting fetch as soon
+as a record is appended (fetch.min.bytes 1, Kafka's behaviour), about 100
+fetches/s here, while Tansu answers its long polls about every 250 ms,
+about 4/s, so with the default consumer kref does some 25 times more work
+for the consumer in the same run. --fetch-min-bytes 1000000 makes both
+brokers answer at fetch.wait.max.ms (the same work), --no-consumer drops
+it. Stalls show even on a loaded machine, as a max in the hundreds of
+milliseconds; but so does the load itself (a run of other work holding
+both cores): --realtime runs kref's timed phase (broker and client
+threads) at SCHED_FIFO priority (bench/cluster.py's set_realtime; root or
+CAP_SYS_NICE), so that what is left is the broker's own. --fail-max-ms
+makes the exit status say so.
 
     .venv/bin/python bench/latency_smoke.py [--rate 100] [--seconds 8] [--rounds 3] [--only kref]
         [--fetch-min-bytes 1000000 | --no-consumer] [--realtime] [--fail-max-ms 100]
@@ -202,20 +203,28 @@ def main() -> int:
           f"{'no consumer' if args.no_consumer else f'a consumer tailing (fetch.min.bytes {args.fetch_min_bytes})'}"
           f"{'; kref at real-time priority' if args.realtime else ''}; load {os.getloadavg()[0]:.1f}")
     rounds: list[dict[str, Result]] = []
-    for _ in range(args.rounds):
-        results: dict[str, Result] = {}
-        if args.only in (None, "kref"):
-            with start_kref_logged() as (bootstrap, log_path, pid):
-                lat, errors, consumed, fetch_rate, cpu = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
-                                                             pid, args.realtime, args.fetch_min_bytes)
-                warnings = [line.rstrip() for line in open(log_path)
-                            if " WARNING " in line or " ERROR " in line or "Traceback" in line]
-            results["kref"] = Result(lat, errors, warnings, consumed, fetch_rate, cpu, os.getloadavg()[0])
-        if args.only in (None, "tansu"):
-            with start_tansu_process() as (bootstrap, proc):
-                lat, errors, consumed, fetch_rate, cpu = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
-                                                             proc.pid, fetch_min_bytes=args.fetch_min_bytes)
-            results["tansu"] = Result(lat, errors, [], consumed, fetch_rate, cpu, os.getloadavg()[0])
+
+    def measure_kref() -> Result:
+        with start_kref_logged() as (bootstrap, log_path, pid):
+            lat, errors, consumed, fetch_rate, cpu = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
+                                                         pid, args.realtime, args.fetch_min_bytes)
+            warnings = [line.rstrip() for line in open(log_path)
+                        if " WARNING " in line or " ERROR " in line or "Traceback" in line]
+        return Result(lat, errors, warnings, consumed, fetch_rate, cpu, os.getloadavg()[0])
+
+    def measure_tansu() -> Result:
+        with start_tansu_process() as (bootstrap, proc):
+            lat, errors, consumed, fetch_rate, cpu = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
+                                                         proc.pid, fetch_min_bytes=args.fetch_min_bytes)
+        return Result(lat, errors, [], consumed, fetch_rate, cpu, os.getloadavg()[0])
+
+    for k in range(args.rounds):
+        # Every other pair starts with Tansu, so that a load that drifts
+        # during the run does not always fall on the same broker.
+        order = [("kref", measure_kref), ("tansu", measure_tansu)]
+        if k % 2:
+            order.reverse()
+        results: dict[str, Result] = {name: measure() for name, measure in order if args.only in (None, name)}
         for name, result in results.items():
             print(result.line(name))
             for line in (result.client_errors + result.broker_warnings)[:5]:
