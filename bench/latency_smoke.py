@@ -15,22 +15,35 @@ request; --no-consumer drops it).
 Printed per broker: p50, p99 and max of the produce round trip, the number
 of requests over 100 ms, the client's error callbacks (a disconnect shows
 there: a broker that closes or corrupts a connection makes librdkafka
-reconnect after a backoff, which looks like a stall) and kref's WARNING or
-worse log lines. Tansu runs the same workload in the same run (--only kref
-skips it) for a side-by-side figure. Stalls show even on a loaded machine,
-as a max in the hundreds of milliseconds; but so does the load itself (a
-run of other work holding both cores): --realtime runs kref's timed phase
-(broker and client threads) at SCHED_FIFO priority (bench/cluster.py's
-set_realtime; root or CAP_SYS_NICE), so that what is left is the broker's
-own. --fail-max-ms makes the exit status say so.
+reconnect after a backoff, which looks like a stall), kref's WARNING or
+worse log lines, the broker's CPU per request (all threads, the consumer's
+fetches included) and how many fetches per second the consumer got
+answered, with the load average. Tansu runs the same workload in the same
+run (--only kref skips it) for a side-by-side figure; --rounds repeats the
+pair, every other one Tansu first, and prints the median ratios. The fetch
+rate matters for reading the ratio: kref answers a waiting fetch as soon
+as a record is appended (fetch.min.bytes 1, Kafka's behaviour), about 100
+fetches/s here, while Tansu answers its long polls about every 250 ms,
+about 4/s, so with the default consumer kref does some 25 times more work
+for the consumer in the same run. --fetch-min-bytes 1000000 makes both
+brokers answer at fetch.wait.max.ms (the same work), --no-consumer drops
+it. Stalls show even on a loaded machine, as a max in the hundreds of
+milliseconds; but so does the load itself (a run of other work holding
+both cores): --realtime runs kref's timed phase (broker and client
+threads) at SCHED_FIFO priority (bench/cluster.py's set_realtime; root or
+CAP_SYS_NICE), so that what is left is the broker's own. --fail-max-ms
+makes the exit status say so.
 
-    .venv/bin/python bench/latency_smoke.py [--rate 100] [--seconds 8] [--only kref] [--realtime] [--fail-max-ms 100]
+    .venv/bin/python bench/latency_smoke.py [--rate 100] [--seconds 8] [--rounds 3] [--only kref]
+        [--fetch-min-bytes 1000000 | --no-consumer] [--realtime] [--fail-max-ms 100]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
 import os
 import shutil
 import statistics
@@ -43,13 +56,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker import create_topic, start_kref_process, start_tansu  # noqa: E402
+from broker import create_topic, process_cpu_s, start_kref_process, start_tansu_process  # noqa: E402
 from cluster import set_realtime  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
 STALL_MS = 100.0
 MAX_RATE = 2_000
 MAX_SECONDS = 120
+MAX_ROUNDS = 20
 
 
 @dataclass
@@ -58,14 +72,20 @@ class Result:
     client_errors: list[str]
     broker_warnings: list[str]
     consumed: int
+    fetches_per_s: float  # the consumer's fetches answered per second (nan without a consumer)
+    cpu_us: float  # the broker's CPU (all threads) per produce request, the consumer's fetches included
+    load: float  # 1-minute load average at the end of this run
+
+    def quantile(self, pct: int) -> float:
+        return statistics.quantiles(self.latencies_ms, n=100)[pct - 1]
 
     def line(self, name: str) -> str:
         lat = sorted(self.latencies_ms)
-        q = statistics.quantiles(lat, n=100)
         over = sum(1 for x in lat if x > STALL_MS)
-        return (f"{name:6} requests {len(lat):5}  p50 {q[49]:7.2f} ms  p99 {q[98]:7.2f} ms  max {lat[-1]:8.2f} ms  "
-                f"over {STALL_MS:.0f} ms: {over:3}  client errors {len(self.client_errors)}  "
-                f"broker warnings {len(self.broker_warnings)}  consumed {self.consumed}")
+        fetched = "" if math.isnan(self.fetches_per_s) else f" ({self.fetches_per_s:.0f} fetches/s)"
+        return (f"{name:6} requests {len(lat):5}  broker CPU {self.cpu_us:5.0f} us/request  p50 {self.quantile(50):7.2f} ms  p99 {self.quantile(99):7.2f} ms  "
+                f"max {lat[-1]:8.2f} ms  over {STALL_MS:.0f} ms: {over:3}  client errors {len(self.client_errors)}  "
+                f"broker warnings {len(self.broker_warnings)}  consumed {self.consumed}{fetched}  load {self.load:.1f}")
 
 
 @contextlib.contextmanager
@@ -80,9 +100,18 @@ def start_kref_logged():
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def tail(bootstrap: str, topic: str, stop: threading.Event, counter: list[int], errors: list[str]) -> None:
+def tail(bootstrap: str, topic: str, stop: threading.Event, counter: list[int], errors: list[str],
+         fetches: list[tuple[float, int]], fetch_min_bytes: int) -> None:
+    """Consume until `stop`; `fetches` gets (time, Fetch requests sent so far) from
+    librdkafka's statistics: how often the broker answered the long poll."""
+    def stats(text: str) -> None:
+        brokers = json.loads(text).get("brokers", {}).values()
+        fetches.append((time.perf_counter(), sum(b.get("req", {}).get("Fetch", 0) for b in brokers)))
+
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"smoke-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "error_cb": lambda e: errors.append(f"consumer: {e}")})
+                         "enable.auto.commit": False, "fetch.min.bytes": fetch_min_bytes,
+                         "statistics.interval.ms": 500, "stats_cb": stats,
+                         "error_cb": lambda e: errors.append(f"consumer: {e}")})
     consumer.assign([TopicPartition(topic, 0, 0)])
     try:
         while not stop.is_set():
@@ -93,8 +122,10 @@ def tail(bootstrap: str, topic: str, stop: threading.Event, counter: list[int], 
         consumer.close()
 
 
-def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool,
-        realtime_pid: int | None = None) -> tuple[list[float], list[str], int]:
+def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool, broker_pid: int,
+        realtime: bool = False, fetch_min_bytes: int = 1) -> tuple[list[float], list[str], int, float, float]:
+    """The paced run: (produce round trips in ms, client errors, records consumed,
+    the consumer's fetches per second, the broker's CPU per request in us)."""
     topic = f"smoke-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
     errors: list[str] = []
@@ -106,16 +137,19 @@ def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool,
         producer.produce(topic, value, partition=0)
         if producer.flush(10) != 0:
             raise RuntimeError("warm-up produce not acknowledged within 10 s")
-    stop, counter = threading.Event(), [0]
-    consumer = threading.Thread(target=tail, args=(bootstrap, topic, stop, counter, errors), daemon=True)
+    stop, counter, fetches = threading.Event(), [0], []
+    consumer = threading.Thread(target=tail, args=(bootstrap, topic, stop, counter, errors, fetches, fetch_min_bytes),
+                                daemon=True)
     if with_consumer:
         consumer.start()
         time.sleep(1.0)  # let it join and start long-polling
     latencies: list[float] = []
     n = int(rate * seconds)
+    realtime_pid = broker_pid if realtime else None
     if realtime_pid is not None and not set_realtime([os.getpid(), realtime_pid], True):
         print("--realtime: not permitted here (needs CAP_SYS_NICE); measuring at normal priority")
         realtime_pid = None
+    cpu0 = process_cpu_s(broker_pid)
     start = time.perf_counter()
     try:
         for k in range(n):
@@ -129,13 +163,17 @@ def run(bootstrap: str, rate: float, seconds: float, with_consumer: bool,
             if producer.flush(10) != 0:
                 raise RuntimeError(f"request {k} not acknowledged within 10 s")
             latencies.append((time.perf_counter() - t0) * 1000)
+        cpu_us = (process_cpu_s(broker_pid) - cpu0) / n * 1e6
     finally:
         if realtime_pid is not None:
             set_realtime([os.getpid(), realtime_pid], False)
         stop.set()
         if with_consumer:
             consumer.join(10)
-    return latencies, errors, counter[0]
+    # Fetches answered per second while the producer ran (statistics come every 0.5 s).
+    timed = [(t, n) for t, n in fetches if t >= start]
+    fetch_rate = (timed[-1][1] - timed[0][1]) / (timed[-1][0] - timed[0][0]) if len(timed) >= 2 else float("nan")
+    return latencies, errors, counter[0], fetch_rate, cpu_us
 
 
 def main() -> int:
@@ -143,6 +181,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="requests per second (1-2000)")
     parser.add_argument("--seconds", type=float, default=8.0, help="length of the timed run (1-120)")
     parser.add_argument("--only", choices=["kref", "tansu"], default=None)
+    parser.add_argument("--rounds", type=int, default=1, help="kref/Tansu pairs, one after the other (1-20)")
+    parser.add_argument("--fetch-min-bytes", type=int, default=1,
+                        help="the tailing consumer's fetch.min.bytes (librdkafka's default 1: answer at the first record)")
     parser.add_argument("--no-consumer", action="store_true", help="no tailing consumer on a second connection")
     parser.add_argument("--realtime", action="store_true",
                         help="kref's timed phase at SCHED_FIFO priority (broker and client), so load does not stall it")
@@ -151,42 +192,62 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.rate <= MAX_RATE or not 1 <= args.seconds <= MAX_SECONDS:
         parser.error(f"--rate must be within 1..{MAX_RATE} and --seconds within 1..{MAX_SECONDS}")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be within 1..{MAX_ROUNDS}")
+    if args.fetch_min_bytes < 1:
+        parser.error("--fetch-min-bytes must be at least 1")
     if args.rate * args.seconds < 100:
         parser.error("fewer than 100 requests: rate x seconds must be at least 100")
 
-    results: dict[str, Result] = {}
-    load0 = os.getloadavg()[0]
-    if args.only in (None, "kref"):
+    print(f"latency smoke: {args.rate:.0f} req/s for {args.seconds:.0f} s, acks=1, 100-byte values, "
+          f"{'no consumer' if args.no_consumer else f'a consumer tailing (fetch.min.bytes {args.fetch_min_bytes})'}"
+          f"{'; kref at real-time priority' if args.realtime else ''}; load {os.getloadavg()[0]:.1f}")
+    rounds: list[dict[str, Result]] = []
+
+    def measure_kref() -> Result:
         with start_kref_logged() as (bootstrap, log_path, pid):
-            lat, errors, consumed = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
-                                        pid if args.realtime else None)
+            lat, errors, consumed, fetch_rate, cpu = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
+                                                         pid, args.realtime, args.fetch_min_bytes)
             warnings = [line.rstrip() for line in open(log_path)
                         if " WARNING " in line or " ERROR " in line or "Traceback" in line]
-        results["kref"] = Result(lat, errors, warnings, consumed)
-    if args.only in (None, "tansu"):
-        with start_tansu() as bootstrap:
-            lat, errors, consumed = run(bootstrap, args.rate, args.seconds, not args.no_consumer)
-        results["tansu"] = Result(lat, errors, [], consumed)
-    load = max(load0, os.getloadavg()[0])
-    print(f"latency smoke: {args.rate:.0f} req/s for {args.seconds:.0f} s, acks=1, 100-byte values, "
-          f"{'no consumer' if args.no_consumer else 'a consumer tailing'}"
-          f"{'; kref at real-time priority' if args.realtime else ''}; load {load:.1f}")
-    for name, result in results.items():
-        print(result.line(name))
-        for line in (result.client_errors + result.broker_warnings)[:5]:
-            print(f"    {line}")
-    if "kref" in results and "tansu" in results:
-        k, t = sorted(results["kref"].latencies_ms), sorted(results["tansu"].latencies_ms)
-        qk, qt = statistics.quantiles(k, n=100), statistics.quantiles(t, n=100)
-        print(f"Tansu/kref (> 1: kref faster): p50 {qt[49] / qk[49]:.2f}  p99 {qt[98] / qk[98]:.2f}  "
-              f"max {t[-1] / k[-1]:.2f}")
-    if args.fail_max_ms is not None and "kref" in results:
-        r = results["kref"]
-        if max(r.latencies_ms) > args.fail_max_ms or r.client_errors or r.broker_warnings:
-            print(f"FAIL: kref's max {max(r.latencies_ms):.1f} ms (limit {args.fail_max_ms:.0f}), "
-                  f"{len(r.client_errors)} client errors, {len(r.broker_warnings)} broker warnings")
-            return 1
+        return Result(lat, errors, warnings, consumed, fetch_rate, cpu, os.getloadavg()[0])
+
+    def measure_tansu() -> Result:
+        with start_tansu_process() as (bootstrap, proc):
+            lat, errors, consumed, fetch_rate, cpu = run(bootstrap, args.rate, args.seconds, not args.no_consumer,
+                                                         proc.pid, fetch_min_bytes=args.fetch_min_bytes)
+        return Result(lat, errors, [], consumed, fetch_rate, cpu, os.getloadavg()[0])
+
+    for k in range(args.rounds):
+        # Every other pair starts with Tansu, so that a load that drifts
+        # during the run does not always fall on the same broker.
+        order = [("kref", measure_kref), ("tansu", measure_tansu)]
+        if k % 2:
+            order.reverse()
+        results: dict[str, Result] = {name: measure() for name, measure in order if args.only in (None, name)}
+        for name, result in results.items():
+            print(result.line(name))
+            for line in (result.client_errors + result.broker_warnings)[:5]:
+                print(f"    {line}")
+        if len(results) == 2:
+            print(f"Tansu/kref (> 1: kref faster): p50 {ratio(results, 50):.2f}  p99 {ratio(results, 99):.2f}")
+        rounds.append(results)
+    if args.rounds > 1 and args.only is None:
+        p50s, p99s = [ratio(r, 50) for r in rounds], [ratio(r, 99) for r in rounds]
+        print(f"median of {args.rounds} pairs, Tansu/kref: p50 {statistics.median(p50s):.2f} "
+              f"(min {min(p50s):.2f})  p99 {statistics.median(p99s):.2f} (min {min(p99s):.2f})")
+    if args.fail_max_ms is not None and args.only in (None, "kref"):
+        for results in rounds:
+            r = results["kref"]
+            if max(r.latencies_ms) > args.fail_max_ms or r.client_errors or r.broker_warnings:
+                print(f"FAIL: kref's max {max(r.latencies_ms):.1f} ms (limit {args.fail_max_ms:.0f}), "
+                      f"{len(r.client_errors)} client errors, {len(r.broker_warnings)} broker warnings")
+                return 1
     return 0
+
+
+def ratio(results: dict[str, Result], pct: int) -> float:
+    return results["tansu"].quantile(pct) / results["kref"].quantile(pct)
 
 
 if __name__ == "__main__":
