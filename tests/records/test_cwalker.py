@@ -17,8 +17,6 @@ so the comparison always runs where a C compiler is.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -30,25 +28,15 @@ from kref.records.errors import InvalidRecordError
 from kref.records.framing_validation import _walk_records
 from kref.records.header import HEADER_SIZE
 from kref.records.varint import read_varint, write_varint
+from tests.compiled import built_or_compiled
 from tests.records.sections import record_starts
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def cw(tmp_path_factory):
-    if walker._cwalker is not None:
-        return walker._cwalker
-    spec = importlib.util.spec_from_file_location("build_cwalker", ROOT / "scripts" / "build_cwalker.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    path, why = build.build(tmp_path_factory.mktemp("cwalker"))
-    if path is None:
-        pytest.skip(f"no compiled walker and none can be built here: {why}")
-    spec = importlib.util.spec_from_file_location("kref.records._cwalker", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return built_or_compiled(walker._cwalker, "kref/records/_cwalker.c", "kref.records._cwalker",
+                             tmp_path_factory.mktemp("cwalker"))
 
 
 def reference(fn, section: bytes, count: int) -> str | None:

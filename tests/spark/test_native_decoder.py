@@ -14,9 +14,7 @@ whole fast path with the librdkafka path on a real broker.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -27,8 +25,8 @@ from kref.records.control import ControlRecordType, build_end_transaction_marker
 from kref.records.legacy import build_message_set
 from kref.spark import native_source
 from kref.spark.native_source import ArrowColumns, Fallback, decode_columns, decode_reference
+from tests.compiled import built_or_compiled
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema([
     ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
@@ -41,18 +39,8 @@ HEADERS_SCHEMA = SCHEMA.append(pa.field("headers", pa.list_(pa.field("element", 
 
 @pytest.fixture(scope="module")
 def csource(tmp_path_factory):
-    if native_source._csource is not None:
-        return native_source._csource
-    spec = importlib.util.spec_from_file_location("build_cwalker", ROOT / "scripts" / "build_cwalker.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    path, why = build.build(tmp_path_factory.mktemp("csource"), source=ROOT / "kref/spark/_csource.c")
-    if path is None:
-        pytest.skip(f"no compiled decoder and none can be built here: {why}")
-    spec = importlib.util.spec_from_file_location("kref.spark._csource", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return built_or_compiled(native_source._csource, "kref/spark/_csource.c", "kref.spark._csource",
+                             tmp_path_factory.mktemp("csource"))
 
 
 @pytest.fixture
