@@ -294,10 +294,15 @@ def ensure_topic(list_topics, topic: str, bootstrap: str, timeout_s: float) -> N
         if time.monotonic() >= deadline:
             break
         time.sleep(0.1)  # e.g. LEADER_NOT_AVAILABLE just after creation
-    raise UnknownTopicError(
+    raise topic_refused(topic, bootstrap, error.str() if error is not None else None)
+
+
+def topic_refused(topic: str, bootstrap: str, detail: str | None) -> UnknownTopicError:
+    """The sink's error for a topic the broker neither has nor creates (both write paths)."""
+    return UnknownTopicError(
         f"cannot write to topic {topic!r}: it does not exist on kref broker {bootstrap!r} and "
         f"the broker did not create it (is auto.create.topics.enable=false?)"
-        + (f": {error.str()}" if error is not None else "")
+        + (f": {detail}" if detail else "")
     )
 
 

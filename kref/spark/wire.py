@@ -258,10 +258,10 @@ class Brokers:
             if error not in (_NONE, _LEADER_NOT_AVAILABLE) or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
+        if create:
+            raise client.topic_refused(topic, self.bootstrap, f"Metadata error {error}")
         raise client.UnknownTopicError(
-            f"topic {topic!r} does not exist on kref broker {self.bootstrap!r}"
-            + (" and the broker did not create it (is auto.create.topics.enable=false?)" if create else "")
-            + f" (Metadata error {error})"
+            f"topic {topic!r} does not exist on kref broker {self.bootstrap!r} (Metadata error {error})"
         )
 
 
